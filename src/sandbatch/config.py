@@ -1,0 +1,275 @@
+"""Run configuration: the JSON Schema in schemas/ holds keys and defaults, pydantic the types.
+
+The schema is the single source of defaults (filled in by validation); the pydantic
+models declare no defaults of their own, so the two cannot drift apart silently
+(tests/test_config.py checks that they name the same keys).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import os
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import yaml
+from pydantic import BaseModel, ConfigDict
+
+from . import SCHEMAS
+from .errors import UserError
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class BenchmarkConfig(_Model):
+    kind: str
+    tasks: str
+    limit: int | None
+    instance_ids: list[str]
+    filter: str | None
+
+
+class HarnessConfig(_Model):
+    name: str
+    version: str | None
+    config: dict[str, Any]
+
+
+class ModelConfig(_Model):
+    base_url: str | None
+    name: str
+    api_key_env: str | None
+    sampling: dict[str, Any]
+
+
+class ImageRewrite(_Model):
+    prefix: str
+    replace: str
+
+
+class SandboxConfig(_Model):
+    model_config = ConfigDict(extra="allow", frozen=True)  # one options block per provider
+    provider: str
+    ttl_seconds: int
+    image_rewrites: list[ImageRewrite]
+
+    def options(self, provider: str | None = None) -> dict[str, Any]:
+        """The options block of `provider` (default: the selected one)."""
+        return dict((self.model_extra or {}).get(provider or self.provider) or {})
+
+
+class Timeouts(_Model):
+    sandbox: float
+    install: float
+    agent: float
+    patch: float
+    grade: float
+
+
+class GradingConfig(_Model):
+    reward_threshold: float
+
+
+class AggregateConfig(_Model):
+    report_title: str | None
+
+
+class Config(_Model):
+    run: str
+    results_dir: str
+    repeats: int
+    concurrency: int
+    benchmark: BenchmarkConfig
+    harness: HarnessConfig
+    model: ModelConfig
+    sandbox: SandboxConfig
+    timeouts: Timeouts
+    grading: GradingConfig
+    aggregate: AggregateConfig
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.results_dir) / self.run
+
+
+@functools.cache
+def load_schema(name: str = "config.schema.yaml") -> dict[str, Any]:
+    with open(SCHEMAS / name, encoding="utf-8") as fh:
+        return yaml.safe_load(fh)
+
+
+# --- validation -------------------------------------------------------------------------
+
+def _validator_with_defaults():
+    from jsonschema import Draft202012Validator, validators
+
+    base_properties = Draft202012Validator.VALIDATORS["properties"]
+
+    def properties(validator, props, instance, schema):
+        if isinstance(instance, dict):
+            for key, sub in props.items():
+                if isinstance(sub, dict) and "default" in sub and key not in instance:
+                    instance[key] = copy.deepcopy(sub["default"])
+        yield from base_properties(validator, props, instance, schema)
+
+    return validators.extend(Draft202012Validator, {"properties": properties})
+
+
+def _types_of(schema: Mapping[str, Any]) -> set[str]:
+    t = schema.get("type", [])
+    return {t} if isinstance(t, str) else set(t)
+
+
+def coerce_strings(data: Any, schema: Mapping[str, Any]) -> Any:
+    """Turn strings into the schema's types where the schema wants a non-string.
+
+    Snakemake passes nested `--config` values as strings (`model={"sampling": ...}` gives
+    "0.6"); a string is parsed as YAML only where the schema does not accept a string.
+    """
+    types = _types_of(schema)
+    if isinstance(data, str) and types and "string" not in types:
+        try:
+            parsed = yaml.safe_load(data)
+        except yaml.YAMLError:
+            return data
+        return coerce_strings(parsed, schema) if not isinstance(parsed, str) else data
+    if isinstance(data, dict):
+        props = schema.get("properties", {})
+        return {k: coerce_strings(v, props.get(k, {})) for k, v in data.items()}
+    if isinstance(data, list) and isinstance(schema.get("items"), dict):
+        return [coerce_strings(v, schema["items"]) for v in data]
+    return data
+
+
+def _dotted(path: Sequence[Any]) -> str:
+    return ".".join(str(p) for p in path) or "<top level>"
+
+
+def _source_of(path: Sequence[Any], sources: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
+    """Name the last source (highest precedence) that sets `path`."""
+    for label, raw in reversed(sources):
+        node: Any = raw
+        for part in path:
+            if isinstance(node, Mapping) and part in node:
+                node = node[part]
+            elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+                node = node[part]
+            else:
+                break
+        else:
+            return label
+    return sources[-1][0] if sources else "config"
+
+
+def _describe(error) -> tuple[list[Any], str]:
+    """(path of the offending key, one-line message) for a jsonschema error."""
+    path = list(error.absolute_path)
+    schema = error.schema if isinstance(error.schema, dict) else {}
+    v = error.validator
+    if v == "additionalProperties":
+        allowed = sorted(schema.get("properties", {}))
+        extra = sorted(set(error.instance) - set(allowed))
+        key = extra[0] if extra else "?"
+        where = f" under {_dotted(path)}" if path else ""
+        return path + [key], f"unknown key '{key}'{where}; allowed keys: {', '.join(allowed)}"
+    if v == "enum":
+        return path, f"{_dotted(path)}: {error.instance!r} is not allowed; choose one of: {', '.join(map(str, error.validator_value))}"
+    if v == "type":
+        want = error.validator_value if isinstance(error.validator_value, str) else " or ".join(error.validator_value)
+        return path, f"{_dotted(path)}: {error.instance!r} has the wrong type; expected {want}"
+    if v in ("minimum", "exclusiveMinimum"):
+        op = ">=" if v == "minimum" else ">"
+        return path, f"{_dotted(path)}: {error.instance!r} is too small; it must be {op} {error.validator_value}"
+    if v == "pattern":
+        return path, f"{_dotted(path)}: {error.instance!r} does not match the pattern {error.validator_value}"
+    if v == "required":
+        return path, f"{_dotted(path)}: {error.message}"
+    return path, f"{_dotted(path)}: {error.message}"
+
+
+def validate(
+    data: Mapping[str, Any],
+    sources: Sequence[tuple[str, Mapping[str, Any]]] = (),
+    schema_name: str = "config.schema.yaml",
+) -> dict[str, Any]:
+    """Validate a merged config, fill in defaults, return it; UserError names the source."""
+    schema = load_schema(schema_name)
+    instance = coerce_strings(copy.deepcopy(dict(data)), schema)
+    validator = _validator_with_defaults()(schema)
+    errors = sorted(validator.iter_errors(instance), key=lambda e: (len(e.absolute_path), str(e.absolute_path)))
+    if errors:
+        path, message = _describe(errors[0])
+        raise UserError(f"{_source_of(path, sources)}: {message}")
+    return instance
+
+
+def parse(data: Mapping[str, Any], sources: Sequence[tuple[str, Mapping[str, Any]]] = ()) -> Config:
+    """Validate and build the typed config; checks the registries too (harness, provider, benchmark)."""
+    filled = validate(data, sources)
+    cfg = Config.model_validate(filled)
+    return cfg
+
+
+# --- loading outside Snakemake (CLI, tests) ---------------------------------------------
+
+def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"{p}: config file not found; pass an existing YAML file")
+    try:
+        with open(p, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise UserError(f"{p}:{where} is not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise UserError(f"{p}: the top level must be a mapping of keys, not {type(data).__name__}")
+    return data
+
+
+def load(
+    configfiles: Sequence[str | os.PathLike],
+    overrides: Mapping[str, Any] | None = None,
+    default: str | os.PathLike | None = None,
+) -> Config:
+    """Merge like Snakemake does (default file, then each --configfile, then --config)."""
+    from .util import deep_merge
+
+    sources: list[tuple[str, Mapping[str, Any]]] = []
+    merged: dict[str, Any] = {}
+    for path in ([default] if default else []) + list(configfiles):
+        raw = read_yaml(path)
+        sources.append((str(path), raw))
+        merged = deep_merge(merged, raw)
+    if overrides:
+        sources.append(("--config", overrides))
+        merged = deep_merge(merged, overrides)
+    return parse(merged, sources)
+
+
+def workflow_sources(workflow, config: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """The config sources of a Snakemake run, lowest precedence first."""
+    sources: list[tuple[str, Mapping[str, Any]]] = []
+    cli_files = [str(p) for p in workflow.config_settings.configfiles]
+    for path in workflow.configfiles:
+        if str(path) not in cli_files:
+            sources.append((_rel(path), read_yaml(path)))
+    for path in cli_files:
+        sources.append((_rel(path), read_yaml(path)))
+    if workflow.config_settings.config:
+        sources.append(("--config", dict(workflow.config_settings.config)))
+    return sources or [("config", config)]
+
+
+def _rel(path: str | os.PathLike) -> str:
+    try:
+        return os.path.relpath(path)
+    except ValueError:
+        return str(path)
+

@@ -1,0 +1,144 @@
+"""The provider-neutral sandbox API: one spec, one async handle, one provider interface.
+
+Steps talk only to these types; switching `sandbox.provider` in the config is the only
+change needed to run elsewhere. A provider module implements `Provider` and `Sandbox`
+and adds one line to the registry in `sandbatch.sandbox`.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, Literal, Sequence
+
+from pydantic import BaseModel, Field
+
+from ..errors import InfraError
+
+
+class Resources(BaseModel):
+    cpu: str | None = None  # e.g. "2"
+    memory: str | None = None  # e.g. "4Gi"
+    disk: str | None = None  # e.g. "20Gi"
+
+
+class SandboxSpec(BaseModel):
+    """Everything needed to (re)create a sandbox; recorded in sandbox.json."""
+
+    image: str | None = None
+    workdir: str = "/testbed"
+    env: dict[str, str] = Field(default_factory=dict)
+    resources: Resources = Field(default_factory=Resources)
+    ttl_seconds: int = 7200
+    labels: dict[str, str] = Field(default_factory=dict)
+    entrypoint: list[str] | None = None
+    allow_internet: bool = True
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class ExecResult(BaseModel):
+    exit_code: int
+    stdout: str = ""
+    stderr: str = ""
+    timed_out: bool = False
+    duration_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+
+State = Literal["running", "pending", "stopped", "gone", "unknown"]
+
+
+class SandboxInfo(BaseModel):
+    id: str
+    state: State
+    labels: dict[str, str] = Field(default_factory=dict)
+    expires_at: str | None = None
+
+
+class SandboxError(InfraError):
+    def __init__(self, message: str, failure_class: str = "sandbox"):
+        super().__init__(message, failure_class)
+
+
+class SandboxGone(SandboxError):
+    """The sandbox no longer exists (deleted, expired, OOM-killed)."""
+
+    def __init__(self, message: str):
+        super().__init__(message, "sandbox_gone")
+
+
+class Sandbox(abc.ABC):
+    """A live sandbox. Paths are absolute paths inside the sandbox."""
+
+    id: str
+    spec: SandboxSpec
+    provider: "Provider"
+    workdir: str  # the repository inside the sandbox (spec.workdir unless the provider maps it)
+    tmpdir: str  # scratch space outside the repository: HOME, harness state, uploads
+
+    @abc.abstractmethod
+    async def exec(
+        self,
+        command: str | Sequence[str],
+        *,
+        timeout: float,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        stdin: bytes | None = None,
+    ) -> ExecResult:
+        """Run a command (a string runs under `bash -lc`). Never retried blindly: it may have run."""
+
+    @abc.abstractmethod
+    async def upload(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        """Write a file, creating parent directories."""
+
+    @abc.abstractmethod
+    async def download(self, path: str) -> bytes:
+        """Read a file."""
+
+    @abc.abstractmethod
+    async def status(self) -> State:
+        """Current state; "gone" when it no longer exists."""
+
+    async def delete(self) -> None:
+        await self.provider.delete(self.id)
+
+    def host_path(self, path: str) -> str | None:
+        """Where `path` inside the sandbox is visible on this host, if it is (local provider)."""
+        return None
+
+
+class Provider(abc.ABC):
+    """Creates, finds and deletes sandboxes of one kind."""
+
+    name: str
+
+    def __init__(self, options: dict[str, Any] | None = None):
+        self.options = dict(options or {})
+
+    @abc.abstractmethod
+    async def create(self, spec: SandboxSpec) -> Sandbox:
+        """Create a sandbox that really executes commands, or raise SandboxError."""
+
+    @abc.abstractmethod
+    async def connect(self, sandbox_id: str, spec: SandboxSpec) -> Sandbox:
+        """Attach to an existing sandbox; SandboxGone when it no longer exists."""
+
+    @abc.abstractmethod
+    async def list(self, labels: dict[str, str]) -> list[SandboxInfo]:
+        """Sandboxes carrying all of `labels`."""
+
+    @abc.abstractmethod
+    async def delete(self, sandbox_id: str) -> bool:
+        """Delete; idempotent. True if it existed."""
+
+    async def aclose(self) -> None:
+        """Release client resources (never deletes sandboxes)."""
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.aclose()

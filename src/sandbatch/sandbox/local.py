@@ -1,0 +1,155 @@
+"""`local` provider: a process sandbox in a scratch directory on this host.
+
+It does NOT isolate anything: commands run as the current user with the host's
+filesystem and network. It exists for the embedded default and fast tests. Each sandbox
+is a directory `<root>/<id>/` with `work/` (the repository), `tmp/` (HOME and harness
+state) and `meta.json` (labels, expiry) so that `list` and the reaper find it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import sys
+import time
+import uuid
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Sequence
+
+from ..util import read_json, write_json
+from .base import ExecResult, Provider, Sandbox, SandboxError, SandboxGone, SandboxInfo, SandboxSpec, State
+
+
+class LocalSandbox(Sandbox):
+    def __init__(self, provider: "LocalProvider", sandbox_id: str, spec: SandboxSpec):
+        self.provider = provider
+        self.id = sandbox_id
+        self.spec = spec
+        self.root = provider.root / sandbox_id
+        self.workdir = str(self.root / "work")
+        self.tmpdir = str(self.root / "tmp")
+
+    def _check(self) -> None:
+        if not (self.root / "meta.json").is_file():
+            raise SandboxGone(f"local sandbox {self.id} no longer exists ({self.root})")
+
+    def _env(self, extra: dict[str, str] | None) -> dict[str, str]:
+        env = dict(os.environ)
+        # the interpreter that runs the workflow (and its pytest) comes first on PATH
+        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+        env["HOME"] = self.tmpdir
+        env["TMPDIR"] = self.tmpdir
+        env.update(self.spec.env)
+        env.update(extra or {})
+        return env
+
+    async def exec(self, command, *, timeout, cwd=None, env=None, stdin=None) -> ExecResult:
+        self._check()
+        argv = ["bash", "-c", command] if isinstance(command, str) else list(command)
+        start = time.monotonic()
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            cwd=cwd or self.workdir,
+            env=self._env(env),
+            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,  # so a timeout kills the whole process group
+        )
+        timed_out = False
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(stdin), timeout=timeout)
+        except asyncio.TimeoutError:
+            timed_out = True
+            _killpg(proc.pid)
+            out, err = await proc.communicate()
+        except asyncio.CancelledError:
+            _killpg(proc.pid)
+            raise
+        return ExecResult(
+            exit_code=-1 if timed_out else proc.returncode,
+            stdout=out.decode("utf-8", "replace"),
+            stderr=err.decode("utf-8", "replace"),
+            timed_out=timed_out,
+            duration_s=time.monotonic() - start,
+        )
+
+    async def upload(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        self._check()
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data)
+        p.chmod(mode)
+
+    async def download(self, path: str) -> bytes:
+        self._check()
+        try:
+            return Path(path).read_bytes()
+        except FileNotFoundError:
+            raise SandboxError(f"{path}: no such file in sandbox {self.id}", "sandbox_file") from None
+
+    async def status(self) -> State:
+        return "running" if (self.root / "meta.json").is_file() else "gone"
+
+    def host_path(self, path: str) -> str | None:
+        return path
+
+
+def _killpg(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+class LocalProvider(Provider):
+    name = "local"
+
+    def __init__(self, options=None):
+        super().__init__(options)
+        self.root = Path(self.options.get("root", ".sandbatch/sandboxes")).absolute()
+
+    async def create(self, spec: SandboxSpec) -> LocalSandbox:
+        sandbox_id = f"sb-{uuid.uuid4().hex[:12]}"
+        sb = LocalSandbox(self, sandbox_id, spec)
+        try:
+            Path(sb.workdir).mkdir(parents=True)
+            Path(sb.tmpdir).mkdir(parents=True)
+            expires = datetime.now(timezone.utc) + timedelta(seconds=spec.ttl_seconds)
+            write_json(sb.root / "meta.json", {"labels": spec.labels, "expires_at": expires.isoformat()})
+        except OSError as exc:
+            shutil.rmtree(sb.root, ignore_errors=True)
+            raise SandboxError(f"cannot create local sandbox under {self.root}: {exc}", "sandbox_create") from exc
+        return sb
+
+    async def connect(self, sandbox_id: str, spec: SandboxSpec) -> LocalSandbox:
+        sb = LocalSandbox(self, sandbox_id, spec)
+        sb._check()
+        return sb
+
+    async def list(self, labels: dict[str, str]) -> list[SandboxInfo]:
+        out = []
+        if not self.root.is_dir():
+            return out
+        for meta_path in sorted(self.root.glob("*/meta.json")):
+            try:
+                meta = read_json(meta_path)
+            except (OSError, ValueError):
+                continue
+            have = meta.get("labels", {})
+            if all(have.get(k) == v for k, v in labels.items()):
+                out.append(SandboxInfo(id=meta_path.parent.name, state="running", labels=have,
+                                       expires_at=meta.get("expires_at")))
+        return out
+
+    async def delete(self, sandbox_id: str) -> bool:
+        path = self.root / sandbox_id
+        if not path.exists():
+            return False
+        # meta.json first: a half-deleted sandbox is already "gone" for everyone else
+        (path / "meta.json").unlink(missing_ok=True)
+        await asyncio.to_thread(shutil.rmtree, path, True)
+        return True
