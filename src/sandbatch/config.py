@@ -73,6 +73,10 @@ class GradingConfig(_Model):
     reward_threshold: float
 
 
+class PatchConfig(_Model):
+    exclude: list[str]
+
+
 class AggregateConfig(_Model):
     report_title: str | None
 
@@ -81,12 +85,14 @@ class Config(_Model):
     run: str
     results_dir: str
     repeats: int
+    retries: int
     concurrency: int
     benchmark: BenchmarkConfig
     harness: HarnessConfig
     model: ModelConfig
     sandbox: SandboxConfig
     timeouts: Timeouts
+    patch: PatchConfig
     grading: GradingConfig
     aggregate: AggregateConfig
 

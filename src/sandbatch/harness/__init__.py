@@ -1,0 +1,21 @@
+"""Agent harnesses. Adding one = one module + one line in HARNESSES."""
+
+from __future__ import annotations
+
+import importlib
+
+from .base import Conversion, Harness, Outcome, RunContext
+
+# name -> "module:class", imported lazily
+HARNESSES: dict[str, str] = {
+    "oracle": "sandbatch.harness.oracle:OracleHarness",
+    "none": "sandbatch.harness.none:NoneHarness",
+}
+
+
+def get_harness(name: str) -> Harness:
+    module, _, cls = HARNESSES[name].partition(":")
+    return getattr(importlib.import_module(module), cls)()
+
+
+__all__ = ["Conversion", "Harness", "Outcome", "RunContext", "HARNESSES", "get_harness"]

@@ -1,0 +1,92 @@
+"""The harness interface: how an agent gets into a sandbox, runs, and is converted.
+
+A harness module declares its full default config (the user's `harness.config` is
+deep-merged over it), installs itself, runs with a wall-clock timeout, maps its exit code
+to a status, and converts its raw event stream into Responses output items.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from ..config import ModelConfig, Timeouts
+from ..records import Status
+from ..sandbox import Sandbox
+from ..tasks import Task
+from ..util import deep_merge
+
+
+@dataclass
+class RunContext:
+    task: Task
+    prompt: str
+    config: dict[str, Any]  # the merged harness config
+    version: str | None
+    model: ModelConfig
+    model_url: str | None  # OpenAI-compatible base URL the agent uses (the proxy's, or direct)
+    api_key: str | None  # what the agent sends; the proxy holds the real upstream key
+    timeouts: Timeouts
+    rollout_dir: Path
+
+
+@dataclass
+class Outcome:
+    """What a harness run produced; the step turns it into harness.json + events.jsonl."""
+
+    events: list[dict[str, Any]]
+    exit_code: int | None
+    status: Status
+    failure_class: str | None = None
+    timed_out: bool = False
+    stderr_tail: str = ""
+    install_s: float = 0.0
+    agent_s: float = 0.0
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Conversion:
+    items: list[dict[str, Any]]
+    unknown: int = 0  # records the converter did not recognise (kept in metadata)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+class Harness(abc.ABC):
+    name: ClassVar[str]
+    needs_model: ClassVar[bool] = True  # False: no proxy is started
+    default_version: ClassVar[str | None] = None
+    default_config: ClassVar[dict[str, Any]] = {}
+
+    def merge_config(self, user: dict[str, Any]) -> dict[str, Any]:
+        return deep_merge(self.default_config, user)
+
+    def state_env(self, sandbox: Sandbox) -> dict[str, str]:
+        """HOME and XDG dirs under the sandbox's tmpdir: nothing lands in the diffed repo."""
+        home = f"{sandbox.tmpdir}/home"
+        return {"HOME": home, "XDG_CONFIG_HOME": f"{home}/.config", "XDG_STATE_HOME": f"{home}/.local/state",
+                "XDG_DATA_HOME": f"{home}/.local/share", "XDG_CACHE_HOME": f"{home}/.cache"}
+
+    async def install(self, sandbox: Sandbox, ctx: RunContext) -> None:
+        """Put the harness into the sandbox (default: nothing to install)."""
+
+    @abc.abstractmethod
+    async def run(self, sandbox: Sandbox, ctx: RunContext) -> Outcome:
+        """Run the agent headlessly in sandbox.workdir within ctx.timeouts.agent."""
+
+    def status_for_exit(self, exit_code: int | None, timed_out: bool) -> tuple[Status, str | None]:
+        if timed_out:
+            return "timeout", "agent_timeout"
+        if exit_code == 0:
+            return "ok", None
+        return "agent_error", "agent_exit"
+
+    @abc.abstractmethod
+    def convert(self, events: list[dict[str, Any]], config: dict[str, Any]) -> Conversion:
+        """Raw events -> Responses output items. Must never raise on unknown records."""
+
+
+def tail(text: str, n: int = 2000) -> str:
+    return text[-n:]

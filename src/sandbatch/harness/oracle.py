@@ -1,0 +1,41 @@
+"""`oracle`: applies the task's reference solution, so a run measures the graders and images."""
+
+from __future__ import annotations
+
+import time
+
+from .. import responses
+from ..grading.apply import applied_method, apply_script
+from .base import Conversion, Harness, Outcome, RunContext, tail
+
+
+class OracleHarness(Harness):
+    name = "oracle"
+    needs_model = False
+
+    async def run(self, sandbox, ctx: RunContext) -> Outcome:
+        patch_path = f"{sandbox.tmpdir}/gold.patch"
+        await sandbox.upload(patch_path, ctx.task.patch.encode("utf-8"))
+        events = [{"type": "apply_patch", "path": patch_path, "bytes": len(ctx.task.patch.encode("utf-8"))}]
+        start = time.monotonic()
+        result = await sandbox.exec(apply_script(patch_path), timeout=ctx.timeouts.agent)
+        events.append({"type": "apply_patch_result", "exit_code": result.exit_code,
+                       "method": applied_method(result.stdout), "output": tail(result.stdout + result.stderr)})
+        status, failure = self.status_for_exit(result.exit_code, result.timed_out)
+        return Outcome(events=events, exit_code=result.exit_code, status=status, failure_class=failure,
+                       timed_out=result.timed_out, stderr_tail=tail(result.stderr),
+                       agent_s=time.monotonic() - start)
+
+    def convert(self, events, config) -> Conversion:
+        items, unknown = [], 0
+        for i, ev in enumerate(events):
+            kind = ev.get("type")
+            if kind == "apply_patch":
+                items.append(responses.function_call(f"call_{i}", "apply_patch", {"path": ev.get("path")}))
+            elif kind == "apply_patch_result":
+                items.append(responses.function_call_output(f"call_{i - 1}", ev.get("output", "")))
+                ok = ev.get("exit_code") == 0
+                items.append(responses.message("Applied the reference patch." if ok else "The reference patch did not apply."))
+            else:
+                unknown += 1
+        return Conversion(items=items, unknown=unknown)

@@ -1,0 +1,91 @@
+"""Run-level metrics: pass@k (unbiased estimator), resolved rate, error rates, timings, tokens."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from typing import Any, Iterable, Mapping
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Probability that at least one of k samples out of n (c correct) is correct.
+
+    1 - C(n-c, k) / C(n, k), in the product form that never builds large binomials.
+    """
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n} c={c} k={k}")
+    if n - c < k:
+        return 1.0
+    prod = 1.0
+    for i in range(n - c + 1, n + 1):
+        prod *= 1.0 - k / i
+    return 1.0 - prod
+
+
+def ks_for(n_min: int) -> list[int]:
+    """k = 1, 2, 4, ... up to the smallest number of samples per task."""
+    ks, k = [], 1
+    while k <= n_min:
+        ks.append(k)
+        k *= 2
+    return ks
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Linear-interpolated percentile (q in 0..100); None for no values."""
+    if not values:
+        return None
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+PHASES = ("sandbox", "install", "agent", "harness", "patch", "grade")
+
+
+def compute(rollouts: Iterable[Mapping[str, Any]], threshold: float) -> dict[str, Any]:
+    """Metrics over rollout rows (see steps.aggregate.rollout_row)."""
+    rows = list(rollouts)
+    by_task: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for r in rows:
+        by_task[r["instance_id"]].append(r)
+    n_min = min((len(v) for v in by_task.values()), default=0)
+    pass_k = {}
+    for k in ks_for(n_min):
+        vals = [pass_at_k(len(v), sum(1 for r in v if (r["reward"] or 0) >= threshold), k) for v in by_task.values()]
+        pass_k[str(k)] = round(100 * sum(vals) / len(vals), 4)
+
+    resolved = sum(1 for r in rows if r["resolved"])
+    infra = [r for r in rows if r["status"] == "infra_error"]
+    graded = len(rows) - len(infra)
+    durations = {p: [r["durations"][p] for r in rows if r["durations"].get(p) is not None] for p in PHASES}
+    tokens = [r["usage"].get("total_tokens", 0) for r in rows]
+    return {
+        "tasks": len(by_task),
+        "rollouts": len(rows),
+        "samples_per_task_min": n_min,
+        "reward_threshold": threshold,
+        "pass_at_k": pass_k,
+        "resolved": resolved,
+        "resolved_rate": _rate(resolved, len(rows)),
+        "resolved_rate_excluding_infra_errors": _rate(resolved, graded),
+        "mean_reward": round(sum((r["reward"] or 0) for r in rows) / len(rows), 6) if rows else None,
+        "status_counts": dict(Counter(r["status"] for r in rows)),
+        "failure_classes": dict(Counter(r["failure_class"] for r in rows if r["failure_class"])),
+        "infra_error_rate": _rate(len(infra), len(rows)),
+        "empty_patches": sum(1 for r in rows if r["patch_empty"]),
+        "durations_s": {p: {"p50": _round(percentile(v, 50)), "p95": _round(percentile(v, 95))}
+                        for p, v in durations.items()},
+        "tokens": {"total": sum(tokens), "mean_per_rollout": round(sum(tokens) / len(tokens), 1) if tokens else 0,
+                   "input": sum(r["usage"].get("input_tokens", 0) for r in rows),
+                   "output": sum(r["usage"].get("output_tokens", 0) for r in rows)},
+    }
+
+
+def _rate(num: int, den: int) -> dict[str, Any]:
+    return {"value": round(num / den, 6) if den else None, "numerator": num, "denominator": den}
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 3)

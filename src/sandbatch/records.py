@@ -1,0 +1,106 @@
+"""Typed artifacts passed between steps: one model per file, written once, read everywhere.
+
+Every step writes its record for every rollout, also when the rollout failed, so that the
+aggregate always runs: `status` is one of ok / agent_error / timeout / infra_error and
+`failure_class` says what failed (e.g. sandbox_create, harness_exit, grader_crash).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, Field
+
+from .sandbox.base import SandboxSpec
+from .util import write_json
+
+Status = Literal["ok", "agent_error", "timeout", "infra_error"]
+
+# file names inside results/<run>/<task>/<repeat>/
+SANDBOX = "sandbox.json"
+EVENTS = "events.jsonl"
+HARNESS = "harness.json"
+MODEL_CALLS = "model_calls.jsonl"
+RESPONSE = "response.json"
+PATCH = "patch.diff"
+PATCH_INFO = "patch.json"
+GRADE = "grade.json"
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+class Record(BaseModel):
+    status: Status = "ok"
+    failure_class: str | None = None
+    error: str | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    duration_s: float | None = None
+    attempt: int = 1
+
+    def save(self, path: str | Path) -> None:
+        write_json(path, self.model_dump(mode="json"))
+
+    @property
+    def failed_infra(self) -> bool:
+        return self.status == "infra_error"
+
+
+R = TypeVar("R", bound=Record)
+
+
+def load(cls: type[R], path: str | Path) -> R:
+    return cls.model_validate_json(Path(path).read_text(encoding="utf-8"))
+
+
+class SandboxRecord(Record):
+    """The handle: enough to reconnect to, or recreate, the agent sandbox."""
+
+    provider: str
+    sandbox_id: str | None = None
+    spec: SandboxSpec
+    workdir: str | None = None
+    tmpdir: str | None = None
+    base_ref: str | None = None  # commit the patch is diffed against
+    task_id: str
+    instance_id: str
+    repeat: int
+    expires_at: str | None = None
+    recreated: int = 0
+
+
+class HarnessRecord(Record):
+    harness: str
+    version: str | None = None
+    exit_code: int | None = None
+    timed_out: bool = False
+    stderr_tail: str = ""
+    install_s: float | None = None
+    agent_s: float | None = None
+    events: int = 0
+    unknown_events: int = 0
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class PatchRecord(Record):
+    bytes: int = 0
+    files: list[str] = Field(default_factory=list)
+    empty: bool = True
+    sandbox_deleted: bool = False
+
+
+class GradeRecord(Record):
+    reward: float = 0.0
+    resolved: bool = False
+    patch_empty: bool = False
+    patch_applied: bool | None = None
+    apply_method: str | None = None
+    tests_ran: bool = False
+    test_exit_code: int | None = None
+    tests_status: dict[str, dict[str, list[str]]] = Field(default_factory=dict)
+    test_results: dict[str, str] = Field(default_factory=dict)  # test name -> PASSED/FAILED/...
+    log_path: str | None = None

@@ -1,0 +1,70 @@
+"""Builders for OpenAI Responses output items and the response.json object.
+
+Every harness converter produces items through these functions, so the item shapes are
+written in one place.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+
+def _id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:24]}"
+
+
+def message(text: str) -> dict[str, Any]:
+    return {"id": _id("msg"), "type": "message", "role": "assistant", "status": "completed",
+            "content": [{"type": "output_text", "text": text, "annotations": []}]}
+
+
+def reasoning(text: str) -> dict[str, Any]:
+    return {"id": _id("rs"), "type": "reasoning", "summary": [{"type": "summary_text", "text": text}],
+            "content": [{"type": "reasoning_text", "text": text}]}
+
+
+def function_call(call_id: str, name: str, arguments: Any) -> dict[str, Any]:
+    args = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+    return {"id": _id("fc"), "type": "function_call", "call_id": call_id, "name": name,
+            "arguments": args, "status": "completed"}
+
+
+def function_call_output(call_id: str, output: Any) -> dict[str, Any]:
+    text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
+    return {"id": _id("fco"), "type": "function_call_output", "call_id": call_id, "output": text,
+            "status": "completed"}
+
+
+def inline_think(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Fold each reasoning item into the next message as `<think>...</think>` (older consumers)."""
+    out: list[dict[str, Any]] = []
+    pending: list[str] = []
+    for item in items:
+        if item["type"] == "reasoning":
+            pending.append(item["summary"][0]["text"] if item.get("summary") else "")
+            continue
+        if item["type"] == "message" and pending:
+            part = item["content"][0]
+            part["text"] = f"<think>\n{chr(10).join(pending)}\n</think>\n\n{part['text']}"
+            pending = []
+        out.append(item)
+    return out
+
+
+def usage(input_tokens: int = 0, output_tokens: int = 0, cached_tokens: int = 0,
+          reasoning_tokens: int = 0) -> dict[str, Any]:
+    return {
+        "input_tokens": input_tokens,
+        "input_tokens_details": {"cached_tokens": cached_tokens},
+        "output_tokens": output_tokens,
+        "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
+        "total_tokens": input_tokens + output_tokens,
+    }
+
+
+def response(items: list[dict[str, Any]], usage_: dict[str, Any], model: str, status: str,
+             metadata: dict[str, Any]) -> dict[str, Any]:
+    return {"id": _id("resp"), "object": "response", "model": model, "status": status,
+            "output": items, "usage": usage_, "metadata": metadata}

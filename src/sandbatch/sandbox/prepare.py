@@ -1,0 +1,52 @@
+"""Put a task's repository into a sandbox, the same way for the agent and the grader."""
+
+from __future__ import annotations
+
+import io
+import shlex
+import tarfile
+from pathlib import Path
+
+from ..tasks import Task
+from .base import Sandbox, SandboxError
+
+# Fixed identity and dates make the base commit of bundled repositories identical in
+# every sandbox, so the agent's and the grader's base refs agree.
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "sandbatch", "GIT_AUTHOR_EMAIL": "sandbatch@localhost",
+    "GIT_COMMITTER_NAME": "sandbatch", "GIT_COMMITTER_EMAIL": "sandbatch@localhost",
+    "GIT_AUTHOR_DATE": "2000-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z",
+}
+
+
+def tar_directory(path: str | Path) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for item in sorted(Path(path).rglob("*")):
+            if "__pycache__" in item.parts or item.name == ".git":
+                continue
+            tar.add(item, arcname=str(item.relative_to(path)), recursive=False)
+    return buf.getvalue()
+
+
+async def prepare_repo(sandbox: Sandbox, task: Task, timeout: float) -> str:
+    """Make sandbox.workdir hold the task's repository at its base commit; return that commit."""
+    wd = shlex.quote(sandbox.workdir)
+    if task.repo_dir:
+        archive = f"{sandbox.tmpdir}/repo.tar"
+        await sandbox.upload(archive, tar_directory(task.repo_dir))
+        script = (
+            f"set -e; mkdir -p {wd}; tar -xf {shlex.quote(archive)} -C {wd}; rm -f {shlex.quote(archive)}; "
+            f"cd {wd}; git init -q; git add -A; git commit -q --no-verify -m base; git rev-parse HEAD"
+        )
+    else:
+        checkout = f"git checkout -q {shlex.quote(task.base_commit)}; " if task.base_commit else ""
+        script = f"set -e; cd {wd}; {checkout}git rev-parse HEAD"
+    result = await sandbox.exec(script, timeout=timeout, env=GIT_ENV, cwd="/" if not task.repo_dir else None)
+    if not result.ok:
+        raise SandboxError(
+            f"preparing the repository failed (exit {result.exit_code}): {result.stderr.strip()[-300:]}",
+            "sandbox_prepare",
+        )
+    return result.stdout.strip().splitlines()[-1]
+

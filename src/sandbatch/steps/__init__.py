@@ -1,0 +1,1 @@
+"""One module per workflow step; each is called by a thin script in workflow/scripts/."""

@@ -1,0 +1,88 @@
+"""Step 6: every rollout's records -> rollouts.jsonl, predictions, metrics.json, report.md, manifest.json."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from .. import metrics, report
+from ..config import Config
+from ..errors import UserError
+from ..records import (GRADE, HARNESS, PATCH, PATCH_INFO, RESPONSE, SANDBOX, GradeRecord, HarnessRecord,
+                       PatchRecord, SandboxRecord, load, now)
+from ..tasks import Task, load_tasks
+from ..util import read_json, write_atomic, write_json, write_jsonl
+
+
+def rollout_row(cfg: Config, task: Task, repeat: int) -> dict[str, Any]:
+    d = cfg.run_dir / task.id / str(repeat)
+    sb = load(SandboxRecord, d / SANDBOX)
+    hr = load(HarnessRecord, d / HARNESS)
+    pr = load(PatchRecord, d / PATCH_INFO)
+    gr = load(GradeRecord, d / GRADE)
+    resp = read_json(d / RESPONSE)
+    status, failure_class, failed_phase = hr.status, hr.failure_class or gr.failure_class, None
+    for phase, rec in (("sandbox", sb), ("harness", hr), ("patch", pr), ("grade", gr)):
+        if rec.status == "infra_error":
+            status, failure_class, failed_phase = "infra_error", rec.failure_class, phase
+            break
+    durations = {"sandbox": sb.duration_s, "install": hr.install_s, "agent": hr.agent_s, "harness": hr.duration_s,
+                 "patch": pr.duration_s, "grade": gr.duration_s}
+    return {
+        "run": cfg.run, "task_id": task.id, "instance_id": task.instance_id, "repo": task.repo, "repeat": repeat,
+        "status": status, "failure_class": failure_class, "failed_phase": failed_phase,
+        "reward": gr.reward, "resolved": gr.resolved, "patch_empty": pr.empty, "patch_bytes": pr.bytes,
+        "patch_applied": gr.patch_applied, "tests_ran": gr.tests_ran,
+        "harness": hr.harness, "harness_status": hr.status, "exit_code": hr.exit_code,
+        "usage": resp.get("usage", {}), "durations": durations, "tests_status": gr.tests_status,
+        "started_at": sb.started_at, "finished_at": gr.finished_at, "dir": str(d),
+    }
+
+
+def run(cfg: Config, cfg_raw: dict[str, Any]) -> None:
+    tasks = load_tasks(cfg.benchmark)
+    rows = [rollout_row(cfg, t, r) for t in tasks for r in range(cfg.repeats)]
+    out = cfg.run_dir
+    write_jsonl(out / "rollouts.jsonl", rows)
+    for repeat in range(cfg.repeats):
+        name = "predictions.jsonl" if repeat == 0 else f"predictions.r{repeat}.jsonl"
+        write_jsonl(out / name, [
+            {"instance_id": t.instance_id, "model_name_or_path": cfg.model.name,
+             "model_patch": (out / t.id / str(repeat) / PATCH).read_bytes().decode("utf-8", "surrogateescape")}
+            for t in tasks])
+    m = metrics.compute(rows, cfg.grading.reward_threshold)
+    write_json(out / "metrics.json", m)
+    write_atomic(out / "report.md", report.markdown(cfg, m, rows))
+    starts = [r["started_at"] for r in rows if r["started_at"]]
+    write_json(out / "manifest.json", {
+        "run": cfg.run, "config": cfg_raw, "started_at": min(starts) if starts else None, "finished_at": now(),
+        "python": sys.version.split()[0], "platform": platform.platform(), "versions": _versions(),
+    })
+
+
+def _versions() -> dict[str, str]:
+    out = {}
+    for pkg in ("sandbatch", "snakemake", "pydantic", "jsonschema", "PyYAML", "httpx", "opensandbox", "swebench"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--config", required=True, type=Path)
+    a = p.parse_args(argv)
+    raw = json.loads(a.config.read_text(encoding="utf-8"))
+    try:
+        run(Config.model_validate(raw), raw)
+    except UserError as exc:
+        print(f"sandbatch: error: {exc}", file=sys.stderr)
+        return 2
+    return 0

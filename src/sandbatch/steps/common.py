@@ -1,0 +1,120 @@
+"""What every per-rollout step shares: arguments, paths, and the failure policy.
+
+Failure policy: a UserError is printed as one line (exit 2, nothing written). An
+InfraError exits 1 while Snakemake has attempts left, so it retries the job; on the last
+attempt the step writes its record with status `infra_error` and exits 0, so the
+aggregate still runs and reports it apart. Agent outcomes are records, never exceptions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Awaitable, Callable
+
+from ..config import Config
+from ..errors import InfraError, UserError
+from ..records import now
+from ..tasks import Task, get_task
+
+
+@dataclass
+class StepContext:
+    config_path: Path
+    task_id: str
+    repeat: int
+    attempt: int
+    max_attempts: int
+
+    @cached_property
+    def cfg(self) -> Config:
+        return Config.model_validate_json(self.config_path.read_text(encoding="utf-8"))
+
+    @cached_property
+    def task(self) -> Task:
+        return get_task(self.cfg.benchmark, self.task_id)
+
+    @property
+    def dir(self) -> Path:
+        return self.cfg.run_dir / self.task_id / str(self.repeat)
+
+    def path(self, name: str) -> Path:
+        return self.dir / name
+
+    @property
+    def last_attempt(self) -> bool:
+        return self.attempt >= self.max_attempts
+
+    def scaled(self, seconds: float) -> float:
+        """Infra-phase timeouts grow with the attempt number (a slow pull gets more time)."""
+        return seconds * self.attempt
+
+
+class Step:
+    """Subclasses implement `run` (write the outputs) and `fail` (write failure outputs)."""
+
+    name = "step"
+
+    def __init__(self, ctx: StepContext):
+        self.ctx = ctx
+        self.started_at = now()
+        self.t0 = time.monotonic()
+
+    async def run(self) -> None:
+        raise NotImplementedError
+
+    def fail(self, exc: InfraError) -> None:
+        raise NotImplementedError
+
+    def stamp(self, rec):
+        rec.started_at, rec.finished_at = self.started_at, now()
+        rec.duration_s = round(time.monotonic() - self.t0, 3)
+        rec.attempt = self.ctx.attempt
+        return rec
+
+
+def parse_args(argv: list[str] | None = None) -> StepContext:
+    p = argparse.ArgumentParser()
+    p.add_argument("--config", required=True, type=Path, help="the run's validated config (JSON)")
+    p.add_argument("--task", required=True)
+    p.add_argument("--repeat", required=True, type=int)
+    p.add_argument("--attempt", type=int, default=1)
+    p.add_argument("--max-attempts", type=int, default=1)
+    a = p.parse_args(argv)
+    return StepContext(a.config, a.task, a.repeat, a.attempt, a.max_attempts)
+
+
+async def _run_with_signals(coro: Awaitable[None]) -> None:
+    """SIGTERM/SIGINT cancel the step, so its `finally` blocks delete what it created."""
+    task = asyncio.ensure_future(coro)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, task.cancel)
+    await task
+
+
+def main(step_cls: Callable[[StepContext], Step], argv: list[str] | None = None) -> int:
+    ctx = parse_args(argv)
+    step = step_cls(ctx)
+    label = f"{step.name} {ctx.task_id}/{ctx.repeat} (attempt {ctx.attempt}/{ctx.max_attempts})"
+    try:
+        asyncio.run(_run_with_signals(step.run()))
+    except UserError as exc:
+        print(f"sandbatch: error: {exc}", file=sys.stderr)
+        return 2
+    except asyncio.CancelledError:
+        print(f"sandbatch: {label}: stopped by a signal", file=sys.stderr)
+        return 143
+    except InfraError as exc:
+        print(f"sandbatch: {label}: infra error [{exc.failure_class}]: {exc}", file=sys.stderr)
+        if not ctx.last_attempt:
+            return 1
+        step.fail(exc)
+        return 0
+    return 0

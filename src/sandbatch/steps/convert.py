@@ -1,0 +1,36 @@
+"""Step 3: the harness's raw events -> response.json (Responses output items + usage)."""
+
+from __future__ import annotations
+
+from .. import responses, usage
+from ..errors import InfraError
+from ..harness import Conversion, get_harness
+from ..records import EVENTS, HARNESS, MODEL_CALLS, RESPONSE, HarnessRecord, load
+from ..util import iter_jsonl, write_json
+from .common import Step
+
+_RESPONSE_STATUS = {"ok": "completed", "agent_error": "failed", "timeout": "incomplete", "infra_error": "failed"}
+
+
+class ConvertStep(Step):
+    name = "convert"
+
+    async def run(self) -> None:
+        ctx, cfg = self.ctx, self.ctx.cfg
+        harness = get_harness(cfg.harness.name)
+        rec = load(HarnessRecord, ctx.path(HARNESS))
+        events = list(iter_jsonl(ctx.path(EVENTS)))
+        config = harness.merge_config(cfg.harness.config)
+        try:
+            conv = harness.convert(events, config)
+        except Exception as exc:  # a converter bug must not block the aggregate; it is reported
+            conv = Conversion(items=[], unknown=len(events), metadata={"conversion_error": repr(exc)})
+        items = responses.inline_think(conv.items) if config.get("inline_think") else conv.items
+        meta = {"harness": harness.name, "status": rec.status, "failure_class": rec.failure_class,
+                "task_id": ctx.task_id, "instance_id": ctx.task.instance_id, "repeat": ctx.repeat,
+                "events": len(events), "unknown_events": conv.unknown, **conv.metadata}
+        write_json(ctx.path(RESPONSE), responses.response(
+            items, usage.summarize(ctx.path(MODEL_CALLS)), cfg.model.name, _RESPONSE_STATUS[rec.status], meta))
+
+    def fail(self, exc: InfraError) -> None:  # conversion touches no infrastructure
+        raise exc

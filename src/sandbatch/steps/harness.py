@@ -1,0 +1,93 @@
+"""Step 2: run the agent harness in the rollout's sandbox; write events.jsonl and harness.json."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+from ..errors import InfraError
+from ..harness import Harness, Outcome, RunContext, get_harness
+from ..records import EVENTS, HARNESS, MODEL_CALLS, SANDBOX, HarnessRecord, SandboxRecord, load
+from ..sandbox import Sandbox, SandboxGone, get_provider
+from ..util import write_atomic, write_jsonl
+from .common import Step
+from .sandbox import create_prepared, fill
+
+STARTED_MARK = ".sandbatch-harness-started"
+
+
+class HarnessStep(Step):
+    name = "harness"
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.harness: Harness = get_harness(ctx.cfg.harness.name)
+
+    def _record(self, **kw) -> HarnessRecord:
+        return HarnessRecord(harness=self.harness.name,
+                             version=self.ctx.cfg.harness.version or self.harness.default_version, **kw)
+
+    async def _sandbox(self, handle: SandboxRecord) -> Sandbox:
+        """The recorded sandbox if it is alive and unused, else a fresh one (recorded anew)."""
+        provider = get_provider(self.ctx.cfg.sandbox)
+        try:
+            sandbox = await provider.connect(handle.sandbox_id, handle.spec)
+            used = await sandbox.exec(f"test -e {sandbox.tmpdir}/{STARTED_MARK}", timeout=60)
+            if not used.ok:
+                return sandbox
+            # an earlier attempt started the agent here: its edits must not leak into this one
+            await sandbox.delete()
+        except SandboxGone:
+            pass
+        sandbox, base_ref = await create_prepared(self.ctx, handle.spec)
+        handle = fill(handle.model_copy(), sandbox, base_ref)
+        handle.recreated += 1
+        handle.save(self.ctx.path(SANDBOX))
+        return sandbox
+
+    async def run(self) -> None:
+        ctx, cfg = self.ctx, self.ctx.cfg
+        handle = load(SandboxRecord, ctx.path(SANDBOX))
+        if handle.failed_infra:
+            return self._write(Outcome(events=[], exit_code=None, status="infra_error",
+                                       failure_class=handle.failure_class), error=f"sandbox: {handle.error}")
+        sandbox = await self._sandbox(handle)
+        try:
+            await sandbox.upload(f"{sandbox.tmpdir}/{STARTED_MARK}", b"")
+            run_ctx = RunContext(
+                task=ctx.task, prompt=ctx.task.problem_statement,
+                config=self.harness.merge_config(cfg.harness.config), version=cfg.harness.version,
+                model=cfg.model, model_url=cfg.model.base_url,
+                api_key=os.environ.get(cfg.model.api_key_env) if cfg.model.api_key_env else None,
+                timeouts=cfg.timeouts, rollout_dir=ctx.dir)
+            t0 = time.monotonic()
+            try:
+                await asyncio.wait_for(self.harness.install(sandbox, run_ctx), ctx.scaled(cfg.timeouts.install))
+            except asyncio.TimeoutError:
+                raise InfraError(f"installing {self.harness.name} took longer than "
+                                 f"{ctx.scaled(cfg.timeouts.install):.0f} s", "harness_install") from None
+            install_s = time.monotonic() - t0
+            outcome = await self.harness.run(sandbox, run_ctx)
+            outcome.install_s = install_s
+        except BaseException:
+            # interrupted or failed: nobody else will clean this sandbox up in time
+            await asyncio.shield(sandbox.delete())
+            raise
+        self._write(outcome)
+
+    def _write(self, outcome: Outcome, error: str | None = None) -> None:
+        ctx = self.ctx
+        write_jsonl(ctx.path(EVENTS), outcome.events)
+        if not ctx.path(MODEL_CALLS).exists():
+            write_atomic(ctx.path(MODEL_CALLS), "")
+        rec = self._record(status=outcome.status, failure_class=outcome.failure_class, error=error,
+                           exit_code=outcome.exit_code, timed_out=outcome.timed_out,
+                           stderr_tail=outcome.stderr_tail, install_s=round(outcome.install_s, 3),
+                           agent_s=round(outcome.agent_s, 3), events=len(outcome.events),
+                           metadata=outcome.metadata)
+        self.stamp(rec).save(ctx.path(HARNESS))
+
+    def fail(self, exc: InfraError) -> None:
+        self._write(Outcome(events=[], exit_code=None, status="infra_error", failure_class=exc.failure_class),
+                    error=str(exc))

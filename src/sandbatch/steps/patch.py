@@ -1,0 +1,57 @@
+"""Step 4: extract the agent's patch (binary-safe, new files included), then delete the sandbox."""
+
+from __future__ import annotations
+
+import shlex
+
+from ..errors import InfraError
+from ..records import HARNESS, PATCH, PATCH_INFO, SANDBOX, HarnessRecord, PatchRecord, SandboxRecord, load
+from ..sandbox import SandboxError, get_provider
+from ..util import write_atomic
+from .common import Step
+
+
+def diff_script(workdir: str, base_ref: str, out: str, exclude: list[str]) -> str:
+    """Stage everything (so new files count) and diff the index against the base commit."""
+    specs = " ".join(shlex.quote(f":(exclude,glob){g}") for g in exclude)
+    base, o = shlex.quote(base_ref), shlex.quote(out)
+    return (f"set -e; cd {shlex.quote(workdir)}; git add -A -- . {specs}; "
+            f"git -c core.quotepath=off diff --cached --binary --full-index {base} > {o}; "
+            f"git -c core.quotepath=off diff --cached --name-only {base}")
+
+
+class PatchStep(Step):
+    name = "patch"
+
+    async def run(self) -> None:
+        ctx = self.ctx
+        handle = load(SandboxRecord, ctx.path(SANDBOX))
+        harness = load(HarnessRecord, ctx.path(HARNESS))
+        if handle.failed_infra or harness.failed_infra:
+            failed = handle if handle.failed_infra else harness
+            if handle.sandbox_id:
+                await get_provider(ctx.cfg.sandbox).delete(handle.sandbox_id)
+            return self._write(b"", PatchRecord(status="infra_error", failure_class=failed.failure_class,
+                                                error=f"upstream: {failed.error}", sandbox_deleted=True))
+        provider = get_provider(ctx.cfg.sandbox)
+        sandbox = await provider.connect(handle.sandbox_id, handle.spec)
+        out = f"{sandbox.tmpdir}/agent.patch"
+        result = await sandbox.exec(diff_script(sandbox.workdir, handle.base_ref, out, ctx.cfg.patch.exclude),
+                                    timeout=ctx.scaled(ctx.cfg.timeouts.patch))
+        if not result.ok:
+            raise SandboxError(f"git diff failed (exit {result.exit_code}): {result.stderr.strip()[-300:]}",
+                               "patch_extract")
+        data = await sandbox.download(out)
+        if data and not data.endswith(b"\n"):
+            data += b"\n"
+        files = [f for f in result.stdout.splitlines() if f.strip()]
+        # the agent sandbox is done: the grader works in a fresh one
+        await sandbox.delete()
+        self._write(data, PatchRecord(bytes=len(data), files=files, empty=not data.strip(), sandbox_deleted=True))
+
+    def _write(self, data: bytes, rec: PatchRecord) -> None:
+        write_atomic(self.ctx.path(PATCH), data)
+        self.stamp(rec).save(self.ctx.path(PATCH_INFO))
+
+    def fail(self, exc: InfraError) -> None:
+        self._write(b"", PatchRecord(status="infra_error", failure_class=exc.failure_class, error=str(exc)))

@@ -1,0 +1,68 @@
+"""Step 1: create the rollout's sandbox and put the repository in it; write sandbox.json."""
+
+from __future__ import annotations
+
+import asyncio
+
+from ..errors import InfraError
+from ..ids import label_value
+from ..records import SANDBOX, SandboxRecord
+from ..sandbox import Sandbox, SandboxError, SandboxSpec, get_provider, rewrite_image
+from ..sandbox.prepare import prepare_repo
+from .common import Step, StepContext
+
+
+def build_spec(ctx: StepContext, role: str) -> SandboxSpec:
+    cfg, task = ctx.cfg, ctx.task
+    image = rewrite_image(task.image, cfg.sandbox.image_rewrites) if task.image else None
+    labels = {
+        "sandbatch.run": label_value(cfg.run),
+        "sandbatch.task": label_value(task.id),
+        "sandbatch.repeat": str(ctx.repeat),
+        "sandbatch.role": role,
+    }
+    return SandboxSpec(image=image, workdir=task.workdir, ttl_seconds=cfg.sandbox.ttl_seconds, labels=labels)
+
+
+async def create_prepared(ctx: StepContext, spec: SandboxSpec) -> tuple[Sandbox, str]:
+    """A sandbox holding the task's repository at its base commit, or SandboxError (nothing left behind)."""
+    provider = get_provider(ctx.cfg.sandbox)
+    timeout = ctx.scaled(ctx.cfg.timeouts.sandbox)
+    try:
+        sandbox = await asyncio.wait_for(provider.create(spec), timeout)
+    except asyncio.TimeoutError:
+        raise SandboxError(f"creating the sandbox took longer than {timeout:.0f} s", "sandbox_create") from None
+    try:
+        base_ref = await prepare_repo(sandbox, ctx.task, timeout)
+    except BaseException:
+        await sandbox.delete()
+        raise
+    return sandbox, base_ref
+
+
+def record_for(ctx: StepContext, spec: SandboxSpec) -> SandboxRecord:
+    return SandboxRecord(provider=ctx.cfg.sandbox.provider, spec=spec, task_id=ctx.task.id,
+                         instance_id=ctx.task.instance_id, repeat=ctx.repeat)
+
+
+def fill(rec: SandboxRecord, sandbox: Sandbox, base_ref: str) -> SandboxRecord:
+    rec.sandbox_id, rec.workdir, rec.tmpdir, rec.base_ref = sandbox.id, sandbox.workdir, sandbox.tmpdir, base_ref
+    return rec
+
+
+class SandboxStep(Step):
+    name = "sandbox"
+
+    async def run(self) -> None:
+        spec = build_spec(self.ctx, "agent")
+        sandbox, base_ref = await create_prepared(self.ctx, spec)
+        try:
+            self.stamp(fill(record_for(self.ctx, spec), sandbox, base_ref)).save(self.ctx.path(SANDBOX))
+        except BaseException:
+            await sandbox.delete()
+            raise
+
+    def fail(self, exc: InfraError) -> None:
+        rec = record_for(self.ctx, build_spec(self.ctx, "agent"))
+        rec.status, rec.failure_class, rec.error = "infra_error", exc.failure_class, str(exc)
+        self.stamp(rec).save(self.ctx.path(SANDBOX))

@@ -1,0 +1,45 @@
+"""What the Snakefile needs at parse time: the validated config, the task table, the stamps."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from .config import Config, parse, workflow_sources
+from .errors import UserError
+from .tasks import Task, load_tasks
+
+
+def load_run(workflow, config: dict[str, Any]) -> tuple[Config, dict[str, Any], list[Task]]:
+    """Validate the merged config and read the task table once; a user error exits in one line."""
+    try:
+        cfg = parse(config, workflow_sources(workflow, config))
+        from .harness import HARNESSES
+        from .sandbox import PROVIDERS
+
+        if cfg.harness.name not in HARNESSES:
+            raise UserError(f"harness.name: {cfg.harness.name!r} is not known; choose one of: {', '.join(HARNESSES)}")
+        if cfg.sandbox.provider not in PROVIDERS:
+            raise UserError(f"sandbox.provider: {cfg.sandbox.provider!r} is not known; choose one of: {', '.join(PROVIDERS)}")
+        tasks = load_tasks(cfg.benchmark)
+        if not tasks:
+            raise UserError(f"benchmark: no task of {cfg.benchmark.tasks} is selected by instance_ids/filter/limit")
+    except UserError as exc:
+        print(f"sandbatch: error: {exc}", file=sys.stderr)
+        sys.exit(1)
+    return cfg, cfg.model_dump(mode="json"), tasks
+
+
+def stamps(raw: dict[str, Any]) -> dict[str, str]:
+    """Per-stage settings as canonical JSON: a stage reruns exactly when its stamp changes.
+
+    `run` (the whole config) is read by every step but never triggers reruns of agent
+    steps (they take it as ancient input); `grade` and `aggregate` do trigger their stage.
+    """
+    dump = lambda obj: json.dumps(obj, sort_keys=True, separators=(",", ":"))  # noqa: E731
+    return {
+        "run": dump(raw),
+        "grade": dump({"grading": raw["grading"], "timeout": raw["timeouts"]["grade"]}),
+        "aggregate": dump({"aggregate": raw["aggregate"]}),
+    }

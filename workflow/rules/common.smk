@@ -1,0 +1,56 @@
+# Config validation, the task table, paths and the command line of every step.
+import shlex
+import sys
+
+from sandbatch.workflow import load_run, stamps
+
+CFG, CFG_RAW, TASKS = load_run(workflow, config)
+STAMPS = stamps(CFG_RAW)
+RUN_DIR = str(CFG.run_dir)
+ROLLOUT = RUN_DIR + "/{task}/{repeat}"
+SETTINGS = RUN_DIR + "/_settings"
+RUN_SETTINGS = SETTINGS + "/run.json"
+MAX_ATTEMPTS = CFG.retries + 1
+PYTHON = shlex.quote(sys.executable)
+SCRIPTS = os.path.join(workflow.basedir, "workflow", "scripts")
+
+
+wildcard_constraints:
+    task=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
+    repeat=r"\d+",
+
+
+def rollout_files(name):
+    return [f"{RUN_DIR}/{t.id}/{r}/{name}" for t in TASKS for r in range(CFG.repeats)]
+
+
+def get_final_outputs():
+    return [f"{RUN_DIR}/{name}" for name in ("rollouts.jsonl", "metrics.json", "report.md", "manifest.json")]
+
+
+def step_command(step):
+    """The shell command of a per-rollout step (`shell:` keeps a job at ~30 ms of overhead)."""
+    script = shlex.quote(os.path.join(SCRIPTS, f"{step}.py"))
+    return (
+        f"{PYTHON} {script} --config {shlex.quote(RUN_SETTINGS)} --task {{wildcards.task}} "
+        f"--repeat {{wildcards.repeat}} --attempt {{resources.attempt}} --max-attempts {MAX_ATTEMPTS} "
+        f"2>> {{log}}"
+    )
+
+
+def attempt(wildcards, attempt):
+    return attempt
+
+
+# Settings files: written only when their content changes (params rerun trigger), so a
+# stage reruns exactly when its own settings change.
+rule settings:
+    output:
+        SETTINGS + "/{stage}.json",
+    params:
+        content=lambda wc: STAMPS[wc.stage],
+    wildcard_constraints:
+        stage="run|grade|aggregate",
+    localrule: True
+    shell:
+        "printf '%s\\n' {params.content:q} > {output}"

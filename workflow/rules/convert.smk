@@ -1,0 +1,17 @@
+rule convert:
+    input:
+        settings=ancient(RUN_SETTINGS),
+        events=ROLLOUT + "/events.jsonl",
+        harness=ROLLOUT + "/harness.json",
+        calls=ROLLOUT + "/model_calls.jsonl",
+    output:
+        ROLLOUT + "/response.json",
+    log:
+        ROLLOUT + "/logs/convert.log",
+    resources:
+        attempt=attempt,
+    retries: CFG.retries
+    group: "rollout"
+    priority: 3
+    shell:
+        step_command("convert")
