@@ -25,7 +25,10 @@ def rollout_files(name):
 
 
 def get_final_outputs():
-    return [f"{RUN_DIR}/{name}" for name in ("rollouts.jsonl", "metrics.json", "report.md", "manifest.json")]
+    """The run's summary files, and every rollout's final records: naming those too means a
+    deleted grade.json or response.json is redone even though the summary is newer."""
+    summary = [f"{RUN_DIR}/{name}" for name in ("rollouts.jsonl", "metrics.json", "report.md", "manifest.json")]
+    return summary + rollout_files("grade.json") + rollout_files("response.json")
 
 
 def step_command(step):
