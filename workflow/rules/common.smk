@@ -15,6 +15,11 @@ PYTHON = shlex.quote(sys.executable)
 SCRIPTS = os.path.join(workflow.basedir, "workflow", "scripts")
 
 
+# `concurrency` caps the jobs that hold a sandbox (--resources sandboxes=N on the command line wins)
+if "sandboxes" not in workflow.global_resources:
+    workflow.register_resource("sandboxes", CFG.concurrency)
+
+
 wildcard_constraints:
     task=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
     repeat=r"\d+",
