@@ -77,7 +77,8 @@ if [[ -z "$pid" ]]; then
     mtu=$(cat "/sys/class/net/${dev:-none}/mtu" 2>/dev/null || true)
     [[ -n "$mtu" && "$mtu" -lt 1500 ]] && args+=(--mtu "$mtu")
     mkdir -p "$(dirname "$LOG")"
-    log_from=$(($(wc -l <"$LOG" 2>/dev/null || echo 0) + 1))  # only this start's lines explain its failure
+    touch "$LOG"
+    log_from=$(($(wc -l <"$LOG") + 1))  # only this start's lines explain its failure
     echo "=== $(date -Is) dockerd ${args[*]}" >>"$LOG"
     setsid dockerd "${args[@]}" >>"$LOG" 2>&1 </dev/null &
     pid=$!

@@ -73,8 +73,10 @@ EXEC_MARK = "SANDBATCH_EXEC"
 
 _GONE = re.compile(r"No such container|No such object|is not running|removal of container .* is already in progress"
                    r"|is restarting|is paused|marked for removal", re.IGNORECASE)
-_IMAGE = re.compile(r"Unable to find image|No such image|pull access denied|manifest unknown|repository does not exist", re.IGNORECASE)
-_ENGINE = re.compile(r"Cannot connect to the Docker daemon|Is the docker daemon running|error during connect", re.IGNORECASE)
+_IMAGE = re.compile(r"Unable to find image|No such image|pull access denied|manifest unknown"
+                    r"|repository does not exist", re.IGNORECASE)
+_ENGINE = re.compile(r"Cannot connect to the Docker daemon|Is the docker daemon running|error during connect",
+                     re.IGNORECASE)
 
 
 class ContainerState(BaseModel):
@@ -153,8 +155,8 @@ def _abs(path: str) -> str:
     return posixpath.normpath(path)
 
 
-def _tail(data: bytes | str, n: int = 400) -> str:
-    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+def _tail(data: bytes | bytearray | str, n: int = 400) -> str:
+    text = data if isinstance(data, str) else bytes(data).decode("utf-8", "replace")
     text = " ".join(text.split())
     return text if len(text) <= n else "..." + text[-n:]
 
@@ -177,7 +179,7 @@ class DockerSandbox(Sandbox):
     async def status(self) -> State:
         return (await self.state()).state
 
-    async def _raise_gone(self, context: str, detail: bytes | str = b"") -> None:
+    async def _raise_gone(self, context: str, detail: bytes | bytearray | str = b"") -> None:
         """Raise SandboxGone (or SandboxOOM) if the container no longer runs."""
         st = await self.state()
         if st.state == "running":
@@ -208,16 +210,25 @@ class DockerSandbox(Sandbox):
 
         start = time.monotonic()
         proc = await self.provider.spawn(args, env=env, stdin=stdin is not None)
+        out, err = bytearray(), bytearray()
+        # shielded so that a timeout keeps what the command printed before it was killed
+        io_done = asyncio.ensure_future(asyncio.gather(
+            _pump(proc.stdout, out), _pump(proc.stderr, err), _feed(proc, stdin), proc.wait()))
         timed_out = False
         try:
-            out, err = await asyncio.wait_for(proc.communicate(stdin), timeout=timeout)
+            await asyncio.wait_for(asyncio.shield(io_done), timeout=timeout)
         except TimeoutError:
             timed_out = True
             await self._kill_marked(mark)
-            out, err = await _finish(proc, grace=5.0)
+            try:
+                await asyncio.wait_for(asyncio.shield(io_done), timeout=5.0)
+            except TimeoutError:
+                _kill(proc)
+                await io_done
         except asyncio.CancelledError:
             await asyncio.shield(self._kill_marked(mark))
             _kill(proc)
+            io_done.cancel()
             raise
         code = proc.returncode if proc.returncode is not None else -1
         if not timed_out and code != 0 and _GONE.search(err.decode("utf-8", "replace")):
@@ -227,7 +238,8 @@ class DockerSandbox(Sandbox):
             # 137 = SIGKILL; say so when the kernel's OOM killer sent it (the container lives on)
             if stderr and not stderr.endswith("\n"):
                 stderr += "\n"
-            stderr += "[sandbatch] SIGKILL, and the kernel OOM killer has struck in this sandbox: it hit its memory limit\n"
+            stderr += ("[sandbatch] SIGKILL, and the kernel OOM killer has struck in this sandbox: "
+                       "it hit its memory limit\n")
         return ExecResult(
             exit_code=-1 if timed_out else code,
             stdout=out.decode("utf-8", "replace"),
@@ -289,13 +301,20 @@ class DockerSandbox(Sandbox):
             return fh.read()
 
 
-async def _finish(proc: asyncio.subprocess.Process, grace: float) -> tuple[bytes, bytes]:
-    """Collect what a process wrote, killing it if it does not end within `grace` seconds."""
+async def _pump(stream: asyncio.StreamReader | None, buf: bytearray) -> None:
+    while stream is not None and (chunk := await stream.read(1 << 16)):
+        buf += chunk
+
+
+async def _feed(proc: asyncio.subprocess.Process, data: bytes | None) -> None:
+    if data is None or proc.stdin is None:
+        return
     try:
-        return await asyncio.wait_for(proc.communicate(), timeout=grace)
-    except TimeoutError:
-        _kill(proc)
-        return await proc.communicate()
+        proc.stdin.write(data)
+        await proc.stdin.drain()
+        proc.stdin.close()
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the command ended without reading all of its input
 
 
 def _kill(proc: asyncio.subprocess.Process) -> None:
