@@ -4,4 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh test
+[ "${SANDBATCH_NO_SERVICES:-0}" = 1 ] || bash scripts/services.sh
 exec .venv/bin/python -m pytest "$@"
