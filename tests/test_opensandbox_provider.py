@@ -26,7 +26,7 @@ from sandbatch.sandbox.base import Provider, SandboxError, SandboxGone, SandboxI
 from sandbatch.sandbox.batch import TokenBucket, create_many  # noqa: E402
 from sandbatch.sandbox.reaper import reap  # noqa: E402
 
-PROBE_PREFIX = "bash -lc 'mkdir -p /tmp/sandbatch && "  # how the provider sends its probe
+PROBE_PREFIX = "mkdir -p /tmp/sandbatch && "  # how the provider starts its probe
 
 
 @pytest.fixture(scope="module")
@@ -336,7 +336,7 @@ def test_connection_dropped_on_reuse_is_retried_for_idempotent_calls(server):
         finally:
             await sb.delete()
 
-    run(body, server)
+    run(body, server, connection={"max_connections": 16})  # one pool, so connections get reused
     fired = server.stats()["faults_fired"]
     assert fired == {"get:drop_on_reuse": 1, "list:drop_on_reuse": 1, "download:status": 2, "upload:status": 2}
 

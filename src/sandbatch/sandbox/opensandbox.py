@@ -177,16 +177,15 @@ class OpenSandboxSandbox(Sandbox):
 
     # commands ----------------------------------------------------------------------------
     async def exec(self, command, *, timeout, cwd=None, env=None, stdin=None) -> ExecResult:
-        if isinstance(command, str):
-            text = f"bash -lc {shlex.quote(command)}"
-        else:
-            text = shlex.join(list(command))
+        # execd runs the text with `bash -c` (as the local provider does); a list is quoted
+        # into the same form, so it runs with its arguments exactly as given
+        text = command if isinstance(command, str) else shlex.join(list(command))
         stdin_path = None
         if stdin is not None:
             # execd has no stdin: pass it through a file
             stdin_path = f"{TMPDIR}/stdin-{uuid.uuid4().hex}"
             await self.upload(stdin_path, stdin, 0o600)
-            text = f"{text} < {stdin_path}"
+            text = f"{{ {text}\n}} < {stdin_path}"
         try:
             return await self._run(text, timeout=timeout, cwd=cwd or self.workdir, env=env,
                                    retries=self.provider.ops["exec_retries"])
@@ -256,7 +255,7 @@ class OpenSandboxSandbox(Sandbox):
         while True:
             remaining = deadline - time.monotonic()
             try:
-                result = await self._run(f"bash -lc {shlex.quote(command)}", timeout=max(1.0, remaining), cwd="/",
+                result = await self._run(command, timeout=max(1.0, remaining), cwd="/",
                                          env=None, retries=0)
                 lines = [line.strip() for line in result.stdout.splitlines()]
                 if result.ok and (expected is None or str(expected).strip() in lines):
@@ -344,7 +343,7 @@ class OpenSandboxProvider(Provider):
         self._key_env = key_env
         self._configs: list[ConnectionConfig] | None = None
         self._next_config = itertools.count()
-        self._manager: SandboxManager | None = None
+        self._managers: list[SandboxManager | None] = []
         self._transports: list[httpx.AsyncBaseTransport] = []
 
     # connection plumbing -------------------------------------------------------------------
@@ -371,17 +370,25 @@ class OpenSandboxProvider(Provider):
         self._transports.append(transport)
         return transport
 
-    def _sandbox_config(self) -> ConnectionConfig:
+    def _shard(self) -> int:
+        """Index of the next connection pool, round robin."""
         if self._configs is None:
             total = max(1, int(self.options["connection"]["max_connections"]))
             pools = max(1, -(-total // POOL_CONNECTIONS))
             self._configs = [self._config(self._transport(-(-total // pools))) for _ in range(pools)]
-        return self._configs[next(self._next_config) % len(self._configs)]
+            self._managers = [None] * pools
+        return next(self._next_config) % len(self._configs)
+
+    def _sandbox_config(self) -> ConnectionConfig:
+        shard = self._shard()
+        return self._configs[shard]
 
     async def manager(self) -> SandboxManager:
-        if self._manager is None:
-            self._manager = await SandboxManager.create(self._config(self._transport(POOL_CONNECTIONS)))
-        return self._manager
+        """A lifecycle client on the next pool (calls not tied to one sandbox spread too)."""
+        shard = self._shard()
+        if self._managers[shard] is None:
+            self._managers[shard] = await SandboxManager.create(self._configs[shard])
+        return self._managers[shard]
 
     def _api_error(self, what: str, exc: BaseException, failure_class: str = "sandbox_api") -> SandboxError:
         status = _status(exc)
@@ -523,7 +530,7 @@ class OpenSandboxProvider(Provider):
             await transport.aclose()
         self._transports.clear()
         self._configs = None
-        self._manager = None
+        self._managers = []
 
 
 __all__ = ["OpenSandboxProvider", "OpenSandboxSandbox", "backoff", "default_options", "metadata_for"]
