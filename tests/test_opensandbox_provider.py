@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -241,6 +242,49 @@ def test_late_stray_is_reaped_by_labels(server):
 
     first, second = run(body, server, connection={"request_timeout": 0.5}, create={"retries": 0})
     assert len(first) == 1 and second == []
+
+
+def test_create_request_dropped_unanswered_is_retried(server):
+    """No answer to the POST: the client cannot know, so it looks for a stray, then retries."""
+    server.add_fault(op="create", action="drop", count=1)
+    labels = {"run": "drop-" + uuid.uuid4().hex[:6]}
+
+    async def body(p):
+        sb = await p.create(spec(**labels))
+        listed = [i.id for i in await p.list(labels)]
+        await sb.delete()
+        return sb.id, listed
+
+    sandbox_id, listed = run(body, server)
+    assert listed == [sandbox_id]
+    stats = server.stats()
+    assert stats["faults_fired"] == {"create:drop": 1} and stats["created_total"] == 1
+    assert stats["requests"]["list"] >= 2  # the stray search, then the test's own
+
+
+def test_list_pages_renew_and_metadata_patch(server, monkeypatch):
+    from sandbatch.sandbox import opensandbox as osb
+
+    monkeypatch.setattr(osb, "PAGE_SIZE", 2)
+    labels = {"run": "pages-" + uuid.uuid4().hex[:6]}
+
+    async def body(p):
+        results = await create_many(p, [spec(**labels, task=f"t{i}") for i in range(5)], concurrency=5)
+        sandboxes = [r.sandbox for r in results]
+        listed = sorted(i.id for i in await p.list(labels))
+        first = sandboxes[0]
+        renewed = await first.sdk.renew(timedelta(hours=5))
+        await first.sdk.patch_metadata({"task": None, "extra": "yes"})
+        patched = await p.list({**labels, "extra": "yes"})
+        deleted = await reap(p, labels)
+        return sorted(sb.id for sb in sandboxes), listed, renewed, patched, deleted, first.id
+
+    ids, listed, renewed, patched, deleted, first_id = run(body, server)
+    assert listed == ids and sorted(deleted) == ids
+    assert renewed.expires_at > datetime.now(timezone.utc) + timedelta(hours=4)
+    assert [i.id for i in patched] == [first_id]
+    assert "task" not in patched[0].labels and patched[0].labels["extra"] == "yes"
+    assert server.stats()["requests"]["list"] >= 3 + 1  # three pages, then the filtered list
 
 
 # --- exec faults ---------------------------------------------------------------------------------
@@ -600,3 +644,19 @@ def test_config_block_has_defaults_and_rejects_unknown_keys():
 def test_reap_refuses_empty_labels():
     with pytest.raises(UserError):
         asyncio.run(reap(_CountingProvider(), {}))
+
+
+def test_only_the_provider_module_imports_the_sdk():
+    import subprocess
+    import sys
+
+    code = ("import sys, sandbatch.sandbox, sandbatch.sandbox.batch, sandbatch.sandbox.reaper, sandbatch.config; "
+            "print('opensandbox' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_standin_runs_as_a_subprocess_too(tmp_path):
+    with StandIn.in_subprocess(tmp_path) as server:
+        assert server.stats()["live"] == 0
+        server.configure(latency={"lifecycle": 0.01})

@@ -45,7 +45,7 @@ import shlex
 import time
 import uuid
 from datetime import timedelta
-from typing import Any, Sequence
+from typing import Any
 
 os.environ.setdefault("OPENSANDBOX_DISABLE_METRICS", "1")  # before the SDK is imported
 
@@ -55,7 +55,6 @@ from opensandbox.config import ConnectionConfig  # noqa: E402
 from opensandbox.exceptions import (  # noqa: E402
     InvalidArgumentException,
     SandboxApiException,
-    SandboxConnectionException,
     SandboxException,
     SandboxRateLimitException,
 )
