@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 PROVIDERS: dict[str, str] = {
     "local": "sandbatch.sandbox.local:LocalProvider",
     "docker": "sandbatch.sandbox.docker:DockerProvider",
+    "opensandbox": "sandbatch.sandbox.opensandbox:OpenSandboxProvider",
 }
 
 
