@@ -1,4 +1,4 @@
-"""`sandbatch`: what lives outside the DAG (validate configs, and later status, reap, stop)."""
+"""`sandbatch`: what lives outside the DAG: validate a config, reap a run's sandboxes."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 
 from . import REPO_ROOT
-from .errors import UserError
+from .errors import InfraError, UserError
 
 
 def _overrides(pairs: list[str]) -> dict:
@@ -37,6 +37,39 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_config(run: str, results_dir: str):
+    """The validated config a run was started with (results/<run>/_settings/run.json)."""
+    from .config import Config
+
+    path = Path(results_dir) / run / "_settings" / "run.json"
+    if not path.is_file():
+        raise UserError(f"{path}: no such run; pass the run name of a started run (see results/)")
+    return Config.model_validate_json(path.read_text(encoding="utf-8"))
+
+
+def reap_run(cfg) -> list[str]:
+    """Delete every sandbox labelled with the run (idempotent); returns the ids deleted."""
+    import asyncio
+
+    from .sandbox import get_provider
+    from .sandbox.reaper import reap
+    from .steps.sandbox import run_labels
+
+    async def go() -> list[str]:
+        async with get_provider(cfg.sandbox) as provider:
+            return await reap(provider, run_labels(cfg))
+
+    return asyncio.run(go())
+
+
+def cmd_reap(args: argparse.Namespace) -> int:
+    cfg = _run_config(args.run, args.results_dir)
+    deleted = reap_run(cfg)
+    print(f"reaped {len(deleted)} sandbox(es) of run {cfg.run} on {cfg.sandbox.provider}"
+          + (f": {', '.join(deleted)}" if deleted else ""))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sandbatch", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -45,6 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--config", nargs="*", default=[], metavar="KEY=VALUE", help="overrides, as with snakemake")
     v.add_argument("--no-default", action="store_true", help="do not start from config/default.yaml")
     v.set_defaults(func=cmd_validate)
+    r = sub.add_parser("reap", help="delete every sandbox a run left behind (by label; idempotent)")
+    r.add_argument("--run", required=True, help="the run name (results/<run>/)")
+    r.add_argument("--results-dir", default="results")
+    r.set_defaults(func=cmd_reap)
     return p
 
 
@@ -55,6 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"sandbatch: error: {exc}", file=sys.stderr)
         return 2
+    except InfraError as exc:
+        print(f"sandbatch: {args.command}: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -169,6 +169,7 @@ class State:
 
     def reset_counters(self) -> None:
         self.commands: dict[str, int] = {}
+        self.commands_per_sandbox: dict[str, dict[str, int]] = {}
         self.requests: dict[str, int] = {}
         self.faults_fired: dict[str, int] = {}
         self.metrics_events = 0
@@ -517,6 +518,8 @@ async def run_command(request: web.Request) -> web.StreamResponse:
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
     )
     state.commands[text] = state.commands.get(text, 0) + 1
+    per = state.commands_per_sandbox.setdefault(rec.id, {})
+    per[text] = per.get(text, 0) + 1
     rec.procs.add(proc)
     await send(_event("init", text=execution_id))
     if state.take_rule("exec", ("cut",)):
@@ -662,6 +665,8 @@ async def control_stats(request: web.Request) -> web.Response:
         "ids": sorted(r.id for r in state.live()),
         "states": {r.id: r.state for r in state.sandboxes.values()},
         "commands": state.commands,
+        # per sandbox: the same text legitimately runs once in each of many sandboxes
+        "commands_per_sandbox": state.commands_per_sandbox,
         "requests": state.requests,
         "faults_fired": state.faults_fired,
         "faults_pending": [vars(r) for r in state.rules if r.count > 0],

@@ -62,3 +62,15 @@ rule settings:
     localrule: True
     shell:
         "printf '%s\\n' {params.content:q} > {output}"
+
+
+def reap_at_exit():
+    from sandbatch.cli import reap_run
+
+    try:
+        deleted = reap_run(CFG)
+    except Exception as exc:  # never mask the run's own outcome
+        print(f"sandbatch: reaping the sandboxes of run {CFG.run} failed: {exc}", file=sys.stderr)
+        return
+    if deleted:
+        print(f"sandbatch: reaped {len(deleted)} sandbox(es) left by run {CFG.run}", file=sys.stderr)

@@ -16,11 +16,12 @@ import time
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Awaitable, Callable
+from typing import Callable
 
 from ..config import Config
 from ..errors import InfraError, UserError
 from ..records import now
+from ..sandbox import Provider, get_provider
 from ..tasks import Task, get_task
 
 
@@ -35,6 +36,15 @@ class StepContext:
     @cached_property
     def cfg(self) -> Config:
         return Config.model_validate_json(self.config_path.read_text(encoding="utf-8"))
+
+    @cached_property
+    def provider(self) -> Provider:
+        """One provider (one set of client connections) per step process."""
+        return get_provider(self.cfg.sandbox)
+
+    async def aclose(self) -> None:
+        if "provider" in self.__dict__:
+            await self.provider.aclose()
 
     @cached_property
     def task(self) -> Task:
@@ -90,13 +100,16 @@ def parse_args(argv: list[str] | None = None) -> StepContext:
     return StepContext(a.config, a.task, a.repeat, a.attempt, a.max_attempts)
 
 
-async def _run_with_signals(coro: Awaitable[None]) -> None:
+async def _run_with_signals(step: Step) -> None:
     """SIGTERM/SIGINT cancel the step, so its `finally` blocks delete what it created."""
-    task = asyncio.ensure_future(coro)
+    task = asyncio.ensure_future(step.run())
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, task.cancel)
-    await task
+    try:
+        await task
+    finally:
+        await step.ctx.aclose()
 
 
 def main(step_cls: Callable[[StepContext], Step], argv: list[str] | None = None) -> int:
@@ -104,7 +117,7 @@ def main(step_cls: Callable[[StepContext], Step], argv: list[str] | None = None)
     step = step_cls(ctx)
     label = f"{step.name} {ctx.task_id}/{ctx.repeat} (attempt {ctx.attempt}/{ctx.max_attempts})"
     try:
-        asyncio.run(_run_with_signals(step.run()))
+        asyncio.run(_run_with_signals(step))
     except UserError as exc:
         print(f"sandbatch: error: {exc}", file=sys.stderr)
         return 2

@@ -9,7 +9,7 @@ import time
 from ..errors import InfraError
 from ..harness import Harness, Outcome, RunContext, get_harness
 from ..records import EVENTS, HARNESS, MODEL_CALLS, SANDBOX, HarnessRecord, SandboxRecord, load
-from ..sandbox import Sandbox, SandboxGone, get_provider
+from ..sandbox import Sandbox, SandboxGone
 from ..util import write_atomic, write_jsonl
 from .common import Step
 from .sandbox import create_prepared, fill
@@ -30,7 +30,7 @@ class HarnessStep(Step):
 
     async def _sandbox(self, handle: SandboxRecord) -> Sandbox:
         """The recorded sandbox if it is alive and unused, else a fresh one (recorded anew)."""
-        provider = get_provider(self.ctx.cfg.sandbox)
+        provider = self.ctx.provider
         try:
             sandbox = await provider.connect(handle.sandbox_id, handle.spec)
             used = await sandbox.exec(f"test -e {sandbox.tmpdir}/{STARTED_MARK}", timeout=60)

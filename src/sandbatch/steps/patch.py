@@ -6,7 +6,7 @@ import shlex
 
 from ..errors import InfraError
 from ..records import HARNESS, PATCH, PATCH_INFO, SANDBOX, HarnessRecord, PatchRecord, SandboxRecord, load
-from ..sandbox import SandboxError, get_provider
+from ..sandbox import SandboxError
 from ..util import write_atomic
 from .common import Step
 
@@ -30,10 +30,10 @@ class PatchStep(Step):
         if handle.failed_infra or harness.failed_infra:
             failed = handle if handle.failed_infra else harness
             if handle.sandbox_id:
-                await get_provider(ctx.cfg.sandbox).delete(handle.sandbox_id)
+                await ctx.provider.delete(handle.sandbox_id)
             return self._write(b"", PatchRecord(status="infra_error", failure_class=failed.failure_class,
                                                 error=f"upstream: {failed.error}", sandbox_deleted=True))
-        provider = get_provider(ctx.cfg.sandbox)
+        provider = ctx.provider
         sandbox = await provider.connect(handle.sandbox_id, handle.spec)
         out = f"{sandbox.tmpdir}/agent.patch"
         result = await sandbox.exec(diff_script(sandbox.workdir, handle.base_ref, out, ctx.cfg.patch.exclude),

@@ -8,7 +8,7 @@ import getpass
 from ..errors import InfraError
 from ..ids import label_value
 from ..records import SANDBOX, SandboxRecord
-from ..sandbox import Sandbox, SandboxError, SandboxSpec, get_provider, rewrite_image
+from ..sandbox import Sandbox, SandboxError, SandboxSpec, rewrite_image
 from ..sandbox.prepare import prepare_repo
 from .common import Step, StepContext
 
@@ -28,7 +28,7 @@ def build_spec(ctx: StepContext, role: str) -> SandboxSpec:
 
 async def create_prepared(ctx: StepContext, spec: SandboxSpec) -> tuple[Sandbox, str]:
     """A sandbox holding the task's repository at its base commit, or SandboxError (nothing left behind)."""
-    provider = get_provider(ctx.cfg.sandbox)
+    provider = ctx.provider
     timeout = ctx.scaled(ctx.cfg.timeouts.sandbox)
     try:
         sandbox = await asyncio.wait_for(provider.create(spec), timeout)
