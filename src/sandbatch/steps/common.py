@@ -13,7 +13,7 @@ import asyncio
 import signal
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Callable
@@ -70,6 +70,9 @@ class Step:
     """Subclasses implement `run` (write the outputs) and `fail` (write failure outputs)."""
 
     name = "step"
+    # Steps after the agent retry inside their own process: on Slurm a rollout's steps run
+    # as one group job, and a failed job there reruns the whole group, the agent included.
+    retry_in_process = False
 
     def __init__(self, ctx: StepContext):
         self.ctx = ctx
@@ -114,20 +117,23 @@ async def _run_with_signals(step: Step) -> None:
 
 def main(step_cls: Callable[[StepContext], Step], argv: list[str] | None = None) -> int:
     ctx = parse_args(argv)
-    step = step_cls(ctx)
-    label = f"{step.name} {ctx.task_id}/{ctx.repeat} (attempt {ctx.attempt}/{ctx.max_attempts})"
-    try:
-        asyncio.run(_run_with_signals(step))
-    except UserError as exc:
-        print(f"sandbatch: error: {exc}", file=sys.stderr)
-        return 2
-    except asyncio.CancelledError:
-        print(f"sandbatch: {label}: stopped by a signal", file=sys.stderr)
-        return 143
-    except InfraError as exc:
-        print(f"sandbatch: {label}: infra error [{exc.failure_class}]: {exc}", file=sys.stderr)
-        if not ctx.last_attempt:
-            return 1
-        step.fail(exc)
-        return 0
-    return 0
+    while True:
+        step = step_cls(ctx)
+        label = f"{step.name} {ctx.task_id}/{ctx.repeat} (attempt {ctx.attempt}/{ctx.max_attempts})"
+        try:
+            asyncio.run(_run_with_signals(step))
+            return 0
+        except UserError as exc:
+            print(f"sandbatch: error: {exc}", file=sys.stderr)
+            return 2
+        except asyncio.CancelledError:
+            print(f"sandbatch: {label}: stopped by a signal", file=sys.stderr)
+            return 143
+        except InfraError as exc:
+            print(f"sandbatch: {label}: infra error [{exc.failure_class}]: {exc}", file=sys.stderr)
+            if ctx.last_attempt:
+                step.fail(exc)
+                return 0
+            if not step.retry_in_process:
+                return 1  # Snakemake retries the job
+            ctx = replace(ctx, attempt=ctx.attempt + 1)

@@ -13,6 +13,7 @@ from .sandbox import build_spec, create_prepared
 
 class GradeStep(Step):
     name = "grade"
+    retry_in_process = True
 
     async def run(self) -> None:
         ctx = self.ctx

@@ -22,6 +22,7 @@ def diff_script(workdir: str, base_ref: str, out: str, exclude: list[str]) -> st
 
 class PatchStep(Step):
     name = "patch"
+    retry_in_process = True
 
     async def run(self) -> None:
         ctx = self.ctx
