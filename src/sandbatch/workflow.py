@@ -8,10 +8,10 @@ from typing import Any
 
 from .config import Config, parse, workflow_sources
 from .errors import UserError
-from .tasks import Task, load_tasks
+from .tasks import TaskRef, select_tasks
 
 
-def load_run(workflow, config: dict[str, Any]) -> tuple[Config, dict[str, Any], list[Task]]:
+def load_run(workflow, config: dict[str, Any]) -> tuple[Config, dict[str, Any], list[TaskRef]]:
     """Validate the merged config and read the task table once; a user error exits in one line."""
     try:
         cfg = parse(config, workflow_sources(workflow, config))
@@ -22,7 +22,7 @@ def load_run(workflow, config: dict[str, Any]) -> tuple[Config, dict[str, Any], 
             raise UserError(f"harness.name: {cfg.harness.name!r} is not known; choose one of: {', '.join(HARNESSES)}")
         if cfg.sandbox.provider not in PROVIDERS:
             raise UserError(f"sandbox.provider: {cfg.sandbox.provider!r} is not known; choose one of: {', '.join(PROVIDERS)}")
-        tasks = load_tasks(cfg.benchmark)
+        tasks = select_tasks(cfg.benchmark)
         if not tasks:
             raise UserError(f"benchmark: no task of {cfg.benchmark.tasks} is selected by instance_ids/filter/limit")
     except UserError as exc:

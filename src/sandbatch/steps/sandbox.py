@@ -8,7 +8,9 @@ from ..errors import InfraError
 from ..ids import label_value
 from ..records import SANDBOX, SandboxRecord
 from ..sandbox import Sandbox, SandboxError, SandboxSpec, get_provider, rewrite_image
+from ..sandbox.base import Resources
 from ..sandbox.prepare import prepare_repo
+from ..tasks.settings import resources_for
 from .common import Step, StepContext
 
 
@@ -21,7 +23,9 @@ def build_spec(ctx: StepContext, role: str) -> SandboxSpec:
         "sandbatch.repeat": str(ctx.repeat),
         "sandbatch.role": role,
     }
-    return SandboxSpec(image=image, workdir=task.workdir, ttl_seconds=cfg.sandbox.ttl_seconds, labels=labels)
+    extra = {"allow_internet": task.allow_internet} if task.allow_internet is not None else {}
+    return SandboxSpec(image=image, workdir=task.workdir, ttl_seconds=cfg.sandbox.ttl_seconds, labels=labels,
+                       resources=Resources(**resources_for(cfg, task)), entrypoint=task.entrypoint, **extra)
 
 
 async def create_prepared(ctx: StepContext, spec: SandboxSpec) -> tuple[Sandbox, str]:
