@@ -65,6 +65,8 @@ class SandboxConfig(_Model):
     model_config = ConfigDict(extra="allow", frozen=True)  # one options block per provider
     provider: str
     ttl_seconds: int
+    default_image: str | None
+    owner: str | None
     image_rewrites: list[ImageRewrite]
 
     def options(self, provider: str | None = None) -> dict[str, Any]:

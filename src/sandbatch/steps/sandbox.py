@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import getpass
 
 from ..errors import InfraError
 from ..ids import label_value
@@ -14,15 +15,16 @@ from ..tasks.settings import resources_for
 from .common import Step, StepContext
 
 
+def run_labels(cfg) -> dict[str, str]:
+    """The labels that find every sandbox of a run (providers may prefix the keys)."""
+    return {"run": label_value(cfg.run), "owner": label_value(cfg.sandbox.owner or getpass.getuser())}
+
+
 def build_spec(ctx: StepContext, role: str) -> SandboxSpec:
     cfg, task = ctx.cfg, ctx.task
-    image = rewrite_image(task.image, cfg.sandbox.image_rewrites) if task.image else None
-    labels = {
-        "sandbatch.run": label_value(cfg.run),
-        "sandbatch.task": label_value(task.id),
-        "sandbatch.repeat": str(ctx.repeat),
-        "sandbatch.role": role,
-    }
+    image = task.image or cfg.sandbox.default_image
+    image = rewrite_image(image, cfg.sandbox.image_rewrites) if image else None
+    labels = {**run_labels(cfg), "task": label_value(task.id), "repeat": str(ctx.repeat), "role": role}
     extra = {"allow_internet": task.allow_internet} if task.allow_internet is not None else {}
     return SandboxSpec(image=image, workdir=task.workdir, ttl_seconds=cfg.sandbox.ttl_seconds, labels=labels,
                        resources=Resources(**resources_for(cfg, task)), entrypoint=task.entrypoint, **extra)
