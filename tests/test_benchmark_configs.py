@@ -97,7 +97,8 @@ def test_terminal_bench_oracle_run(tmp_path):
     graded in the agent's sandbox; the broken verifier is an infra error, not a 0."""
     cfg = load(REPO_ROOT / "config" / "terminal_bench.yaml")
     res = snakemake(tmp_path, "--configfile", str(REPO_ROOT / "config" / "terminal_bench.yaml"),
-                    "--config", *overrides(cfg), 'harness={"name": "oracle"}', "retries=0", "run=tb_gold",
+                    "--config", *overrides(cfg), 'harness={"name": "oracle"}', 'sandbox={"provider": "local"}',
+                    "retries=0", "run=tb_gold",
                     timeout=540)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     rows = {r["instance_id"]: r for r in map(json.loads, (tmp_path / "results/tb_gold/rollouts.jsonl").open())}
