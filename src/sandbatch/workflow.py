@@ -8,15 +8,15 @@ from typing import Any
 
 from .config import Config, parse, workflow_sources
 from .errors import UserError
-from .tasks import Task, load_tasks
+from .tasks import TaskRef, select_tasks
 
 
-def load_run(workflow, config: dict[str, Any]) -> tuple[Config, dict[str, Any], list[Task]]:
+def load_run(workflow, config: dict[str, Any]) -> tuple[Config, dict[str, Any], list[TaskRef]]:
     """Validate the merged config and read the task table once; a user error exits in one line."""
     try:
         cfg = parse(config, workflow_sources(workflow, config))
         check_registries(cfg)
-        tasks = load_tasks(cfg.benchmark)
+        tasks = select_tasks(cfg.benchmark)
         if not tasks:
             raise UserError(f"benchmark: no task of {cfg.benchmark.tasks} is selected by instance_ids/filter/limit")
     except UserError as exc:

@@ -18,7 +18,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Callable
 
-from ..config import Config
+from ..config import Config, Timeouts
 from ..errors import InfraError, UserError
 from ..records import now
 from ..sandbox import Provider, get_provider
@@ -49,6 +49,13 @@ class StepContext:
     @cached_property
     def task(self) -> Task:
         return get_task(self.cfg.benchmark, self.task_id)
+
+    @cached_property
+    def timeouts(self) -> Timeouts:
+        """The config's per-phase limits with the task's own (Terminal-Bench task.toml) applied."""
+        from ..tasks.settings import timeouts_for
+
+        return timeouts_for(self.cfg, self.task)
 
     @property
     def dir(self) -> Path:

@@ -7,6 +7,7 @@ import shlex
 from ..errors import InfraError
 from ..records import HARNESS, PATCH, PATCH_INFO, SANDBOX, HarnessRecord, PatchRecord, SandboxRecord, load
 from ..sandbox import SandboxError
+from ..tasks.settings import grades_in_agent_sandbox
 from ..util import write_atomic
 from .common import Step
 
@@ -46,9 +47,12 @@ class PatchStep(Step):
         if data and not data.endswith(b"\n"):
             data += b"\n"
         files = [f for f in result.stdout.splitlines() if f.strip()]
-        # the agent sandbox is done: the grader works in a fresh one
-        await sandbox.delete()
-        self._write(data, PatchRecord(bytes=len(data), files=files, empty=not data.strip(), sandbox_deleted=True))
+        # the agent sandbox is done: the grader works in a fresh one (unless the task is
+        # graded in the agent's own sandbox; the grade step deletes it then)
+        keep = grades_in_agent_sandbox(ctx.cfg, ctx.task)
+        if not keep:
+            await sandbox.delete()
+        self._write(data, PatchRecord(bytes=len(data), files=files, empty=not data.strip(), sandbox_deleted=not keep))
 
     def _write(self, data: bytes, rec: PatchRecord) -> None:
         write_atomic(self.ctx.path(PATCH), data)

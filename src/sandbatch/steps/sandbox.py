@@ -9,7 +9,9 @@ from ..errors import InfraError
 from ..ids import label_value
 from ..records import SANDBOX, SandboxRecord
 from ..sandbox import Sandbox, SandboxError, SandboxSpec, rewrite_image
+from ..sandbox.base import Resources
 from ..sandbox.prepare import prepare_repo
+from ..tasks.settings import resources_for
 from .common import Step, StepContext
 
 
@@ -23,7 +25,9 @@ def build_spec(ctx: StepContext, role: str) -> SandboxSpec:
     image = task.image or cfg.sandbox.default_image
     image = rewrite_image(image, cfg.sandbox.image_rewrites) if image else None
     labels = {**run_labels(cfg), "task": label_value(task.id), "repeat": str(ctx.repeat), "role": role}
-    return SandboxSpec(image=image, workdir=task.workdir, ttl_seconds=cfg.sandbox.ttl_seconds, labels=labels)
+    extra = {"allow_internet": task.allow_internet} if task.allow_internet is not None else {}
+    return SandboxSpec(image=image, workdir=task.workdir, ttl_seconds=cfg.sandbox.ttl_seconds, labels=labels,
+                       resources=Resources(**resources_for(cfg, task)), entrypoint=task.entrypoint, **extra)
 
 
 async def create_prepared(ctx: StepContext, spec: SandboxSpec) -> tuple[Sandbox, str]:
