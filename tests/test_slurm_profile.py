@@ -35,7 +35,7 @@ def test_workflow_profile_slurm_replaces_the_default_profile(elsewhere):
     args = args_for("--workflow-profile", "slurm")  # found as <Snakefile dir>/profiles/slurm
     assert args.executor == "slurm"
     assert args.config is None and args.cores is None  # nothing from profiles/default
-    assert args.jobs == 100
+    assert args.jobs == 1000
     assert args.scheduler == "greedy" and args.rerun_incomplete and args.keep_going
     assert args.group_components == {"rollout": 1}
     assert args.slurm_status_command == "squeue"
