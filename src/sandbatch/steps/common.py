@@ -8,6 +8,7 @@ aggregate still runs and reports it apart. Agent outcomes are records, never exc
 
 from __future__ import annotations
 
+import abc
 import argparse
 import asyncio
 import signal
@@ -73,7 +74,7 @@ class StepContext:
         return seconds * self.attempt
 
 
-class Step:
+class Step(abc.ABC):
     """Subclasses implement `run` (write the outputs) and `fail` (write failure outputs)."""
 
     name = "step"
@@ -86,11 +87,13 @@ class Step:
         self.started_at = now()
         self.t0 = time.monotonic()
 
+    @abc.abstractmethod
     async def run(self) -> None:
-        raise NotImplementedError
+        """Write the step's outputs; raise InfraError for infrastructure failures."""
 
+    @abc.abstractmethod
     def fail(self, exc: InfraError) -> None:
-        raise NotImplementedError
+        """After the last attempt: write the outputs as an infra_error record."""
 
     def stamp(self, rec):
         rec.started_at, rec.finished_at = self.started_at, now()
