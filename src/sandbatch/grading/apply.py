@@ -1,8 +1,15 @@
-"""Applying a patch inside a sandbox, with the fallbacks the SWE-bench graders use."""
+"""Applying a patch inside a sandbox, with the fallbacks the graders (and the oracle) use."""
 
 from __future__ import annotations
 
 import shlex
+from typing import TYPE_CHECKING
+
+from . import write_log
+
+if TYPE_CHECKING:
+    from ..records import GradeRecord
+    from ..sandbox import Sandbox
 
 # tried in order; the first that succeeds wins
 APPLY_METHODS = (
@@ -36,3 +43,21 @@ def applied_method(stdout: str) -> str | None:
         if line.startswith(MARK):
             return line[len(MARK):].strip()
     return None
+
+
+async def apply_patch(sandbox: "Sandbox", patch: str, path: str, rec: "GradeRecord", log: list[str],
+                      timeout: float, cwd: str | None = None, label: str = "$ apply model patch") -> bool:
+    """Upload `patch` to `path` in the sandbox and apply it with the fallbacks, logging under `label`.
+
+    Sets rec.apply_method and rec.patch_applied. When no method applies: failure_class
+    patch_apply_failed and the log so far is written to rec.log_path; the grader returns rec.
+    """
+    await sandbox.upload(path, patch.encode("utf-8", "surrogateescape"))
+    applied = await sandbox.exec(apply_script(path), timeout=timeout, cwd=cwd)
+    log += [label, applied.stdout, applied.stderr]
+    rec.apply_method = applied_method(applied.stdout)
+    rec.patch_applied = rec.apply_method is not None
+    if not rec.patch_applied:
+        rec.failure_class = "patch_apply_failed"
+        write_log(rec.log_path, log)
+    return rec.patch_applied

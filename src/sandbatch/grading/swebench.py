@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from ..records import GradeRecord
 from . import GradeContext, write_log
-from .apply import applied_method, apply_script
+from .apply import apply_patch
 
 EXIT_VAR = "SANDBATCH_TEST_EXIT_CODE"
 _EXIT_RE = re.compile(rf"^{EXIT_VAR}: (-?\d+)\s*$", re.M)
@@ -160,15 +160,7 @@ async def grade(g: GradeContext) -> GradeRecord:
         rec.status, rec.failure_class, rec.error = "infra_error", "grading_unsupported", str(exc)
         return rec
     log: list[str] = []
-    model_patch = f"{sandbox.tmpdir}/model.patch"
-    await sandbox.upload(model_patch, g.patch.encode("utf-8", "surrogateescape"))
-    applied = await sandbox.exec(apply_script(model_patch), timeout=g.timeout)
-    log += ["$ apply model patch", applied.stdout, applied.stderr]
-    rec.apply_method = applied_method(applied.stdout)
-    rec.patch_applied = rec.apply_method is not None
-    if not rec.patch_applied:
-        rec.failure_class = "patch_apply_failed"
-        write_log(g.log_path, log)
+    if not await apply_patch(sandbox, g.patch, f"{sandbox.tmpdir}/model.patch", rec, log, g.timeout):
         return rec
     rec.report["patch_successfully_applied"] = True
 

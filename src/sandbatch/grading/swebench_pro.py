@@ -15,7 +15,7 @@ import shlex
 
 from ..records import GradeRecord
 from . import GradeContext, write_log
-from .apply import applied_method, apply_script
+from .apply import apply_patch
 
 
 def last_command(before_repo_set_cmd: str) -> str:
@@ -55,15 +55,7 @@ async def grade(g: GradeContext) -> GradeRecord:
     base = shlex.quote(g.base_ref)
     reset = await sandbox.exec(f"git reset -q --hard {base} && git checkout -q {base}", timeout=g.timeout, cwd=wd)
     log += ["$ reset to base", reset.stdout, reset.stderr]
-    patch_path = f"{tmp}/patch.diff"
-    await sandbox.upload(patch_path, g.patch.encode("utf-8", "surrogateescape"))
-    applied = await sandbox.exec(apply_script(patch_path), timeout=g.timeout, cwd=wd)
-    log += ["$ apply model patch", applied.stdout, applied.stderr]
-    rec.apply_method = applied_method(applied.stdout)
-    rec.patch_applied = rec.apply_method is not None
-    if not rec.patch_applied:
-        rec.failure_class = "patch_apply_failed"
-        write_log(g.log_path, log)
+    if not await apply_patch(sandbox, g.patch, f"{tmp}/patch.diff", rec, log, g.timeout, cwd=wd):
         return rec
 
     setup = last_command(task.before_repo_set_cmd or "")

@@ -24,7 +24,7 @@ from ..errors import InfraError
 from ..records import GradeRecord
 from ..sandbox import Sandbox
 from . import GradeContext, write_log
-from .apply import applied_method, apply_script
+from .apply import apply_patch
 
 TESTS, LOGS = "/tests", "/logs/verifier"
 
@@ -94,15 +94,8 @@ async def grade(g: GradeContext) -> GradeRecord:
     log: list[str] = []
     wd = sandbox.workdir
     if not g.in_agent_sandbox and g.patch.strip():
-        patch_path = f"{sandbox.tmpdir}/agent.patch"
-        await sandbox.upload(patch_path, g.patch.encode("utf-8", "surrogateescape"))
-        applied = await sandbox.exec(apply_script(patch_path), timeout=g.timeout, cwd=wd)
-        log += ["$ replay the agent's workdir changes", applied.stdout, applied.stderr]
-        rec.apply_method = applied_method(applied.stdout)
-        rec.patch_applied = rec.apply_method is not None
-        if not rec.patch_applied:
-            rec.failure_class = "patch_apply_failed"
-            write_log(g.log_path, log)
+        if not await apply_patch(sandbox, g.patch, f"{sandbox.tmpdir}/agent.patch", rec, log, g.timeout, cwd=wd,
+                                 label="$ replay the agent's workdir changes"):
             return rec
     tests, logs = sandbox.map_path(TESTS), sandbox.map_path(LOGS)
     # whatever the agent left there (a reward file, tests of its own) goes first

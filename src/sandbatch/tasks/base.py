@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import re
 from pathlib import Path
@@ -130,6 +131,16 @@ def resolve_path(path: str, base_dirs: list[Path]) -> Path:
         if (base / p).exists():
             return (base / p).resolve()
     return (Path.cwd() / p).resolve()
+
+
+@functools.cache
+def validator(schema: str):
+    """The JSON Schema validator of a task schema under schemas/ (built once per process)."""
+    import jsonschema
+
+    from ..config import load_schema
+
+    return jsonschema.Draft202012Validator(load_schema(schema))
 
 
 def schema_error(where: str, validator, row: Any) -> None:

@@ -1,12 +1,17 @@
-"""JSON-lines task files: every row with its line number and byte offset, or one row by offset."""
+"""JSON-lines task files: every row with its line number and byte offset, or one row by offset;
+and the scan/read pair a JSONL loader exposes, built from its schema and its row -> Task function."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from ..errors import UserError
+from .base import Task, schema_error, validator
+
+# (row, task file, "<file>:<line>" for messages) -> Task; the row has passed the schema
+RowToTask = Callable[[dict, Path, str], Task]
 
 
 def _row(raw: bytes, where: str) -> dict[str, Any]:
@@ -38,3 +43,31 @@ def read_row(path: Path, offset: int, lineno: int) -> dict[str, Any]:
     with open(path, "rb") as fh:
         fh.seek(offset)
         return _row(fh.readline(), f"{path}:{lineno}")
+
+
+def _task(row: dict, path: Path, where: str, schema: str, to_task: RowToTask) -> Task:
+    schema_error(where, validator(schema), row)
+    return to_task(row, path, where)
+
+
+def scan_tasks(path: Path, schema: str, to_task: RowToTask) -> list[tuple[Task, Any]]:
+    """Every row, validated against `schema`, with its locator [byte offset, line] for `task_at`."""
+    return [(_task(row, path, f"{path}:{lineno}", schema, to_task), [offset, lineno])
+            for lineno, offset, row in iter_rows(path)]
+
+
+def task_at(path: Path, locator: Any, schema: str, to_task: RowToTask) -> Task:
+    """The one row at `locator` (from `scan_tasks`), validated again."""
+    offset, lineno = locator
+    return _task(read_row(path, offset, lineno), path, f"{path}:{lineno}", schema, to_task)
+
+
+def resolve_repo_dir(row: dict, path: Path, where: str) -> str | None:
+    """A row's `repo_dir` (a local repository for the smoke tasks) resolved next to the task file."""
+    rel = row.get("repo_dir")
+    if not rel:
+        return rel
+    resolved = (path.parent / rel).resolve()
+    if not resolved.is_dir():
+        raise UserError(f"{where}: field repo_dir: {rel!r} is not a directory next to {path.name}")
+    return str(resolved)

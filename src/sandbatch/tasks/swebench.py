@@ -4,14 +4,13 @@ and the bundled smoke benchmark (classic rows plus `repo_dir` and `test_cmd`).""
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
 from ..ids import path_id
-from .base import Task, parse_list, schema_error
-from .jsonl import iter_rows, read_row
+from .base import Task, parse_list
+from .jsonl import resolve_repo_dir, scan_tasks, task_at
 
 SCHEMA = "tasks/swebench.schema.yaml"
 WORKDIR = "/testbed"
@@ -25,23 +24,13 @@ def image_for(instance_id: str) -> str:
     return f"swebench/sweb.eval.x86_64.{instance_id.replace('__', '_1776_')}:latest".lower()
 
 
-@functools.cache
-def _validator():
-    import jsonschema
-
-    from ..config import load_schema
-
-    return jsonschema.Draft202012Validator(load_schema(SCHEMA))
-
-
 def scan(path: Path) -> list[tuple[Task, Any]]:
     """Every row, validated, with its locator (byte offset, line) for `read`."""
-    return [(_task(row, path, f"{path}:{lineno}"), [offset, lineno]) for lineno, offset, row in iter_rows(path)]
+    return scan_tasks(path, SCHEMA, _task)
 
 
 def read(path: Path, locator: Any) -> Task:
-    offset, lineno = locator
-    return _task(read_row(path, offset, lineno), path, f"{path}:{lineno}")
+    return task_at(path, locator, SCHEMA, _task)
 
 
 def load_jsonl(path: Path) -> list[Task]:
@@ -49,14 +38,8 @@ def load_jsonl(path: Path) -> list[Task]:
 
 
 def _task(row: dict, path: Path, where: str) -> Task:
-    schema_error(where, _validator(), row)
     iid = row["instance_id"]
-    repo_dir = row.get("repo_dir")
-    if repo_dir:
-        repo_path = (path.parent / repo_dir).resolve()
-        if not repo_path.is_dir():
-            raise UserError(f"{where}: field repo_dir: {repo_dir!r} is not a directory next to {path.name}")
-        repo_dir = str(repo_path)
+    repo_dir = resolve_repo_dir(row, path, where)
     if row.get("eval_script") and not row.get("log_parser"):
         raise UserError(f"{where}: field log_parser: a row with eval_script must name its log parser")
     version = row.get("version")

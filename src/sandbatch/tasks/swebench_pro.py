@@ -9,14 +9,13 @@ layout of the public evaluation repository).
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
 from ..ids import path_id
-from .base import Task, parse_list, schema_error
-from .jsonl import iter_rows, read_row
+from .base import Task, parse_list
+from .jsonl import resolve_repo_dir, scan_tasks, task_at
 
 SCHEMA = "tasks/swebench_pro.schema.yaml"
 IMAGE_REPO = "jefzda/sweap-images"
@@ -28,22 +27,13 @@ KNOWN = {"instance_id", "repo", "base_commit", "patch", "test_patch", "problem_s
          "dockerhub_tag", "image", "workdir", "run_script", "parser_script", "repo_dir"}
 
 
-@functools.cache
-def _validator():
-    import jsonschema
-
-    from ..config import load_schema
-
-    return jsonschema.Draft202012Validator(load_schema(SCHEMA))
-
-
 def scan(path: Path) -> list[tuple[Task, Any]]:
-    return [(_task(row, path, f"{path}:{lineno}"), [offset, lineno]) for lineno, offset, row in iter_rows(path)]
+    """Every row, validated, with its locator (byte offset, line) for `read`."""
+    return scan_tasks(path, SCHEMA, _task)
 
 
 def read(path: Path, locator: Any) -> Task:
-    offset, lineno = locator
-    return _task(read_row(path, offset, lineno), path, f"{path}:{lineno}")
+    return task_at(path, locator, SCHEMA, _task)
 
 
 def default_prompt(problem_statement: str, requirements: str, interface: str) -> str:
@@ -66,7 +56,6 @@ def _script(row: dict, field: str, filename: str, path: Path, where: str) -> str
 
 
 def _task(row: dict, path: Path, where: str) -> Task:
-    schema_error(where, _validator(), row)
     iid = row["instance_id"]
     f2p = parse_list(row["fail_to_pass"], f"{where}: field fail_to_pass")
     p2p = parse_list(row["pass_to_pass"], f"{where}: field pass_to_pass")
@@ -76,12 +65,7 @@ def _task(row: dict, path: Path, where: str) -> Task:
     tag = row.get("dockerhub_tag")
     if not row.get("image") and not tag and not row.get("repo_dir"):
         raise UserError(f"{where}: field dockerhub_tag: missing; a Pro row needs dockerhub_tag or image")
-    repo_dir = row.get("repo_dir")
-    if repo_dir:
-        repo_path = (path.parent / repo_dir).resolve()
-        if not repo_path.is_dir():
-            raise UserError(f"{where}: field repo_dir: {repo_dir!r} is not a directory next to {path.name}")
-        repo_dir = str(repo_path)
+    repo_dir = resolve_repo_dir(row, path, where)
     requirements, interface = row.get("requirements") or "", row.get("interface") or ""
     return Task(
         id=path_id(iid),

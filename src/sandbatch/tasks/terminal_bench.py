@@ -9,7 +9,6 @@ the grader uploads tests/ after the agent is done.
 
 from __future__ import annotations
 
-import functools
 import math
 import re
 import tomllib
@@ -18,20 +17,11 @@ from typing import Any
 
 from ..errors import UserError
 from ..ids import path_id
-from .base import Task, schema_error
+from .base import Task, schema_error, validator
 
 SCHEMA = "tasks/terminal_bench.schema.yaml"
 WORKDIR = "/app"
 KEEP_ALIVE = ["/bin/sh", "-c", "sleep infinity"]
-
-
-@functools.cache
-def _validator():
-    import jsonschema
-
-    from ..config import load_schema
-
-    return jsonschema.Draft202012Validator(load_schema(SCHEMA))
 
 
 def task_dirs(root: Path) -> list[Path]:
@@ -85,7 +75,7 @@ def read(root: Path, name: str) -> Task:
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"{toml_path}: not valid TOML ({exc})") from None
     try:
-        schema_error(str(toml_path), _validator(), meta)
+        schema_error(str(toml_path), validator(SCHEMA), meta)
     except UserError as exc:
         # point at the line: "<file>: field environment.cpus: ..." -> "<file>:<line>: field ..."
         m = re.match(rf"^{re.escape(str(toml_path))}: field ([\w.]+):", str(exc))
