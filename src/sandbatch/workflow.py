@@ -15,11 +15,13 @@ def load_run(workflow, config: dict[str, Any]) -> tuple[Config, dict[str, Any], 
     """Validate the merged config and read the task table once; a user error exits in one line."""
     try:
         cfg = parse(config, workflow_sources(workflow, config))
-        from .harness import HARNESSES
+        from .harness import HARNESSES, get_harness
         from .sandbox import PROVIDERS
 
         if cfg.harness.name not in HARNESSES:
             raise UserError(f"harness.name: {cfg.harness.name!r} is not known; choose one of: {', '.join(HARNESSES)}")
+        harness = get_harness(cfg.harness.name)
+        harness.check_config(harness.merge_config(cfg.harness.config))
         if cfg.sandbox.provider not in PROVIDERS:
             raise UserError(f"sandbox.provider: {cfg.sandbox.provider!r} is not known; choose one of: {', '.join(PROVIDERS)}")
         tasks = load_tasks(cfg.benchmark)
