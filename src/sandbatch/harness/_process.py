@@ -82,6 +82,11 @@ def json_events(text: str) -> list[dict[str, Any]]:
     return events
 
 
+def str_env(env: dict[str, Any] | None) -> dict[str, str]:
+    """A config's env mapping as strings (YAML gives numbers and booleans too)."""
+    return {str(k): str(v) for k, v in (env or {}).items()}
+
+
 # --- installation --------------------------------------------------------------------------
 
 def install_options(harness: str, config: dict[str, Any], methods: Sequence[str]) -> dict[str, Any]:

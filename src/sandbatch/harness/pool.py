@@ -19,7 +19,7 @@ from .. import responses
 from ..errors import UserError
 from ..sandbox import Sandbox
 from ..util import deep_merge
-from ._process import install_options, json_events, run_command, sh, upload_source
+from ._process import install_options, json_events, run_command, sh, str_env, upload_source
 from .base import Conversion, Harness, Outcome, RunContext, keep_unknown, model_endpoint
 
 GAVE_UP_EXIT = 4
@@ -108,7 +108,7 @@ class PoolHarness(Harness):
                 # wherever under the install dir the installer put it, bin/pool is the binary
                 f"[ -x {bindir}/pool ] || ln -sf \"$(find {bindir} -type f -name pool | head -n1)\" {bindir}/pool; "
                 f"{bindir}/pool --version"),
-                timeout=timeout, what="the pool installer", env={str(k): str(v) for k, v in opts["env"].items()})
+                timeout=timeout, what="the pool installer", env=str_env(opts["env"]))
         await sh(sandbox, f"test -x {shlex.quote(binary)} || command -v {shlex.quote(binary)}",
                  timeout=60, what=f"finding the pool binary {binary}")
 
@@ -139,7 +139,7 @@ class PoolHarness(Harness):
                 *map(str, ctx.config["extra_args"])]
         # any POOLSIDE_API_KEY skips pool's login; the model key lives in the agent config
         env = {**self.state_env(sandbox), "POOLSIDE_API_KEY": "unused",
-               **{str(k): str(v) for k, v in ctx.config["env"].items()}}
+               **str_env(ctx.config["env"])}
         run = await run_command(sandbox, argv, timeout=ctx.timeouts.agent, env=env)
         return self.outcome(run, json_events(run.stdout),
                             **({"gave_up": True} if run.exit_code == GAVE_UP_EXIT else {}))
