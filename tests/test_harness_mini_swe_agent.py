@@ -51,7 +51,7 @@ def test_convert_content_parts_and_unknown_roles():
                     {"role": "critic", "content": "?"}, "not a message", {"role": "assistant", "content": None}])
     assert [(i["type"], i.get("output")) for i in conv.items] == [("message", None), ("function_call_output", "out")]
     assert conv.items[0]["content"][0]["text"] == "ab"
-    assert conv.unknown == 2
+    assert conv.unknown == 2 and conv.metadata["unknown_types"] == {"critic": 1, "str": 1}
 
 
 def test_generated_config(tmp_path):

@@ -60,12 +60,12 @@ def test_convert_errors_unknown_and_repeated_calls():
                                                    "output": "print(1)"}}}
     conv = convert([tool, done, {"type": "text", "part": {"text": "   "}}, error,
                     {"type": "permission_asked", "part": {}}, {"type": "sandbatch.text", "text": "warn"},
-                    {"type": "tool_use", "part": {}}])
+                    {"type": "tool_use", "part": {}}, ["junk"]])
     assert [(i["type"], i.get("output")) for i in conv.items] == [("function_call", None),
                                                                  ("function_call_output", "print(1)")]
     assert conv.metadata["errors"] == [error["error"]]
-    assert conv.unknown == 3 and conv.metadata["unknown_types"] == {"permission_asked": 1, "sandbatch.text": 1,
-                                                                    "tool_use": 1}
+    assert conv.unknown == 4 and conv.metadata["unknown_types"] == {"permission_asked": 1, "sandbatch.text": 1,
+                                                                    "tool_use": 1, "list": 1}
 
 
 def test_generated_config(tmp_path):
@@ -185,7 +185,8 @@ def sleeper(path: Path) -> Path:
 
 @pytest.mark.slow
 def test_hanging_opencode_is_stopped_at_its_timeout(tmp_path):
-    harness = {"name": "opencode", "config": {"install": {"method": "path", "path": str(sleeper(tmp_path / "oc"))}}}
+    # uploaded as a user's own opencode binary would be
+    harness = {"name": "opencode", "config": {"install": {"method": "upload", "source": str(sleeper(tmp_path / "oc"))}}}
     cfg = smoke_config(tmp_path, harness, ["smoke__calc-1"], model={"name": "m", "base_url": "http://127.0.0.1:9/v1"},
                        timeouts={"agent": 3})
     run_dir, _ = run_workflow(tmp_path, cfg)

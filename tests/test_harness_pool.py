@@ -82,6 +82,14 @@ def test_convert_pairs_results_fifo_and_keeps_what_it_does_not_know():
     assert conv.metadata["unanswered_calls"] == 1
 
 
+def test_inline_think_folds_reasoning_into_the_next_message():
+    from sandbatch import responses
+
+    items = responses.inline_think(convert(FULL_STREAM[:4]).items)
+    assert [i["type"] for i in items] == ["message"]
+    assert items[0]["content"][0]["text"] == "<think>\nThe quotient is truncated by //.\n</think>\n\nFixing divide()."
+
+
 def test_convert_unanswered_call_in_the_middle_gets_its_empty_output_right_after_it():
     conv = convert([
         {"type": "toolCall", "name": "shell", "args": {"cmd": "sleep 1000"}},
@@ -97,8 +105,8 @@ def test_convert_unanswered_call_in_the_middle_gets_its_empty_output_right_after
 
 
 def test_convert_result_without_call_and_garbage_never_raise():
-    conv = convert([{"type": "toolCallResult", "result": "orphan"}, {}, {"type": None}, {"type": 5}])
-    assert conv.items == [] and conv.unknown == 4
+    conv = convert([{"type": "toolCallResult", "result": "orphan"}, {}, {"type": None}, {"type": 5}, [1], "x"])
+    assert conv.items == [] and conv.unknown == 6
 
 
 def ctx(tmp_path, config=None, **kw):

@@ -121,7 +121,7 @@ def keep_unknown(conv: Conversion, event: Any) -> None:
     """A record the converter does not know: counted, and kept for the report, never fatal."""
     conv.unknown += 1
     kinds = conv.metadata.setdefault("unknown_types", {})
-    kind = str(event.get("type")) if isinstance(event, dict) else type(event).__name__
+    kind = str(event.get("type", event.get("role"))) if isinstance(event, dict) else type(event).__name__
     kinds[kind] = kinds.get(kind, 0) + 1
     kept = conv.metadata.setdefault("unknown_records", [])
     if len(kept) < KEPT_UNKNOWN:

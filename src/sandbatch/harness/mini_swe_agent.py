@@ -78,18 +78,10 @@ class MiniSweAgentHarness(Harness):
             if opts["method"] == "upload":
                 wheels = await upload_source(sandbox, opts["source"], f"{home}/wheels", timeout)
                 index = f"--no-index --find-links {q(wheels)} "
-            venv, spec, py = f"{home}/venv", f"{opts['package']}=={self.version(ctx)}", q(opts["python"])
-            if opts["installer"] == "uv":  # the sandbox's uv, else one pip-installed into a venv of its own
-                script = (f'UV="$(command -v uv || true)"; if [ -z "$UV" ]; then {py} -m venv {q(home)}/uv; '
-                          f"{q(home)}/uv/bin/python -m pip install -q --disable-pip-version-check {index}"
-                          f"{q('uv==' + str(opts['uv_version']))}; UV={q(home)}/uv/bin/uv; fi; "
-                          f'"$UV" venv -q --python {py} {q(venv)}; '
-                          f'"$UV" pip install -q --python {q(venv)}/bin/python {index}{q(spec)}')
-            else:
-                script = (f"{py} -m venv {q(venv)}; "
-                          f"{q(venv)}/bin/python -m pip install -q --disable-pip-version-check {index}{q(spec)}")
-            await sh(sandbox, f"set -e; {script}", timeout=timeout, what=f"installing {spec}",
-                     env={**self.state_env(sandbox), **str_env(opts["env"])})
+            spec = f"{opts['package']}=={self.version(ctx)}"
+            env = {**self.state_env(sandbox), "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_ROOT_USER_ACTION": "ignore"}
+            await sh(sandbox, "set -e\n" + _install_script(opts, home, spec, index), timeout=timeout,
+                     what=f"installing {spec}", env={**env, **str_env(opts["env"])})
         await sh(sandbox, f"test -x {q(self._binary(sandbox, ctx.config))}", timeout=60,
                  what="finding the mini executable")
 
@@ -150,6 +142,25 @@ class MiniSweAgentHarness(Harness):
             elif role not in ("system", "user"):
                 keep_unknown(conv, msg)
         return conv
+
+
+def _install_script(opts: dict[str, Any], home: str, spec: str, index: str) -> str:
+    """Shell lines that make {home}/venv holding `spec`."""
+    q, py, venv = shlex.quote, shlex.quote(opts["python"]), shlex.quote(f"{home}/venv")
+    if opts["installer"] != "uv":
+        return f"{py} -m venv {venv}\n{venv}/bin/python -m pip install -q {index}{q(spec)}"
+    get_uv = f"-m pip install -q --target {q(home)}/uv {index}{q('uv==' + str(opts['uv_version']))}"
+    return "\n".join([
+        'UV="$(command -v uv || true)"',
+        # no uv in the sandbox: pip-install one beside the venv (from a venv of its own if the
+        # interpreter has no pip); uv then makes the venv and installs in seconds, pip in minutes
+        'if [ -z "$UV" ]; then',
+        f"  {py} {get_uv} || {{ {py} -m venv {q(home)}/uv-venv && {q(home)}/uv-venv/bin/python {get_uv}; }}",
+        f"  UV={q(home)}/uv/bin/uv",
+        "fi",
+        f'"$UV" venv -q --python {py} {venv}',
+        f'"$UV" pip install -q --python {venv}/bin/python {index}{q(spec)}',
+    ])
 
 
 def _assistant_items(msg: dict[str, Any]) -> list[dict[str, Any]]:

@@ -149,6 +149,9 @@ class OpenCodeHarness(Harness):
             step.append((started if isinstance(started, (int, float)) else last, list(items)))
 
         for ev in events:
+            if not isinstance(ev, dict):
+                keep_unknown(conv, ev)
+                continue
             kind, part = ev.get("type"), ev.get("part") if isinstance(ev.get("part"), dict) else {}
             if ev.get("sessionID") and ev["sessionID"] not in sessions:
                 sessions.append(ev["sessionID"])

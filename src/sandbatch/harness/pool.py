@@ -155,6 +155,9 @@ class PoolHarness(Harness):
         waiting: deque[str] = deque()  # call ids without a result, oldest first
         where: dict[str, int] = {}  # call id -> index of its function_call item
         for ev in events:
+            if not isinstance(ev, dict):
+                keep_unknown(conv, ev)
+                continue
             kind = ev.get("type")
             if (kind is None and "error" in ev) or kind == "error":
                 errors.append(ev)
