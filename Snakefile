@@ -24,3 +24,13 @@ rule all:
     input:
         get_final_outputs(),
     default_target: True
+
+
+# Whatever a run leaves behind (killed jobs, failed deletes) is deleted by label at the end,
+# successful or not.
+onsuccess:
+    reap_at_exit()
+
+
+onerror:
+    reap_at_exit()

@@ -24,12 +24,22 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class Resources(_Model):
+    cpu: str | None = None
+    memory: str | None = None
+    disk: str | None = None
+
+
 class BenchmarkConfig(_Model):
     kind: str
     tasks: str
     limit: int | None
     instance_ids: list[str]
     filter: str | None
+    prompt_template: str | None
+    resources: Resources
+    repo_resources: dict[str, Resources]
+    task_timeouts: bool
 
 
 class HarnessConfig(_Model):
@@ -61,6 +71,7 @@ class ProxyConfig(_Model):
 
 class ModelConfig(_Model):
     base_url: str | None
+    base_url_env: str | None
     name: str
     api_key_env: str | None
     sampling: dict[str, Any]
@@ -76,6 +87,8 @@ class SandboxConfig(_Model):
     model_config = ConfigDict(extra="allow", frozen=True)  # one options block per provider
     provider: str
     ttl_seconds: int
+    default_image: str | None
+    owner: str | None
     image_rewrites: list[ImageRewrite]
 
     def options(self, provider: str | None = None) -> dict[str, Any]:
@@ -93,6 +106,8 @@ class Timeouts(_Model):
 
 class GradingConfig(_Model):
     reward_threshold: float
+    in_agent_sandbox: bool | list[str]
+    inconclusive_retries: int
 
 
 class PatchConfig(_Model):
@@ -109,6 +124,7 @@ class Config(_Model):
     repeats: int
     retries: int
     concurrency: int
+    nodes: int
     benchmark: BenchmarkConfig
     harness: HarnessConfig
     model: ModelConfig
@@ -237,8 +253,26 @@ def validate(
 def parse(data: Mapping[str, Any], sources: Sequence[tuple[str, Mapping[str, Any]]] = ()) -> Config:
     """Validate and build the typed config; checks the registries too (harness, provider, benchmark)."""
     filled = validate(data, sources)
+    _apply_env(filled)
     cfg = Config.model_validate(filled)
+    _check_benchmark(cfg)
     return cfg
+
+
+def _apply_env(filled: dict[str, Any]) -> None:
+    """model.base_url_env: a set, non-empty environment variable replaces model.base_url."""
+    name = filled["model"].get("base_url_env")
+    if name and os.environ.get(name, "").strip():
+        filled["model"]["base_url"] = os.environ[name].strip()
+
+
+def _check_benchmark(cfg: "Config") -> None:
+    from .tasks.settings import check_template
+
+    check_template(cfg.benchmark.prompt_template)
+    if cfg.grading.in_agent_sandbox and cfg.benchmark.kind != "terminal_bench":
+        raise UserError(f"grading.in_agent_sandbox: only Terminal-Bench tasks are graded in the agent's sandbox; "
+                        f"remove it for benchmark.kind {cfg.benchmark.kind!r}")
 
 
 # --- loading outside Snakemake (CLI, tests) ---------------------------------------------

@@ -103,4 +103,5 @@ class GradeRecord(Record):
     test_exit_code: int | None = None
     tests_status: dict[str, dict[str, list[str]]] = Field(default_factory=dict)
     test_results: dict[str, str] = Field(default_factory=dict)  # test name -> PASSED/FAILED/...
+    report: dict[str, Any] = Field(default_factory=dict)  # the benchmark's own per-instance report
     log_path: str | None = None

@@ -1,7 +1,13 @@
-"""Graders per benchmark family. Heavy grading libraries are imported only here, lazily."""
+"""Graders per benchmark family (a registry), and what every grader gets.
+
+Heavy grading libraries (swebench) are imported inside the grader functions only, so a
+process that does not grade never pays for them.
+"""
 
 from __future__ import annotations
 
+import importlib
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -11,9 +17,44 @@ if TYPE_CHECKING:
     from ..tasks import Task
 
 
-async def grade_task(cfg: "Config", sandbox: "Sandbox", task: "Task", patch: str, base_ref: str,
-                     timeout: float, log_path: str) -> "GradeRecord":
-    """Grade `patch` for `task` inside `sandbox` (fresh, repository at `base_ref`)."""
-    from . import swebench
+@dataclass(frozen=True)
+class Grader:
+    target: str  # "module:function", an async function (GradeContext) -> GradeRecord
+    grades_empty_patch: bool  # False: an empty patch is "empty", not run (SWE-bench's convention)
 
-    return await swebench.grade(sandbox, task, patch, base_ref, timeout, log_path)
+
+# task.family -> grader
+GRADERS: dict[str, Grader] = {
+    "swebench": Grader("sandbatch.grading.swebench:grade", grades_empty_patch=False),
+    "swebench_pro": Grader("sandbatch.grading.swebench_pro:grade", grades_empty_patch=False),
+    # the verifier decides: state outside the diff, or an agent sandbox, may still pass
+    "terminal_bench": Grader("sandbatch.grading.terminal_bench:grade", grades_empty_patch=True),
+}
+
+
+@dataclass
+class GradeContext:
+    cfg: "Config"
+    sandbox: "Sandbox"  # fresh from the task image, repository at base_ref (or the agent's own)
+    task: "Task"
+    patch: str
+    base_ref: str
+    timeout: float  # the grading budget (seconds) for running the tests
+    log_path: str
+    in_agent_sandbox: bool = False  # the agent's sandbox: its state is there already, apply nothing
+
+
+def grader_for(task: "Task") -> Grader:
+    return GRADERS[task.family]
+
+
+async def grade_task(g: GradeContext) -> "GradeRecord":
+    """Grade `g.patch` for `g.task` with the task family's grader."""
+    module, _, func = grader_for(g.task).target.partition(":")
+    return await getattr(importlib.import_module(module), func)(g)
+
+
+def write_log(path: str, parts: list[str]) -> None:
+    from ..util import write_atomic
+
+    write_atomic(path, "\n".join(p for p in parts if p) + "\n")

@@ -1,90 +1,204 @@
-"""Grading of SWE-bench-style tasks: apply, reset tests, apply test_patch, run, compare.
+"""SWE-bench family grading (Verified, Multilingual, self-describing rows, the smoke tasks)
+with the `swebench` package's pieces: the eval script from its per-repo specs, its log
+parsers, its report comparison.
 
-Runs in a fresh sandbox made from the task's image (plus its bundled repository files),
-never in the agent's sandbox.
+In a fresh sandbox from the task image: apply the model patch (with fallbacks), then run
+the eval script - reset the test files, apply test_patch, run the tests between the
+swebench markers - and compare the parsed statuses with FAIL_TO_PASS / PASS_TO_PASS.
+The test command's own exit code is recorded after the end marker; a run that printed
+no test results, or whose log claims no failure while the command failed, did not
+really run its suite and never counts as resolved.
 """
 
 from __future__ import annotations
 
 import re
 import shlex
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from ..records import GradeRecord
-from ..sandbox import Sandbox
-from ..tasks import Task
+from . import GradeContext, write_log
 from .apply import applied_method, apply_script
-from .parsers import PARSERS
 
-_DIFF_FILE = re.compile(r"^diff --git a/(\S+) b/(\S+)", re.M)
-PASSING = {"PASSED", "XFAIL"}
-
-
-def files_in_patch(patch: str) -> list[str]:
-    names: list[str] = []
-    for a, b in _DIFF_FILE.findall(patch):
-        for name in (a, b):
-            if name not in names:
-                names.append(name)
-    return names
+EXIT_VAR = "SANDBATCH_TEST_EXIT_CODE"
+_EXIT_RE = re.compile(rf"^{EXIT_VAR}: (-?\d+)\s*$", re.M)
+TEST_PATCH_FAILED = "SANDBATCH_TEST_PATCH_FAILED"
+HEREDOC = "EOF_SANDBATCH_7d1c9"
+PARSER_MODULES = ("python", "javascript", "go", "java", "rust", "c", "php", "ruby")
+PARSER_ALIASES = {"pytest": "parse_log_pytest"}
 
 
-def compare(results: dict[str, str], fail_to_pass: list[str], pass_to_pass: list[str]) -> dict[str, dict[str, list[str]]]:
-    """SWE-bench's report shape: for each group, which tests passed and which did not."""
-    def split(tests: list[str]) -> dict[str, list[str]]:
-        return {"success": [t for t in tests if results.get(t) in PASSING],
-                "failure": [t for t in tests if results.get(t) not in PASSING]}
-
-    return {"FAIL_TO_PASS": split(fail_to_pass), "PASS_TO_PASS": split(pass_to_pass)}
+class Unsupported(Exception):
+    """The swebench package has no spec or parser for this row."""
 
 
-async def grade(sandbox: Sandbox, task: Task, patch: str, base_ref: str, timeout: float,
-                log_path: str) -> GradeRecord:
-    """Grade `patch` in `sandbox` (already holding the repository at `base_ref`)."""
-    rec = GradeRecord(log_path=log_path)
+@dataclass
+class EvalPlan:
+    script: str
+    parser: Callable[[str, Any], dict[str, str]]
+    test_spec: Any  # what the parser gets as its second argument
+    eval_type: str  # pass_and_fail | fail_only
+
+
+def _parser(name: str) -> Callable[[str, Any], dict[str, str]]:
+    import importlib
+
+    name = PARSER_ALIASES.get(name, name)
+    for mod in PARSER_MODULES:
+        module = importlib.import_module(f"swebench.harness.log_parsers.{mod}")
+        fn = getattr(module, name, None)
+        if callable(fn) and name.startswith("parse_log_"):
+            return fn
+    raise Unsupported(f"log_parser {name!r} is not a parser of swebench's harness.log_parsers")
+
+
+def _with_exit_code(lines: list[str]) -> list[str]:
+    """Record the test command's exit status right after it, echoed after the end marker."""
+    from swebench.harness.constants import END_TEST_OUTPUT
+
+    for i, line in enumerate(lines):
+        if END_TEST_OUTPUT in line:
+            return [*lines[:i], f"{EXIT_VAR}=$?", line, f'echo "{EXIT_VAR}: ${EXIT_VAR}"', *lines[i + 1:]]
+    return lines
+
+
+def _script(lines: list[str]) -> str:
+    return "\n".join(["#!/bin/bash", "set -uxo pipefail", *_with_exit_code(lines)]) + "\n"
+
+
+def _reset_lines(files: list[str], ref: str) -> list[str]:
+    q = shlex.quote(ref)
+    return [f"git checkout -q {q} -- {shlex.quote(f)} 2>/dev/null || rm -f {shlex.quote(f)}" for f in files]
+
+
+def plan(task, workdir: str, base_ref: str) -> EvalPlan:
+    """The eval script, parser and eval type of a row; Unsupported if swebench cannot grade it."""
+    from swebench.harness.constants import (END_TEST_OUTPUT, FAIL_ONLY_REPOS, MAP_REPO_TO_EXT,
+                                            MAP_REPO_VERSION_TO_SPECS, START_TEST_OUTPUT)
+    from swebench.harness.test_spec.test_spec import TestSpec
+    from swebench.harness.utils import get_modified_files
+
+    lines: list[str]
+    if task.eval_script:  # self-describing row: its own script, as the 5.x datasets ship it
+        lines = [ln for ln in task.eval_script.strip().split("\n") if ln not in ("#!/bin/bash", "set -uxo pipefail")]
+        parser = _parser(task.log_parser or "")
+    elif task.test_cmd:  # bundled rows (smoke): the same shape, with the row's test command
+        files = get_modified_files(task.test_patch)
+        lines = [
+            f"cd {shlex.quote(workdir)}",
+            *_reset_lines(files, base_ref),
+            f"git apply -v - <<'{HEREDOC}' || {{ echo {TEST_PATCH_FAILED}; exit 3; }}\n{task.test_patch}\n{HEREDOC}",
+            f": '{START_TEST_OUTPUT}'",
+            task.test_cmd,
+            f": '{END_TEST_OUTPUT}'",
+            *_reset_lines(files, base_ref),
+        ]
+        parser = _parser(task.log_parser or "pytest")
+    else:  # classic row: the package's per-repo spec builds the script
+        from swebench.harness.log_parsers import MAP_REPO_TO_PARSER
+        from swebench.harness.test_spec.create_scripts import make_eval_script_list
+
+        specs = MAP_REPO_VERSION_TO_SPECS.get(task.repo, {}).get(task.version or "")
+        if specs is None:
+            raise Unsupported(f"swebench {_version()} has no spec for repo {task.repo!r} version {task.version!r}; "
+                              f"give the row its own eval_script and log_parser")
+        instance = {"instance_id": task.instance_id, "repo": task.repo, "version": task.version,
+                    "base_commit": task.base_commit, "test_patch": task.test_patch,
+                    "FAIL_TO_PASS": task.fail_to_pass, "PASS_TO_PASS": task.pass_to_pass}
+        lines = make_eval_script_list(instance, specs, "testbed", workdir, task.base_commit, task.test_patch)
+        parser = _parser(task.log_parser) if task.log_parser else MAP_REPO_TO_PARSER[task.repo]
+    eval_type = task.eval_type or ("fail_only" if task.repo in FAIL_ONLY_REPOS else "pass_and_fail")
+    spec = TestSpec(instance_id=task.instance_id, repo=task.repo, version=task.version or "",
+                    repo_script_list=[], eval_script_list=lines, env_script_list=[], arch="x86_64",
+                    FAIL_TO_PASS=task.fail_to_pass, PASS_TO_PASS=task.pass_to_pass,
+                    language=MAP_REPO_TO_EXT.get(task.repo, "py"), docker_specs={}, namespace=None)
+    return EvalPlan(script=_script(lines), parser=parser, test_spec=spec, eval_type=eval_type)
+
+
+def _version() -> str:
+    from importlib.metadata import version
+
+    return version("swebench")
+
+
+def parse_log(log: str, p: EvalPlan) -> tuple[dict[str, str], bool]:
+    """(status map, found) as swebench's get_logs_eval reads a log: only between its markers
+    (the whole log as a fallback), nothing when an error marker is present."""
+    from swebench.harness.constants import (APPLY_PATCH_FAIL, END_TEST_OUTPUT, RESET_FAILED, START_TEST_OUTPUT,
+                                            TESTS_ERROR, TESTS_TIMEOUT)
+
+    if any(code in log for code in (APPLY_PATCH_FAIL, RESET_FAILED, TESTS_ERROR, TESTS_TIMEOUT)):
+        return {}, False
+    if START_TEST_OUTPUT not in log or END_TEST_OUTPUT not in log:
+        return {}, False
+    inside = log.split(START_TEST_OUTPUT, 1)[1].split(END_TEST_OUTPUT, 1)[0]
+    status = p.parser(inside, p.test_spec) or p.parser(log, p.test_spec)
+    return status, True
+
+
+def report(status: dict[str, str], p: EvalPlan) -> tuple[dict[str, dict[str, list[str]]], bool]:
+    """swebench's comparison: per-group success/failure lists, and whether it is fully resolved."""
+    from swebench.harness.constants import (FAIL_TO_FAIL, FAIL_TO_PASS, PASS_TO_FAIL, PASS_TO_PASS, EvalType,
+                                            ResolvedStatus)
+    from swebench.harness.grading import get_eval_tests_report, get_resolution_status
+
+    gold = {FAIL_TO_PASS: p.test_spec.FAIL_TO_PASS, PASS_TO_PASS: p.test_spec.PASS_TO_PASS,
+            FAIL_TO_FAIL: [], PASS_TO_FAIL: []}
+    tests_status = get_eval_tests_report(status, gold, eval_type=EvalType(p.eval_type))
+    return tests_status, get_resolution_status(tests_status) == ResolvedStatus.FULL.value
+
+
+async def grade(g: GradeContext) -> GradeRecord:
+    sandbox, task = g.sandbox, g.task
+    rec = GradeRecord(log_path=g.log_path)
+    rec.report = {"patch_is_None": False, "patch_exists": True, "patch_successfully_applied": False,
+                  "resolved": False}
+    try:
+        p = plan(task, sandbox.workdir, g.base_ref)
+    except Unsupported as exc:
+        rec.status, rec.failure_class, rec.error = "infra_error", "grading_unsupported", str(exc)
+        return rec
     log: list[str] = []
     model_patch = f"{sandbox.tmpdir}/model.patch"
-    await sandbox.upload(model_patch, patch.encode("utf-8"))
-    applied = await sandbox.exec(apply_script(model_patch), timeout=timeout)
+    await sandbox.upload(model_patch, g.patch.encode("utf-8", "surrogateescape"))
+    applied = await sandbox.exec(apply_script(model_patch), timeout=g.timeout)
     log += ["$ apply model patch", applied.stdout, applied.stderr]
     rec.apply_method = applied_method(applied.stdout)
     rec.patch_applied = rec.apply_method is not None
     if not rec.patch_applied:
         rec.failure_class = "patch_apply_failed"
-        _write_log(log_path, log)
+        write_log(g.log_path, log)
         return rec
+    rec.report["patch_successfully_applied"] = True
 
-    # the agent may have edited the tests: put them back before applying the real ones
-    test_patch = f"{sandbox.tmpdir}/test.patch"
-    await sandbox.upload(test_patch, task.test_patch.encode("utf-8"))
-    resets = " ".join(
-        f"git checkout -q {shlex.quote(base_ref)} -- {shlex.quote(f)} 2>/dev/null || rm -f {shlex.quote(f)};"
-        for f in files_in_patch(task.test_patch))
-    prep = await sandbox.exec(f"{resets} git apply --verbose {shlex.quote(test_patch)}", timeout=timeout)
-    log += ["$ reset test files and apply test patch", prep.stdout, prep.stderr]
-    if not prep.ok:
+    eval_path = f"{sandbox.tmpdir}/eval.sh"
+    await sandbox.upload(eval_path, p.script.encode("utf-8"), mode=0o755)
+    run = await sandbox.exec(f"bash {shlex.quote(eval_path)} 2>&1", timeout=g.timeout)
+    out = run.stdout + (f"\n{run.stderr}" if run.stderr else "")
+    log += ["$ bash eval.sh", out]
+    write_log(g.log_path, log)
+    if TEST_PATCH_FAILED in out:
         rec.status, rec.failure_class = "infra_error", "test_patch_apply_failed"
-        rec.error = f"the task's test_patch did not apply: {prep.stderr.strip()[-200:]}"
-        _write_log(log_path, log)
+        rec.error = "the task's test_patch did not apply after resetting the test files"
         return rec
-
-    run = await sandbox.exec(task.test_cmd or "python -m pytest -rA", timeout=timeout)
-    log += [f"$ {task.test_cmd}", run.stdout, run.stderr]
-    _write_log(log_path, log)
-    rec.test_exit_code = run.exit_code
+    m = _EXIT_RE.findall(out)
+    rec.test_exit_code = int(m[-1]) if m else (None if run.timed_out else run.exit_code)
     if run.timed_out:
         rec.failure_class = "tests_timeout"
-    results = PARSERS[task.log_parser](run.stdout + "\n" + run.stderr)
-    rec.test_results = results
-    rec.tests_ran = bool(results)
-    rec.tests_status = compare(results, task.fail_to_pass, task.pass_to_pass)
-    rec.resolved = rec.tests_ran and not rec.tests_status["FAIL_TO_PASS"]["failure"] and not rec.tests_status["PASS_TO_PASS"]["failure"]
+        return rec
+    status, found = parse_log(out, p)
+    rec.test_results = status
+    rec.tests_ran = found and bool(status)
+    if rec.tests_ran and rec.test_exit_code not in (None, 0) and not any(
+            s in ("FAILED", "ERROR") for s in status.values()):
+        # the log claims no failure while the test command failed: it is not this run's log
+        rec.tests_ran = False
+        rec.failure_class = "test_log_inconsistent"
+    if not rec.tests_ran:
+        rec.failure_class = rec.failure_class or "tests_did_not_run"
+        return rec
+    rec.tests_status, rec.resolved = report(status, p)
     rec.reward = 1.0 if rec.resolved else 0.0
-    if not rec.tests_ran and rec.failure_class is None:
-        rec.failure_class = "tests_did_not_run"
+    rec.report.update(resolved=rec.resolved, tests_status=rec.tests_status)
     return rec
-
-
-def _write_log(path: str, parts: list[str]) -> None:
-    from ..util import write_atomic
-
-    write_atomic(path, "\n".join(p for p in parts if p) + "\n")

@@ -1,8 +1,14 @@
-"""`oracle`: applies the task's reference solution, so a run measures the graders and images."""
+"""`oracle`: applies the task's reference solution, so a run measures the graders and images.
+
+The reference solution is the gold patch, or for Terminal-Bench `solution/solve.sh`
+(uploaded to /solution and run in the workdir, as the agent would act).
+"""
 
 from __future__ import annotations
 
+import shlex
 import time
+from pathlib import Path
 
 from .. import responses
 from ..grading.apply import applied_method, apply_script
@@ -14,6 +20,8 @@ class OracleHarness(Harness):
     needs_model = False
 
     async def run(self, sandbox, ctx: RunContext) -> Outcome:
+        if ctx.task.task_dir:
+            return await self._solve(sandbox, ctx)
         patch_path = f"{sandbox.tmpdir}/gold.patch"
         await sandbox.upload(patch_path, ctx.task.patch.encode("utf-8"))
         events = [{"type": "apply_patch", "path": patch_path, "bytes": len(ctx.task.patch.encode("utf-8"))}]
@@ -21,6 +29,27 @@ class OracleHarness(Harness):
         result = await sandbox.exec(apply_script(patch_path), timeout=ctx.timeouts.agent)
         events.append({"type": "apply_patch_result", "exit_code": result.exit_code,
                        "method": applied_method(result.stdout), "output": tail(result.stdout + result.stderr)})
+        status, failure = self.status_for_exit(result.exit_code, result.timed_out)
+        return Outcome(events=events, exit_code=result.exit_code, status=status, failure_class=failure,
+                       timed_out=result.timed_out, stderr_tail=tail(result.stderr),
+                       agent_s=time.monotonic() - start)
+
+    async def _solve(self, sandbox, ctx: RunContext) -> Outcome:
+        from ..grading.terminal_bench import upload_dir
+
+        solution = Path(ctx.task.task_dir) / "solution"
+        if not (solution / "solve.sh").is_file():
+            return Outcome(events=[{"type": "error", "error": f"{solution}/solve.sh not found"}], exit_code=None,
+                           status="agent_error", failure_class="no_reference_solution")
+        await upload_dir(sandbox, solution, "/solution", ctx.task.workdir)
+        script = sandbox.map_path("/solution") + "/solve.sh"
+        events = [{"type": "apply_patch", "path": "/solution/solve.sh", "bytes": (solution / "solve.sh").stat().st_size}]
+        start = time.monotonic()
+        result = await sandbox.exec(f"bash {shlex.quote(script)}", timeout=ctx.timeouts.agent, cwd=sandbox.workdir)
+        # the agent must not leave the solution behind for the verifier to find
+        await sandbox.exec(f"rm -rf {shlex.quote(sandbox.map_path('/solution'))}", timeout=60)
+        events.append({"type": "apply_patch_result", "exit_code": result.exit_code, "method": "solve.sh",
+                       "output": tail(result.stdout + result.stderr)})
         status, failure = self.status_for_exit(result.exit_code, result.timed_out)
         return Outcome(events=events, exit_code=result.exit_code, status=status, failure_class=failure,
                        timed_out=result.timed_out, stderr_tail=tail(result.stderr),

@@ -105,6 +105,12 @@ class Sandbox(abc.ABC):
     async def delete(self) -> None:
         await self.provider.delete(self.id)
 
+    def map_path(self, path: str) -> str:
+        """Where an absolute path of the task's image (/logs/verifier, /tests, the image's
+        workdir) lives in this sandbox: itself, except on providers without a filesystem
+        of their own per sandbox (local)."""
+        return path
+
     def host_path(self, path: str) -> str | None:
         """Where `path` inside the sandbox is visible on this host, if it is (local provider)."""
         return None

@@ -97,6 +97,20 @@ class LocalSandbox(Sandbox):
     def host_path(self, path: str) -> str | None:
         return path
 
+    # Image paths a benchmark needs per sandbox (Terminal-Bench's verifier reads /tests and
+    # writes /logs/verifier). On this host they would be shared by every sandbox and need
+    # root, so each sandbox gets its own copy under <root>/<id>/fs/.
+    MAPPED_ROOTS = ("/logs", "/tests", "/solution")
+
+    def map_path(self, path: str) -> str:
+        wd = self.spec.workdir.rstrip("/")
+        if wd and (path == wd or path.startswith(wd + "/")):
+            return self.workdir + path[len(wd):]
+        for prefix in self.MAPPED_ROOTS:
+            if path == prefix or path.startswith(prefix + "/"):
+                return str(self.root / "fs") + path
+        return path
+
 
 def _killpg(pid: int) -> None:
     try:

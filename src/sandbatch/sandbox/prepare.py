@@ -39,9 +39,22 @@ async def prepare_repo(sandbox: Sandbox, task: Task, timeout: float) -> str:
             f"set -e; mkdir -p {wd}; tar -xf {shlex.quote(archive)} -C {wd}; rm -f {shlex.quote(archive)}; "
             f"cd {wd}; git init -q; git add -A; git commit -q --no-verify -m base; git rev-parse HEAD"
         )
+    elif task.snapshot_workdir:
+        # not a checkout (Terminal-Bench): the initial state becomes the base commit, so
+        # the agent's changes can be diffed and replayed; a task's own repository is kept
+        script = (
+            f"set -e; mkdir -p {wd}; cd {wd}; if [ ! -e .git ]; then git init -q; git add -A; "
+            f"git commit -q --no-verify --allow-empty -m base; fi; git rev-parse HEAD"
+        )
+    elif task.base_commit and task.reset_to_base:
+        script = f"set -e; cd {wd}; git reset -q --hard {shlex.quote(task.base_commit)}; git rev-parse HEAD"
+    elif task.base_commit:
+        # SWE-bench images commit their setup on top of the base commit: keep that HEAD
+        base = shlex.quote(task.base_commit)
+        script = (f"set -e; cd {wd}; if ! git merge-base --is-ancestor {base} HEAD 2>/dev/null; "
+                  f"then git checkout -q {base}; fi; git rev-parse HEAD")
     else:
-        checkout = f"git checkout -q {shlex.quote(task.base_commit)}; " if task.base_commit else ""
-        script = f"set -e; cd {wd}; {checkout}git rev-parse HEAD"
+        script = f"set -e; cd {wd}; git rev-parse HEAD"
     result = await sandbox.exec(script, timeout=timeout, env=GIT_ENV, cwd="/" if not task.repo_dir else None)
     if not result.ok:
         raise SandboxError(

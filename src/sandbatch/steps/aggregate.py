@@ -15,11 +15,11 @@ from ..config import Config
 from ..errors import UserError
 from ..records import (GRADE, HARNESS, PATCH, PATCH_INFO, RESPONSE, SANDBOX, GradeRecord, HarnessRecord,
                        PatchRecord, SandboxRecord, load, now)
-from ..tasks import Task, load_tasks
+from ..tasks import TaskRef, select_tasks
 from ..util import read_json, write_atomic, write_json, write_jsonl
 
 
-def rollout_row(cfg: Config, task: Task, repeat: int) -> dict[str, Any]:
+def rollout_row(cfg: Config, task: TaskRef, repeat: int) -> dict[str, Any]:
     d = cfg.run_dir / task.id / str(repeat)
     sb = load(SandboxRecord, d / SANDBOX)
     hr = load(HarnessRecord, d / HARNESS)
@@ -45,7 +45,7 @@ def rollout_row(cfg: Config, task: Task, repeat: int) -> dict[str, Any]:
 
 
 def run(cfg: Config, cfg_raw: dict[str, Any]) -> None:
-    tasks = load_tasks(cfg.benchmark)
+    tasks = select_tasks(cfg.benchmark)
     rows = [rollout_row(cfg, t, r) for t in tasks for r in range(cfg.repeats)]
     out = cfg.run_dir
     write_jsonl(out / "rollouts.jsonl", rows)

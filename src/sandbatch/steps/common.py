@@ -8,19 +8,21 @@ aggregate still runs and reports it apart. Agent outcomes are records, never exc
 
 from __future__ import annotations
 
+import abc
 import argparse
 import asyncio
 import signal
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Awaitable, Callable
+from typing import Callable
 
-from ..config import Config
+from ..config import Config, Timeouts
 from ..errors import InfraError, UserError
 from ..records import now
+from ..sandbox import Provider, get_provider
 from ..tasks import Task, get_task
 
 
@@ -37,8 +39,24 @@ class StepContext:
         return Config.model_validate_json(self.config_path.read_text(encoding="utf-8"))
 
     @cached_property
+    def provider(self) -> Provider:
+        """One provider (one set of client connections) per step process."""
+        return get_provider(self.cfg.sandbox)
+
+    async def aclose(self) -> None:
+        if "provider" in self.__dict__:
+            await self.provider.aclose()
+
+    @cached_property
     def task(self) -> Task:
         return get_task(self.cfg.benchmark, self.task_id)
+
+    @cached_property
+    def timeouts(self) -> Timeouts:
+        """The config's per-phase limits with the task's own (Terminal-Bench task.toml) applied."""
+        from ..tasks.settings import timeouts_for
+
+        return timeouts_for(self.cfg, self.task)
 
     @property
     def dir(self) -> Path:
@@ -56,21 +74,26 @@ class StepContext:
         return seconds * self.attempt
 
 
-class Step:
+class Step(abc.ABC):
     """Subclasses implement `run` (write the outputs) and `fail` (write failure outputs)."""
 
     name = "step"
+    # Steps after the agent retry inside their own process: on Slurm a rollout's steps run
+    # as one group job, and a failed job there reruns the whole group, the agent included.
+    retry_in_process = False
 
     def __init__(self, ctx: StepContext):
         self.ctx = ctx
         self.started_at = now()
         self.t0 = time.monotonic()
 
+    @abc.abstractmethod
     async def run(self) -> None:
-        raise NotImplementedError
+        """Write the step's outputs; raise InfraError for infrastructure failures."""
 
+    @abc.abstractmethod
     def fail(self, exc: InfraError) -> None:
-        raise NotImplementedError
+        """After the last attempt: write the outputs as an infra_error record."""
 
     def stamp(self, rec):
         rec.started_at, rec.finished_at = self.started_at, now()
@@ -90,31 +113,37 @@ def parse_args(argv: list[str] | None = None) -> StepContext:
     return StepContext(a.config, a.task, a.repeat, a.attempt, a.max_attempts)
 
 
-async def _run_with_signals(coro: Awaitable[None]) -> None:
+async def _run_with_signals(step: Step) -> None:
     """SIGTERM/SIGINT cancel the step, so its `finally` blocks delete what it created."""
-    task = asyncio.ensure_future(coro)
+    task = asyncio.ensure_future(step.run())
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, task.cancel)
-    await task
+    try:
+        await task
+    finally:
+        await step.ctx.aclose()
 
 
 def main(step_cls: Callable[[StepContext], Step], argv: list[str] | None = None) -> int:
     ctx = parse_args(argv)
-    step = step_cls(ctx)
-    label = f"{step.name} {ctx.task_id}/{ctx.repeat} (attempt {ctx.attempt}/{ctx.max_attempts})"
-    try:
-        asyncio.run(_run_with_signals(step.run()))
-    except UserError as exc:
-        print(f"sandbatch: error: {exc}", file=sys.stderr)
-        return 2
-    except asyncio.CancelledError:
-        print(f"sandbatch: {label}: stopped by a signal", file=sys.stderr)
-        return 143
-    except InfraError as exc:
-        print(f"sandbatch: {label}: infra error [{exc.failure_class}]: {exc}", file=sys.stderr)
-        if not ctx.last_attempt:
-            return 1
-        step.fail(exc)
-        return 0
-    return 0
+    while True:
+        step = step_cls(ctx)
+        label = f"{step.name} {ctx.task_id}/{ctx.repeat} (attempt {ctx.attempt}/{ctx.max_attempts})"
+        try:
+            asyncio.run(_run_with_signals(step))
+            return 0
+        except UserError as exc:
+            print(f"sandbatch: error: {exc}", file=sys.stderr)
+            return 2
+        except asyncio.CancelledError:
+            print(f"sandbatch: {label}: stopped by a signal", file=sys.stderr)
+            return 143
+        except InfraError as exc:
+            print(f"sandbatch: {label}: infra error [{exc.failure_class}]: {exc}", file=sys.stderr)
+            if ctx.last_attempt:
+                step.fail(exc)
+                return 0
+            if not step.retry_in_process:
+                return 1  # Snakemake retries the job
+            ctx = replace(ctx, attempt=ctx.attempt + 1)

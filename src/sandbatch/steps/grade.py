@@ -1,18 +1,34 @@
-"""Step 5: grade the patch in a fresh sandbox from the task's image; write grade.json."""
+"""Step 5: grade the patch in a fresh sandbox from the task's image; write grade.json.
+
+Terminal-Bench tasks listed in grading.in_agent_sandbox are graded in the agent's own
+sandbox instead (the patch step left it alive); it is deleted here afterwards.
+"""
 
 from __future__ import annotations
 
 import asyncio
 
 from ..errors import InfraError
-from ..grading import grade_task
-from ..records import GRADE, PATCH, PATCH_INFO, GradeRecord, PatchRecord, load
+from ..grading import GradeContext, grade_task, grader_for
+from ..records import GRADE, PATCH, PATCH_INFO, SANDBOX, GradeRecord, PatchRecord, SandboxRecord, load
+from ..sandbox import Sandbox, SandboxGone
+from ..tasks.settings import grades_in_agent_sandbox
 from .common import Step
 from .sandbox import build_spec, create_prepared
 
 
 class GradeStep(Step):
     name = "grade"
+    retry_in_process = True
+
+    async def _agent_sandbox(self) -> tuple[Sandbox, str]:
+        handle = load(SandboxRecord, self.ctx.path(SANDBOX))
+        try:
+            sandbox = await self.ctx.provider.connect(handle.sandbox_id, handle.spec)
+        except SandboxGone:
+            raise SandboxGone(f"the agent's sandbox {handle.sandbox_id} is gone and this task is graded in it "
+                              f"(grading.in_agent_sandbox); rerun the rollout") from None
+        return sandbox, handle.base_ref or "HEAD"
 
     async def run(self) -> None:
         ctx = self.ctx
@@ -20,24 +36,32 @@ class GradeStep(Step):
         if info.failed_infra:
             return self._save(GradeRecord(status="infra_error", failure_class=info.failure_class, error=info.error))
         patch = ctx.path(PATCH).read_bytes().decode("utf-8", "surrogateescape")
-        if not patch.strip():
+        in_agent = grades_in_agent_sandbox(ctx.cfg, ctx.task)
+        if not patch.strip() and not grader_for(ctx.task).grades_empty_patch:
             # SWE-bench's convention: an empty patch is "empty", not run
-            return self._save(GradeRecord(patch_empty=True, failure_class="empty_patch"))
-        sandbox, base_ref = await create_prepared(ctx, build_spec(ctx, "grade"))
+            return self._save(GradeRecord(patch_empty=True, failure_class="empty_patch",
+                                          report={"patch_is_None": False, "patch_exists": False,
+                                                  "patch_successfully_applied": False, "resolved": False}))
+        if in_agent:
+            sandbox, base_ref = await self._agent_sandbox()
+        else:
+            sandbox, base_ref = await create_prepared(ctx, build_spec(ctx, "grade"))
+        timeout = ctx.scaled(ctx.timeouts.grade)
         try:
-            timeout = ctx.scaled(ctx.cfg.timeouts.grade)
             rec = await asyncio.wait_for(
-                grade_task(ctx.cfg, sandbox, ctx.task, patch, base_ref, timeout, str(ctx.path("grade.log"))),
+                grade_task(GradeContext(cfg=ctx.cfg, sandbox=sandbox, task=ctx.task, patch=patch, base_ref=base_ref,
+                                        timeout=timeout, log_path=str(ctx.path("grade.log")),
+                                        in_agent_sandbox=in_agent)),
                 timeout)
         except asyncio.TimeoutError:
-            raise InfraError(f"grading took longer than {ctx.scaled(ctx.cfg.timeouts.grade):.0f} s",
-                             "grade_timeout") from None
+            raise InfraError(f"grading took longer than {timeout:.0f} s", "grade_timeout") from None
         except (InfraError, asyncio.CancelledError):
             raise
         except Exception as exc:
             raise InfraError(f"the grader crashed: {exc!r}", "grader_crash") from exc
         finally:
             await asyncio.shield(sandbox.delete())
+        rec.patch_empty = not patch.strip()
         self._save(rec)
 
     def _save(self, rec: GradeRecord) -> None:

@@ -9,8 +9,9 @@ import time
 from ..errors import InfraError
 from ..harness import Harness, Outcome, RunContext, get_harness
 from ..records import EVENTS, HARNESS, MODEL_CALLS, SANDBOX, HarnessRecord, SandboxRecord, load
-from ..sandbox import Sandbox, SandboxGone, get_provider
+from ..sandbox import Sandbox, SandboxGone
 from ..util import write_atomic, write_jsonl
+from ..tasks.settings import prompt_for
 from .common import Step
 from .sandbox import create_prepared, fill
 
@@ -30,7 +31,7 @@ class HarnessStep(Step):
 
     async def _sandbox(self, handle: SandboxRecord) -> Sandbox:
         """The recorded sandbox if it is alive and unused, else a fresh one (recorded anew)."""
-        provider = get_provider(self.ctx.cfg.sandbox)
+        provider = self.ctx.provider
         try:
             sandbox = await provider.connect(handle.sandbox_id, handle.spec)
             used = await sandbox.exec(f"test -e {sandbox.tmpdir}/{STARTED_MARK}", timeout=60)
@@ -56,11 +57,11 @@ class HarnessStep(Step):
         try:
             await sandbox.upload(f"{sandbox.tmpdir}/{STARTED_MARK}", b"")
             run_ctx = RunContext(
-                task=ctx.task, prompt=ctx.task.problem_statement,
+                task=ctx.task, prompt=prompt_for(ctx.task, cfg.benchmark),
                 config=self.harness.merge_config(cfg.harness.config), version=cfg.harness.version,
                 model=cfg.model, model_url=cfg.model.base_url,
                 api_key=os.environ.get(cfg.model.api_key_env) if cfg.model.api_key_env else None,
-                timeouts=cfg.timeouts, rollout_dir=ctx.dir)
+                timeouts=ctx.timeouts, rollout_dir=ctx.dir)
             t0 = time.monotonic()
             try:
                 await asyncio.wait_for(self.harness.install(sandbox, run_ctx), ctx.scaled(cfg.timeouts.install))

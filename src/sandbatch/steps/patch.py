@@ -6,7 +6,8 @@ import shlex
 
 from ..errors import InfraError
 from ..records import HARNESS, PATCH, PATCH_INFO, SANDBOX, HarnessRecord, PatchRecord, SandboxRecord, load
-from ..sandbox import SandboxError, get_provider
+from ..sandbox import SandboxError
+from ..tasks.settings import grades_in_agent_sandbox
 from ..util import write_atomic
 from .common import Step
 
@@ -22,6 +23,7 @@ def diff_script(workdir: str, base_ref: str, out: str, exclude: list[str]) -> st
 
 class PatchStep(Step):
     name = "patch"
+    retry_in_process = True
 
     async def run(self) -> None:
         ctx = self.ctx
@@ -30,10 +32,10 @@ class PatchStep(Step):
         if handle.failed_infra or harness.failed_infra:
             failed = handle if handle.failed_infra else harness
             if handle.sandbox_id:
-                await get_provider(ctx.cfg.sandbox).delete(handle.sandbox_id)
+                await ctx.provider.delete(handle.sandbox_id)
             return self._write(b"", PatchRecord(status="infra_error", failure_class=failed.failure_class,
                                                 error=f"upstream: {failed.error}", sandbox_deleted=True))
-        provider = get_provider(ctx.cfg.sandbox)
+        provider = ctx.provider
         sandbox = await provider.connect(handle.sandbox_id, handle.spec)
         out = f"{sandbox.tmpdir}/agent.patch"
         result = await sandbox.exec(diff_script(sandbox.workdir, handle.base_ref, out, ctx.cfg.patch.exclude),
@@ -45,9 +47,12 @@ class PatchStep(Step):
         if data and not data.endswith(b"\n"):
             data += b"\n"
         files = [f for f in result.stdout.splitlines() if f.strip()]
-        # the agent sandbox is done: the grader works in a fresh one
-        await sandbox.delete()
-        self._write(data, PatchRecord(bytes=len(data), files=files, empty=not data.strip(), sandbox_deleted=True))
+        # the agent sandbox is done: the grader works in a fresh one (unless the task is
+        # graded in the agent's own sandbox; the grade step deletes it then)
+        keep = grades_in_agent_sandbox(ctx.cfg, ctx.task)
+        if not keep:
+            await sandbox.delete()
+        self._write(data, PatchRecord(bytes=len(data), files=files, empty=not data.strip(), sandbox_deleted=not keep))
 
     def _write(self, data: bytes, rec: PatchRecord) -> None:
         write_atomic(self.ctx.path(PATCH), data)

@@ -3,30 +3,36 @@
 from __future__ import annotations
 
 import asyncio
+import getpass
 
 from ..errors import InfraError
 from ..ids import label_value
 from ..records import SANDBOX, SandboxRecord
-from ..sandbox import Sandbox, SandboxError, SandboxSpec, get_provider, rewrite_image
+from ..sandbox import Sandbox, SandboxError, SandboxSpec, rewrite_image
+from ..sandbox.base import Resources
 from ..sandbox.prepare import prepare_repo
+from ..tasks.settings import resources_for
 from .common import Step, StepContext
+
+
+def run_labels(cfg) -> dict[str, str]:
+    """The labels that find every sandbox of a run (providers may prefix the keys)."""
+    return {"run": label_value(cfg.run), "owner": label_value(cfg.sandbox.owner or getpass.getuser())}
 
 
 def build_spec(ctx: StepContext, role: str) -> SandboxSpec:
     cfg, task = ctx.cfg, ctx.task
-    image = rewrite_image(task.image, cfg.sandbox.image_rewrites) if task.image else None
-    labels = {
-        "sandbatch.run": label_value(cfg.run),
-        "sandbatch.task": label_value(task.id),
-        "sandbatch.repeat": str(ctx.repeat),
-        "sandbatch.role": role,
-    }
-    return SandboxSpec(image=image, workdir=task.workdir, ttl_seconds=cfg.sandbox.ttl_seconds, labels=labels)
+    image = task.image or cfg.sandbox.default_image
+    image = rewrite_image(image, cfg.sandbox.image_rewrites) if image else None
+    labels = {**run_labels(cfg), "task": label_value(task.id), "repeat": str(ctx.repeat), "role": role}
+    extra = {"allow_internet": task.allow_internet} if task.allow_internet is not None else {}
+    return SandboxSpec(image=image, workdir=task.workdir, ttl_seconds=cfg.sandbox.ttl_seconds, labels=labels,
+                       resources=Resources(**resources_for(cfg, task)), entrypoint=task.entrypoint, **extra)
 
 
 async def create_prepared(ctx: StepContext, spec: SandboxSpec) -> tuple[Sandbox, str]:
     """A sandbox holding the task's repository at its base commit, or SandboxError (nothing left behind)."""
-    provider = get_provider(ctx.cfg.sandbox)
+    provider = ctx.provider
     timeout = ctx.scaled(ctx.cfg.timeouts.sandbox)
     try:
         sandbox = await asyncio.wait_for(provider.create(spec), timeout)

@@ -1,11 +1,12 @@
-"""The task row every benchmark loader produces, and the loader interface."""
+"""The task row every benchmark loader produces, and what loaders share."""
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Protocol, TypeVar
 
 from pydantic import BaseModel, Field
 
@@ -17,37 +18,78 @@ class Task(BaseModel):
 
     id: str  # path- and wildcard-safe (sandbatch.ids.path_id)
     instance_id: str  # the benchmark's own id
+    family: str = "swebench"  # grader family: swebench | swebench_pro | terminal_bench
     repo: str = ""
     base_commit: str | None = None
     problem_statement: str = ""
+    prompt: str = ""  # what the agent is asked (the family's default; benchmark.prompt_template may wrap it)
+    prompt_fields: dict[str, str] = Field(default_factory=dict)  # extra placeholders for prompt templates
     patch: str = ""  # the gold patch
     test_patch: str = ""
     fail_to_pass: list[str] = Field(default_factory=list)
     pass_to_pass: list[str] = Field(default_factory=list)
+    version: str | None = None
     image: str | None = None
     workdir: str = "/testbed"
+    entrypoint: list[str] | None = None  # keep-alive override for images whose ENTRYPOINT gets in the way
+    resources: dict[str, str] = Field(default_factory=dict)  # the task's own cpu / memory / disk
+    allow_internet: bool | None = None
+    timeouts: dict[str, float] = Field(default_factory=dict)  # the task's own agent / grade limits (seconds)
     repo_dir: str | None = None  # absolute path of bundled repository files, if any
+    snapshot_workdir: bool = False  # workdir is not a git checkout: commit its initial state as the base
+    reset_to_base: bool = False  # hard-reset the checkout to base_commit (else a HEAD on top of it is kept)
     test_cmd: str | None = None
-    log_parser: str = "pytest"
+    log_parser: str | None = None  # a swebench log parser name (parse_log_pytest) or "pytest"
+    eval_script: str | None = None  # self-describing rows: the script that applies test_patch and runs tests
+    eval_type: str | None = None  # pass_and_fail | fail_only
+    # SWE-bench Pro
+    before_repo_set_cmd: str | None = None
+    selected_test_files: list[str] = Field(default_factory=list)
+    run_script: str | None = None
+    parser_script: str | None = None
+    # Terminal-Bench: the task directory on this host (tests/ and solution/ live there)
+    task_dir: str | None = None
     extra: dict[str, Any] = Field(default_factory=dict)  # every other field of the row
 
 
 def parse_list(value: Any, where: str) -> list[str]:
-    """A list column that may arrive as a list or as a JSON-encoded string."""
+    """A list column: a list, a JSON-encoded list, or a Python-literal list ("['a', 'b']").
+
+    Python literals are read with ast.literal_eval on the string (it evaluates literals
+    only, never code); anything but a list/tuple of strings is an error.
+    """
+    if value is None:
+        return []
     if isinstance(value, list):
-        return [str(v) for v in value]
+        if all(isinstance(v, str) for v in value):
+            return list(value)
+        raise UserError(f"{where}: every entry must be a string (a test name or file)")
     if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            return []
         try:
-            parsed = json.loads(value) if value.strip() else []
+            parsed = json.loads(text)
         except json.JSONDecodeError:
-            raise UserError(f"{where}: {value[:60]!r} is not a JSON list of test names") from None
-        if isinstance(parsed, list):
-            return [str(v) for v in parsed]
-    raise UserError(f"{where}: expected a list of test names, got {type(value).__name__}")
+            try:
+                parsed = ast.literal_eval(text)
+            except (ValueError, SyntaxError, MemoryError, RecursionError):
+                raise UserError(f"{where}: {value[:60]!r} is neither a JSON nor a Python list of strings") from None
+        if isinstance(parsed, (list, tuple)) and all(isinstance(v, str) for v in parsed):
+            return list(parsed)
+        raise UserError(f"{where}: {value[:60]!r} is not a list of strings")
+    raise UserError(f"{where}: expected a list of strings, got {type(value).__name__}")
 
 
-def select(tasks: list[Task], limit: int | None, instance_ids: list[str], pattern: str | None,
-           source: str) -> list[Task]:
+class HasInstanceId(Protocol):
+    instance_id: str
+
+
+T = TypeVar("T", bound=HasInstanceId)
+
+
+def select(tasks: list[T], limit: int | None, instance_ids: list[str], pattern: str | None,
+           source: str) -> list[T]:
     """Apply benchmark.instance_ids, benchmark.filter and benchmark.limit, in that order."""
     if instance_ids:
         known = {t.instance_id for t in tasks}
@@ -67,11 +109,13 @@ def select(tasks: list[Task], limit: int | None, instance_ids: list[str], patter
     return tasks
 
 
-def check_unique(tasks: list[Task], source: str) -> None:
+def check_unique(tasks: Iterable[Any], source: str) -> None:
     seen: dict[str, str] = {}
+    ids: set[str] = set()
     for t in tasks:
-        if t.instance_id in seen.values():
+        if t.instance_id in ids:
             raise UserError(f"{source}: duplicate task id {t.instance_id!r}; every instance_id must be unique")
+        ids.add(t.instance_id)
         if t.id in seen:
             raise UserError(f"{source}: task ids {seen[t.id]!r} and {t.instance_id!r} map to the same path {t.id!r}")
         seen[t.id] = t.instance_id
@@ -86,3 +130,16 @@ def resolve_path(path: str, base_dirs: list[Path]) -> Path:
         if (base / p).exists():
             return (base / p).resolve()
     return (Path.cwd() / p).resolve()
+
+
+def schema_error(where: str, validator, row: Any) -> None:
+    """Raise the first JSON Schema error of `row` as one line naming the field."""
+    errors = sorted(validator.iter_errors(row), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
+    if not errors:
+        return
+    err = errors[0]
+    if err.validator == "required":
+        field = err.message.split("'")[1] if "'" in err.message else "<row>"
+        raise UserError(f"{where}: field {field}: is required but missing")
+    field = ".".join(map(str, err.absolute_path)) or "<row>"
+    raise UserError(f"{where}: field {field}: {err.message[:200]}")

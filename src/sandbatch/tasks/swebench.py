@@ -1,13 +1,23 @@
-"""Classic SWE-bench rows (JSONL), and the bundled smoke benchmark in the same format."""
+"""SWE-bench rows (JSONL): classic Verified / Multilingual rows, self-describing rows that
+carry `image`, `eval_script`, `log_parser`, `eval_type` (the swebench 5.x dataset shape),
+and the bundled smoke benchmark (classic rows plus `repo_dir` and `test_cmd`)."""
 
 from __future__ import annotations
 
-import json
+import functools
 from pathlib import Path
+from typing import Any
 
 from ..errors import UserError
 from ..ids import path_id
-from .base import Task, parse_list
+from .base import Task, parse_list, schema_error
+from .jsonl import iter_rows, read_row
+
+SCHEMA = "tasks/swebench.schema.yaml"
+WORKDIR = "/testbed"
+KNOWN = {"instance_id", "repo", "base_commit", "problem_statement", "patch", "test_patch", "FAIL_TO_PASS",
+         "PASS_TO_PASS", "version", "image", "workdir", "repo_dir", "test_cmd", "log_parser", "eval_script",
+         "eval_type"}
 
 
 def image_for(instance_id: str) -> str:
@@ -15,38 +25,31 @@ def image_for(instance_id: str) -> str:
     return f"swebench/sweb.eval.x86_64.{instance_id.replace('__', '_1776_')}:latest".lower()
 
 
-def load_jsonl(path: Path) -> list[Task]:
+@functools.cache
+def _validator():
     import jsonschema
 
     from ..config import load_schema
 
-    if not path.is_file():
-        raise UserError(f"benchmark.tasks: task file {str(path)!r} not found; point it at a JSONL file of task rows")
-    validator = jsonschema.Draft202012Validator(load_schema("tasks/swebench.schema.yaml"))
-    tasks: list[Task] = []
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise UserError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-            if not isinstance(row, dict):
-                raise UserError(f"{where}: a task row must be a JSON object")
-            err = next(iter(sorted(validator.iter_errors(row), key=lambda e: e.path)), None)
-            if err is not None:
-                field = ".".join(map(str, err.absolute_path)) or (
-                    err.message.split("'")[1] if err.validator == "required" else "<row>")
-                raise UserError(f"{where}: field {field}: {err.message}")
-            tasks.append(_task(row, path, where))
-    return tasks
+    return jsonschema.Draft202012Validator(load_schema(SCHEMA))
+
+
+def scan(path: Path) -> list[tuple[Task, Any]]:
+    """Every row, validated, with its locator (byte offset, line) for `read`."""
+    return [(_task(row, path, f"{path}:{lineno}"), [offset, lineno]) for lineno, offset, row in iter_rows(path)]
+
+
+def read(path: Path, locator: Any) -> Task:
+    offset, lineno = locator
+    return _task(read_row(path, offset, lineno), path, f"{path}:{lineno}")
+
+
+def load_jsonl(path: Path) -> list[Task]:
+    return [task for task, _ in scan(path)]
 
 
 def _task(row: dict, path: Path, where: str) -> Task:
-    known = {"instance_id", "repo", "base_commit", "problem_statement", "patch", "test_patch",
-             "FAIL_TO_PASS", "PASS_TO_PASS", "image", "workdir", "repo_dir", "test_cmd", "log_parser"}
+    schema_error(where, _validator(), row)
     iid = row["instance_id"]
     repo_dir = row.get("repo_dir")
     if repo_dir:
@@ -54,20 +57,28 @@ def _task(row: dict, path: Path, where: str) -> Task:
         if not repo_path.is_dir():
             raise UserError(f"{where}: field repo_dir: {repo_dir!r} is not a directory next to {path.name}")
         repo_dir = str(repo_path)
+    if row.get("eval_script") and not row.get("log_parser"):
+        raise UserError(f"{where}: field log_parser: a row with eval_script must name its log parser")
+    version = row.get("version")
     return Task(
         id=path_id(iid),
         instance_id=iid,
+        family="swebench",
         repo=row.get("repo") or "",
         base_commit=row.get("base_commit"),
         problem_statement=row["problem_statement"],
+        prompt=row["problem_statement"],
         patch=row["patch"],
         test_patch=row["test_patch"],
         fail_to_pass=parse_list(row["FAIL_TO_PASS"], f"{where}: field FAIL_TO_PASS"),
         pass_to_pass=parse_list(row["PASS_TO_PASS"], f"{where}: field PASS_TO_PASS"),
+        version=None if version is None else str(version),
         image=row.get("image") or (None if repo_dir else image_for(iid)),
-        workdir=row.get("workdir") or "/testbed",
+        workdir=row.get("workdir") or WORKDIR,
         repo_dir=repo_dir,
         test_cmd=row.get("test_cmd"),
-        log_parser=row.get("log_parser") or "pytest",
-        extra={k: v for k, v in row.items() if k not in known},
+        log_parser=row.get("log_parser"),
+        eval_script=row.get("eval_script"),
+        eval_type=row.get("eval_type"),
+        extra={k: v for k, v in row.items() if k not in KNOWN},
     )

@@ -1,0 +1,121 @@
+"""Throughput of the opensandbox provider: create + probe + exec + delete per sandbox.
+
+Runs against the local stand-in server (tests/opensandbox_server, in its own process)
+with a fixed latency injected into every lifecycle call, and compares with the
+latency-bound ideal: each sandbox needs three lifecycle round trips one after the other
+(create; the endpoint lookups, which go out in parallel; delete) and at most C run at
+once, so no schedule beats ceil(N / C) * 3 * latency. Probe and exec go to execd, which
+gets no injected latency. The client's CPU time is printed beside it: one event loop
+cannot finish faster than the CPU it needs, so when that exceeds the ideal the run is
+CPU-bound, not latency-bound.
+
+    python benchmarks/sandbox_throughput.py            # 200 sandboxes, concurrency 64, 100 ms
+
+Needs the test extra (aiohttp). Prints its figures; exits 1 if a sandbox failed or any
+was left behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+
+from opensandbox_server import StandIn  # noqa: E402
+
+from sandbatch.sandbox import SandboxSpec, provider_class  # noqa: E402
+
+ROUND_TRIPS = 3  # create, endpoints (parallel), delete
+
+
+async def lifecycle(provider, spec: SandboxSpec, gate: asyncio.Semaphore, phases: dict[str, list[float]]) -> None:
+    async with gate:
+        t0 = time.monotonic()
+        sandbox = await provider.create(spec)  # includes the probe
+        t1 = time.monotonic()
+        try:
+            result = await sandbox.exec("echo work", timeout=30)
+            if result.stdout != "work\n":
+                raise RuntimeError(f"unexpected output {result.stdout!r}")
+        finally:
+            t2 = time.monotonic()
+            await sandbox.delete()
+        t3 = time.monotonic()
+        phases["create+probe"].append(t1 - t0)
+        phases["exec"].append(t2 - t1)
+        phases["delete"].append(t3 - t2)
+        phases["total"].append(t3 - t0)
+
+
+async def bench(server: StandIn, n: int, concurrency: int, latency: float) -> dict:
+    options = {
+        "connection": {"domain": server.domain, "api_key_env": None, "max_connections": 2 * concurrency},
+        "probe": {"interval": 0.05},
+    }
+    async with provider_class("opensandbox")(options) as provider:
+        await lifecycle(provider, SandboxSpec(image="bench", labels={"run": "warmup"}),
+                        asyncio.Semaphore(1), {k: [] for k in ("create+probe", "exec", "delete", "total")})
+        server.configure(latency={"lifecycle": latency})
+        phases: dict[str, list[float]] = {k: [] for k in ("create+probe", "exec", "delete", "total")}
+        gate = asyncio.Semaphore(concurrency)
+        specs = [SandboxSpec(image="bench", labels={"run": "bench", "task": f"t{i}"}) for i in range(n)]
+        server_cpu0 = server.stats()["server_cpu_s"]
+        cpu0, start = time.process_time(), time.monotonic()
+        outcomes = await asyncio.gather(*(lifecycle(provider, s, gate, phases) for s in specs),
+                                        return_exceptions=True)
+        wall = time.monotonic() - start
+        cpu = time.process_time() - cpu0
+    stats = server.stats()
+    failures = [o for o in outcomes if isinstance(o, BaseException)]
+    ideal = -(-n // concurrency) * ROUND_TRIPS * latency
+    return {
+        "n": n, "concurrency": concurrency, "latency": latency, "wall": wall, "ideal": ideal,
+        "throughput": (n - len(failures)) / wall, "ideal_throughput": n / ideal, "ratio": ideal / wall,
+        "client_cpu": cpu, "server_cpu": stats["server_cpu_s"] - server_cpu0, "failures": failures,
+        "left": stats["live"], "phases": phases, "load": os.getloadavg(),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sandboxes", type=int, default=200)
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--latency", type=float, default=0.1, help="seconds injected per lifecycle call")
+    parser.add_argument("--target", type=float, default=0.8, help="ratio to the ideal to call it a pass")
+    args = parser.parse_args()
+
+    server = StandIn.in_subprocess()
+    try:
+        r = asyncio.run(bench(server, args.sandboxes, args.concurrency, args.latency))
+    finally:
+        server.stop()
+
+    def pct(values: list[float], q: float) -> float:
+        return statistics.quantiles(values, n=100)[int(q) - 1] if len(values) > 1 else (values or [0])[0]
+
+    print(f"sandboxes {r['n']}  concurrency {r['concurrency']}  latency per lifecycle call {r['latency'] * 1000:.0f} ms")
+    print(f"wall {r['wall']:.2f} s  ideal {r['ideal']:.2f} s  "
+          f"throughput {r['throughput']:.1f}/s  ideal {r['ideal_throughput']:.1f}/s  ratio {r['ratio']:.2f} "
+          f"(target >= {args.target})")
+    for name, values in r["phases"].items():
+        if values:
+            print(f"  {name:<13} p50 {pct(values, 50) * 1000:7.0f} ms  p95 {pct(values, 95) * 1000:7.0f} ms")
+    bound = "CPU-bound: client cpu > ideal" if r["client_cpu"] > r["ideal"] else "latency-bound"
+    print(f"client cpu {r['client_cpu']:.2f} s ({r['client_cpu'] / r['n'] * 1000:.1f} ms/sandbox; {bound})  "
+          f"server cpu {r['server_cpu']:.2f} s  load average {r['load'][0]:.2f} on {os.cpu_count()} cpus")
+    print(f"failures {len(r['failures'])}  sandboxes left {r['left']}")
+    for failure in r["failures"][:3]:
+        print(f"  {type(failure).__name__}: {failure}")
+    print("PASS" if r["ratio"] >= args.target else "BELOW TARGET")
+    return 1 if r["failures"] or r["left"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

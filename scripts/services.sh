@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Install and start what the full test suite needs (as root, Debian): a Docker engine with
+# the local base image, and a single-node Slurm. A service that cannot run here is reported in one line; the tests
+# that need it then skip with that reason.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+if [ "$(id -u)" != 0 ]; then
+  echo "services: not root; skipping system services (their tests will skip)" >&2
+  exit 0
+fi
+bash scripts/services/docker.sh && bash scripts/build-base-image.sh \
+  || echo "services: docker unavailable; docker tests will skip" >&2
+bash scripts/services/slurm.sh || echo "services: slurm unavailable; slurm tests will skip" >&2
+exit 0

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Set up (venv, package, test dependencies, and as root the services the tests need), then
+# run the whole test suite. Extra arguments are passed on to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh test
+[ "${SANDBATCH_NO_SERVICES:-0}" = 1 ] || bash scripts/services.sh
+exec .venv/bin/python -m pytest "$@"

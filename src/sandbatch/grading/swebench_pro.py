@@ -1,0 +1,113 @@
+"""SWE-bench Pro grading, as the public evaluation does it, in a fresh sandbox:
+
+reset to the base commit, apply the model patch (with fallbacks), run the last line of
+before_repo_set_cmd (it checks out the graded test files), `bash run_script.sh <selected
+test files, comma-separated>`, then `python parser.py stdout stderr output.json`, which
+writes {"tests": [{"name", "status"}]}. Resolved iff every test of fail_to_pass and
+pass_to_pass is PASSED. An inconclusive run (no parsable output.json, no tests, a
+timeout) is retried grading.inconclusive_retries times, then counts as unresolved.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from ..records import GradeRecord
+from . import GradeContext, write_log
+from .apply import applied_method, apply_script
+
+
+def last_command(before_repo_set_cmd: str) -> str:
+    lines = [ln.strip() for ln in (before_repo_set_cmd or "").splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+def parse_output(data: bytes) -> dict[str, str] | None:
+    """output.json -> {test name: status}; None when it is not the parser's shape."""
+    try:
+        doc = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    tests = doc.get("tests") if isinstance(doc, dict) else None
+    if not isinstance(tests, list):
+        return None
+    out: dict[str, str] = {}
+    for t in tests:
+        if isinstance(t, dict) and isinstance(t.get("name"), str):
+            out[t["name"]] = str(t.get("status", "")).upper()
+    return out
+
+
+def compare(status: dict[str, str], f2p: list[str], p2p: list[str]) -> dict[str, dict[str, list[str]]]:
+    def split(tests: list[str]) -> dict[str, list[str]]:
+        return {"success": [t for t in tests if status.get(t) == "PASSED"],
+                "failure": [t for t in tests if status.get(t) != "PASSED"]}
+
+    return {"FAIL_TO_PASS": split(f2p), "PASS_TO_PASS": split(p2p)}
+
+
+async def grade(g: GradeContext) -> GradeRecord:
+    sandbox, task = g.sandbox, g.task
+    rec = GradeRecord(log_path=g.log_path)
+    wd, tmp = sandbox.workdir, f"{sandbox.tmpdir}/swe_pro"
+    log: list[str] = []
+    base = shlex.quote(g.base_ref)
+    reset = await sandbox.exec(f"git reset -q --hard {base} && git checkout -q {base}", timeout=g.timeout, cwd=wd)
+    log += ["$ reset to base", reset.stdout, reset.stderr]
+    patch_path = f"{tmp}/patch.diff"
+    await sandbox.upload(patch_path, g.patch.encode("utf-8", "surrogateescape"))
+    applied = await sandbox.exec(apply_script(patch_path), timeout=g.timeout, cwd=wd)
+    log += ["$ apply model patch", applied.stdout, applied.stderr]
+    rec.apply_method = applied_method(applied.stdout)
+    rec.patch_applied = rec.apply_method is not None
+    if not rec.patch_applied:
+        rec.failure_class = "patch_apply_failed"
+        write_log(g.log_path, log)
+        return rec
+
+    setup = last_command(task.before_repo_set_cmd or "")
+    if setup:
+        res = await sandbox.exec(setup, timeout=g.timeout, cwd=wd)
+        log += [f"$ {setup}", res.stdout, res.stderr]
+        if not res.ok:
+            rec.status, rec.failure_class = "infra_error", "test_setup_failed"
+            rec.error = f"the last line of before_repo_set_cmd failed (exit {res.exit_code}): {res.stderr.strip()[-200:]}"
+            write_log(g.log_path, log)
+            return rec
+    await sandbox.upload(f"{tmp}/run_script.sh", (task.run_script or "").encode("utf-8"), mode=0o755)
+    await sandbox.upload(f"{tmp}/parser.py", (task.parser_script or "").encode("utf-8"), mode=0o755)
+    files = shlex.quote(",".join(task.selected_test_files))
+    out, err, result = f"{tmp}/stdout.log", f"{tmp}/stderr.log", f"{tmp}/output.json"
+    status: dict[str, str] | None = None
+    conclusive = False
+    for attempt in range(g.cfg.grading.inconclusive_retries + 1):
+        run = await sandbox.exec(f"bash {tmp}/run_script.sh {files} > {out} 2> {err}", timeout=g.timeout, cwd=wd)
+        rec.test_exit_code = None if run.timed_out else run.exit_code
+        parsed = await sandbox.exec(f"rm -f {result}; python {tmp}/parser.py {out} {err} {result}",
+                                    timeout=g.timeout, cwd=wd)
+        log += [f"$ run_script.sh (attempt {attempt + 1}): exit {run.exit_code}{' (timed out)' if run.timed_out else ''}",
+                f"$ parser.py: exit {parsed.exit_code}", parsed.stdout, parsed.stderr]
+        try:
+            status = parse_output(await sandbox.download(result))
+        except Exception:  # noqa: BLE001 - a missing output.json is an inconclusive run
+            status = None
+        conclusive = bool(status) and not run.timed_out
+        if conclusive:
+            break
+    for name in (out, err):
+        try:
+            log += [f"--- {name.rsplit('/', 1)[-1]}", (await sandbox.download(name)).decode("utf-8", "replace")]
+        except Exception:  # noqa: BLE001
+            pass
+    write_log(g.log_path, log)
+    if not conclusive or not status:
+        rec.failure_class = "tests_inconclusive"
+        return rec
+    rec.tests_ran = True
+    rec.test_results = status
+    rec.tests_status = compare(status, task.fail_to_pass, task.pass_to_pass)
+    rec.resolved = not rec.tests_status["FAIL_TO_PASS"]["failure"] and not rec.tests_status["PASS_TO_PASS"]["failure"]
+    rec.reward = 1.0 if rec.resolved else 0.0
+    rec.report = {"resolved": rec.resolved, "tests_status": rec.tests_status}
+    return rec

@@ -1,0 +1,127 @@
+"""Terminal-Bench grading: run the task's verifier and read the reward it writes.
+
+Fresh sandbox (default): the agent's final workdir state (its diff) is replayed into a
+new sandbox from the task image. In the agent's own sandbox (grading.in_agent_sandbox):
+nothing is replayed. Either way every reward file is deleted and tests/ is uploaded
+only now (the agent never saw it), then `bash /tests/test.sh` runs in the workdir and
+the reward is /logs/verifier/reward.json (a dict of numbers: its "reward" entry, else
+their mean) or else /logs/verifier/reward.txt (one number). No reward, or a non-finite
+one, is a grading error (infra_error, class grading_no_reward), never a 0.
+
+Providers that cannot place files at /tests and /logs (local) map them into the sandbox
+(Sandbox.map_path); the uploaded scripts then get those absolute paths rewritten.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shlex
+from pathlib import Path
+
+from ..errors import InfraError
+from ..records import GradeRecord
+from ..sandbox import Sandbox
+from . import GradeContext, write_log
+from .apply import applied_method, apply_script
+
+TESTS, LOGS = "/tests", "/logs/verifier"
+
+
+def _rewriter(sandbox: Sandbox, roots: list[str]):
+    pairs = [(r, sandbox.map_path(r)) for r in roots]
+    pairs = [(r, m) for r, m in pairs if m != r]
+    if not pairs:
+        return lambda text: text
+    rx = re.compile("|".join(rf"(?<![\w./-]){re.escape(r)}(?![\w.-])" for r, _ in pairs))
+    table = dict(pairs)
+    return lambda text: rx.sub(lambda m: table[m.group(0)], text)
+
+
+async def upload_dir(sandbox: Sandbox, src: Path, dest: str, workdir: str) -> int:
+    """Upload a task directory (tests/, solution/) to `dest` in the sandbox, keeping modes."""
+    rewrite = _rewriter(sandbox, ["/logs", TESTS, "/solution", workdir])
+    target = sandbox.map_path(dest)
+    n = 0
+    for f in sorted(p for p in src.rglob("*") if p.is_file()):
+        data = f.read_bytes()
+        try:
+            data = rewrite(data.decode("utf-8")).encode("utf-8")
+        except UnicodeDecodeError:
+            pass  # binary files go as they are
+        await sandbox.upload(f"{target}/{f.relative_to(src).as_posix()}", data, mode=f.stat().st_mode & 0o777)
+        n += 1
+    return n
+
+
+def read_reward(json_data: bytes | None, txt_data: bytes | None) -> tuple[float, dict]:
+    """(reward, details) from reward.json or reward.txt; InfraError when neither holds a finite number."""
+    if json_data is not None:
+        try:
+            doc = json.loads(json_data)
+        except ValueError:
+            raise InfraError("reward.json is not valid JSON", "grading_no_reward") from None
+        if not isinstance(doc, dict) or not doc or not all(_finite(v) for v in doc.values()):
+            raise InfraError(f"reward.json must be a non-empty dict of finite numbers, got {str(doc)[:100]}",
+                             "grading_no_reward")
+        reward = doc["reward"] if "reward" in doc else sum(doc.values()) / len(doc)
+        return float(reward), {"reward_json": doc}
+    if txt_data is not None:
+        text = txt_data.decode("utf-8", "replace").strip()
+        try:
+            value = float(text)
+        except ValueError:
+            raise InfraError(f"reward.txt does not hold a number: {text[:60]!r}", "grading_no_reward") from None
+        if not math.isfinite(value):
+            raise InfraError(f"reward.txt holds a non-finite reward: {text!r}", "grading_no_reward")
+        return value, {"reward_txt": text}
+    raise InfraError("the verifier wrote neither /logs/verifier/reward.json nor reward.txt", "grading_no_reward")
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+async def _maybe(sandbox: Sandbox, path: str) -> bytes | None:
+    res = await sandbox.exec(f"test -f {shlex.quote(path)}", timeout=60)
+    return await sandbox.download(path) if res.ok else None
+
+
+async def grade(g: GradeContext) -> GradeRecord:
+    sandbox, task = g.sandbox, g.task
+    rec = GradeRecord(log_path=g.log_path)
+    log: list[str] = []
+    wd = sandbox.workdir
+    if not g.in_agent_sandbox and g.patch.strip():
+        patch_path = f"{sandbox.tmpdir}/agent.patch"
+        await sandbox.upload(patch_path, g.patch.encode("utf-8", "surrogateescape"))
+        applied = await sandbox.exec(apply_script(patch_path), timeout=g.timeout, cwd=wd)
+        log += ["$ replay the agent's workdir changes", applied.stdout, applied.stderr]
+        rec.apply_method = applied_method(applied.stdout)
+        rec.patch_applied = rec.apply_method is not None
+        if not rec.patch_applied:
+            rec.failure_class = "patch_apply_failed"
+            write_log(g.log_path, log)
+            return rec
+    tests, logs = sandbox.map_path(TESTS), sandbox.map_path(LOGS)
+    # whatever the agent left there (a reward file, tests of its own) goes first
+    clean = await sandbox.exec(f"rm -rf {shlex.quote(tests)} {shlex.quote(logs)} && mkdir -p {shlex.quote(logs)}",
+                               timeout=120)
+    if not clean.ok:
+        raise InfraError(f"cannot reset {LOGS} and {TESTS}: {clean.stderr.strip()[-200:]}", "sandbox_exec")
+    n = await upload_dir(sandbox, Path(task.task_dir or "") / "tests", TESTS, task.workdir)
+    run = await sandbox.exec(f"bash {shlex.quote(tests + '/test.sh')}", timeout=g.timeout, cwd=wd)
+    rec.test_exit_code = None if run.timed_out else run.exit_code
+    log += [f"$ bash {TESTS}/test.sh ({n} test files): exit {run.exit_code}"
+            f"{' (timed out)' if run.timed_out else ''}", run.stdout, run.stderr]
+    write_log(g.log_path, log)
+    if run.timed_out:
+        rec.failure_class = "tests_timeout"
+    reward, details = read_reward(await _maybe(sandbox, f"{logs}/reward.json"),
+                                  await _maybe(sandbox, f"{logs}/reward.txt"))
+    rec.tests_ran = True
+    rec.reward = reward
+    rec.resolved = reward >= g.cfg.grading.reward_threshold
+    rec.report = {"reward": reward, **details, "in_agent_sandbox": g.in_agent_sandbox}
+    return rec

@@ -1,0 +1,535 @@
+"""`opensandbox` provider: sandboxes on an OpenSandbox server through the `opensandbox` SDK.
+
+The only module that imports the SDK (the registry imports it lazily). What it adds on top
+of the SDK, and why:
+
+- Every sandbox is labelled (spec labels + a per-create nonce) and gets a TTL: the server
+  has no idle timeout, and a create whose POST timed out can leave a sandbox the client
+  never learned about. After such a failure the nonce finds the strays and they are
+  deleted; `sandbatch.sandbox.reaper.reap` sweeps whatever is left by label.
+- Creates are retried with jittered exponential backoff on 5xx, 429 (Retry-After
+  honoured) and connection errors; the SDK never retries a POST on a status code.
+- After create a probe command must print the expected output before the deadline
+  (it also makes the scratch directory); a sandbox that fails it is deleted.
+- Commands: a 502/503 or a refused connection before the stream starts means execd did
+  not take the command (it is still binding), so the command is sent again, a bounded
+  number of times. Anything after that point (a broken stream, a timeout) may have run
+  the command and is never retried. Every command has the server-side timeout plus a
+  client-side asyncio deadline, because the SDK's stream has no read timeout.
+- A dead sandbox (deleted, expired, OOM-killed, failed) surfaces as SandboxGone.
+- Idempotent requests (get, list, delete, downloads) are retried by the SDK's transport.
+- One HTTP connection pool would serve every sandbox, but httpx's pool bookkeeping costs
+  grow with the number of connections it holds, so sandboxes are spread over several
+  small pools sharing `max_connections`. Keep-alive expiry stays below the server's so a
+  reused connection is not one the server is closing ("Server disconnected without
+  sending a response").
+- SDK telemetry is off (OPENSANDBOX_DISABLE_METRICS=1 and `disable_metrics`).
+
+Command output arrives as lines (execd splits on CR/LF and drops the terminators); the
+text is rebuilt with "\\n" after each line, so CRs and a missing final newline are not
+preserved. Move exact bytes with download().
+
+A provider holds HTTP connections bound to the event loop that first used it: use one
+provider per event loop and `aclose()` it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import random
+import re
+import shlex
+import time
+import uuid
+from datetime import timedelta
+from typing import Any
+
+os.environ.setdefault("OPENSANDBOX_DISABLE_METRICS", "1")  # before the SDK is imported
+
+import httpx  # noqa: E402  (the SDK's own HTTP client)
+from opensandbox import Sandbox as SdkSandbox  # noqa: E402
+from opensandbox.config import ConnectionConfig  # noqa: E402
+from opensandbox.exceptions import (  # noqa: E402
+    InvalidArgumentException,
+    SandboxApiException,
+    SandboxException,
+    SandboxRateLimitException,
+)
+from opensandbox.manager import SandboxManager  # noqa: E402
+from opensandbox.models.execd import ExecutionHandlers, RunCommandOpts  # noqa: E402
+from opensandbox.models.sandboxes import NetworkPolicy, SandboxFilter  # noqa: E402
+from opensandbox.transport import RetryAsyncTransport, RetryPolicy  # noqa: E402
+
+from ..config import load_schema  # noqa: E402
+from ..errors import UserError  # noqa: E402
+from ..ids import LABEL_MAX, label_value  # noqa: E402
+from ..util import deep_merge  # noqa: E402
+from .base import (  # noqa: E402
+    ExecResult,
+    Provider,
+    Sandbox,
+    SandboxError,
+    SandboxGone,
+    SandboxInfo,
+    SandboxSpec,
+    State,
+)
+
+log = logging.getLogger(__name__)
+
+TMPDIR = "/tmp/sandbatch"
+CREATE_LABEL = "sandbatch-create"  # one value per create() call: finds that call's strays
+POOL_CONNECTIONS = 16  # connections per HTTP pool (see the module docstring)
+PAGE_SIZE = 200  # the server's maximum
+
+_STATES: dict[str, State] = {
+    "running": "running", "pending": "pending", "pausing": "stopped", "paused": "stopped",
+    "stopping": "gone", "terminated": "gone", "failed": "gone",
+}
+_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+# --- options ------------------------------------------------------------------------------
+
+def _defaults(node: dict[str, Any]) -> Any:
+    if node.get("type") == "object" and "properties" in node:
+        return {k: _defaults(v) for k, v in node["properties"].items()}
+    return node.get("default")
+
+
+def default_options() -> dict[str, Any]:
+    """The `sandbox.opensandbox` defaults, read from the config schema (their one home)."""
+    schema = load_schema()["properties"]["sandbox"]["properties"]["opensandbox"]
+    return _defaults(schema)
+
+
+# --- labels -------------------------------------------------------------------------------
+
+def metadata_for(labels: dict[str, str]) -> dict[str, str]:
+    """Labels as OpenSandbox metadata: Kubernetes label rules, `opensandbox.io/` reserved.
+
+    Values are normally sanitised already (sandbatch.ids.label_value); an invalid one is
+    sanitised the same way here, so create and list always agree on it. Keys come from
+    code and config, so a bad key is an error.
+    """
+    out: dict[str, str] = {}
+    for key, value in labels.items():
+        if key.startswith("opensandbox.io/"):
+            raise UserError(f"sandbox label {key!r}: the prefix opensandbox.io/ is reserved by OpenSandbox; "
+                            "rename the label")
+        prefix, _, name = key.rpartition("/")
+        if (prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix))) \
+                or len(name) > LABEL_MAX or not _LABEL_NAME.match(name):
+            raise UserError(f"sandbox label key {key!r} is not a valid Kubernetes label key; use letters, "
+                            "digits, '-', '_', '.' (at most 63, alphanumeric at both ends)")
+        value = str(value)
+        out[key] = value if (value == "" or (len(value) <= LABEL_MAX and _LABEL_NAME.match(value))) \
+            else label_value(value)
+    return out
+
+
+# --- errors and backoff ---------------------------------------------------------------------
+
+def _status(exc: BaseException) -> int | None:
+    return getattr(exc, "status_code", None) if isinstance(exc, SandboxApiException) else None
+
+
+def _pre_send(exc: BaseException) -> bool:
+    """True when the request certainly never reached the server (connection refused)."""
+    cause = exc.__cause__ if isinstance(exc, SandboxException) else exc
+    return isinstance(cause, (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout))
+
+
+def _retry_after(exc: BaseException) -> float | None:
+    if isinstance(exc, SandboxRateLimitException) and exc.retry_after is not None:
+        return exc.retry_after.total_seconds()
+    return None
+
+
+def backoff(attempt: int, initial: float, cap: float, retry_after: float | None = None) -> float:
+    """Seconds before retry `attempt` (0-based): Retry-After when given, else jittered exponential."""
+    if retry_after is not None:
+        return min(max(retry_after, 0.0), 60.0)
+    ceiling = min(cap, initial * (2 ** attempt))
+    return ceiling / 2 + random.uniform(0, ceiling / 2)
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text if len(text) <= 300 else text[:300] + "..."
+
+
+# --- the sandbox ---------------------------------------------------------------------------
+
+class OpenSandboxSandbox(Sandbox):
+    def __init__(self, provider: "OpenSandboxProvider", sdk: SdkSandbox, spec: SandboxSpec):
+        self.provider = provider
+        self.id = sdk.id
+        self.spec = spec
+        self.sdk = sdk
+        self.workdir = spec.workdir
+        self.tmpdir = TMPDIR
+
+    # commands ----------------------------------------------------------------------------
+    async def exec(self, command, *, timeout, cwd=None, env=None, stdin=None) -> ExecResult:
+        # execd runs the text with `bash -c` (as the local provider does); a list is quoted
+        # into the same form, so it runs with its arguments exactly as given
+        text = command if isinstance(command, str) else shlex.join(list(command))
+        stdin_path = None
+        if stdin is not None:
+            # execd has no stdin: pass it through a file
+            stdin_path = f"{TMPDIR}/stdin-{uuid.uuid4().hex}"
+            await self.upload(stdin_path, stdin, 0o600)
+            text = f"{{ {text}\n}} < {stdin_path}"
+        try:
+            return await self._run(text, timeout=timeout, cwd=cwd or self.workdir, env=env,
+                                   retries=self.provider.ops["exec_retries"])
+        finally:
+            if stdin_path is not None:
+                await self._quiet(self.sdk.files.delete_files([stdin_path]))
+
+    async def _run(self, text: str, *, timeout: float, cwd: str | None, env: dict[str, str] | None,
+                   retries: int) -> ExecResult:
+        ops = self.provider.ops
+        opts = RunCommandOpts(working_directory=cwd, timeout=timedelta(seconds=max(timeout, 0.001)),
+                              envs=dict(env) if env else None)
+        for attempt in range(retries + 1):
+            stdout: list[str] = []
+            stderr: list[str] = []
+
+            async def on_stdout(msg, _out=stdout):
+                _out.append(msg.text)
+
+            async def on_stderr(msg, _err=stderr):
+                _err.append(msg.text)
+
+            handlers = ExecutionHandlers(on_stdout=on_stdout, on_stderr=on_stderr, skip_accumulation=True)
+            start = time.monotonic()
+            try:
+                execution = await asyncio.wait_for(
+                    self.sdk.commands.run(text, opts=opts, handlers=handlers),
+                    timeout=timeout + ops["exec_grace"],
+                )
+            except asyncio.TimeoutError:
+                # the server did not stop it in time; leaving the stream makes execd kill it
+                return ExecResult(exit_code=-1, stdout=_join(stdout), stderr=_join(stderr), timed_out=True,
+                                  duration_s=time.monotonic() - start)
+            except SandboxException as exc:
+                status = _status(exc)
+                not_started = status in (502, 503) or _pre_send(exc)
+                if not_started and attempt < retries:
+                    await self._raise_if_gone(exc)
+                    await asyncio.sleep(backoff(attempt, ops["backoff_initial"], ops["backoff_max"]))
+                    continue
+                await self._raise_if_gone(exc)
+                if not_started:
+                    raise SandboxError(f"sandbox {self.id}: execd did not accept the command after "
+                                       f"{attempt + 1} attempts ({_describe(exc)})", "sandbox_exec") from exc
+                raise SandboxError(f"sandbox {self.id}: command failed in transit and may have run, so it is "
+                                   f"not retried ({_describe(exc)})", "sandbox_exec") from exc
+            duration = time.monotonic() - start
+            code = execution.exit_code
+            if code is None:
+                await self._raise_if_gone(None)
+                detail = execution.error.value if execution.error else "the stream ended without an exit status"
+                raise SandboxError(f"sandbox {self.id}: command did not complete ({detail})", "sandbox_exec")
+            timed_out = code == -1 and duration >= timeout * 0.95
+            if code == -1 and not timed_out:
+                await self._raise_if_gone(None)  # killed by a signal: maybe the whole sandbox died
+            return ExecResult(exit_code=code, stdout=_join(stdout), stderr=_join(stderr), timed_out=timed_out,
+                              duration_s=duration)
+        raise AssertionError("unreachable")
+
+    async def probe(self) -> None:
+        """Run the probe until it prints what is expected; SandboxError at the deadline."""
+        cfg = self.provider.options["probe"]
+        command = f"mkdir -p {TMPDIR} && {cfg['command']}"
+        expected = cfg.get("expected")
+        deadline = time.monotonic() + cfg["timeout"]
+        last = "not run"
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                result = await self._run(command, timeout=max(1.0, remaining), cwd="/",
+                                         env=None, retries=0)
+                lines = [line.strip() for line in result.stdout.splitlines()]
+                if result.ok and (expected is None or str(expected).strip() in lines):
+                    return
+                last = f"exit {result.exit_code}, stdout {result.stdout[-200:]!r}"
+            except SandboxGone:
+                raise
+            except SandboxError as exc:
+                last = str(exc)
+            if time.monotonic() + cfg["interval"] >= deadline:
+                raise SandboxError(f"sandbox {self.id} failed its probe within {cfg['timeout']}s: {last}",
+                                   "sandbox_probe")
+            await asyncio.sleep(cfg["interval"])
+
+    # files -------------------------------------------------------------------------------
+    async def upload(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        ops = self.provider.ops
+        for attempt in range(ops["retries"] + 1):
+            try:
+                # execd takes the mode as octal digits written as a decimal number
+                await asyncio.wait_for(self.sdk.files.write_file(path, data, mode=int(oct(mode)[2:])),
+                                       ops["timeout"])
+                return
+            except (SandboxException, asyncio.TimeoutError) as exc:
+                # writing the same bytes twice is harmless, so any transient failure is retried
+                status = _status(exc)
+                transient = status is None or status >= 500 or status == 429
+                if not transient or attempt == ops["retries"]:
+                    await self._raise_if_gone(exc)
+                    raise SandboxError(f"sandbox {self.id}: cannot write {path} ({_describe(exc)})",
+                                       "sandbox_file") from exc
+                await asyncio.sleep(backoff(attempt, ops["backoff_initial"], ops["backoff_max"], _retry_after(exc)))
+
+    async def download(self, path: str) -> bytes:
+        try:
+            return await asyncio.wait_for(self.sdk.files.read_bytes(path), self.provider.ops["timeout"])
+        except (SandboxException, asyncio.TimeoutError) as exc:
+            if _status(exc) == 404:
+                raise SandboxError(f"{path}: no such file in sandbox {self.id}", "sandbox_file") from None
+            await self._raise_if_gone(exc)
+            raise SandboxError(f"sandbox {self.id}: cannot read {path} ({_describe(exc)})", "sandbox_file") from exc
+
+    # state -------------------------------------------------------------------------------
+    async def status(self) -> State:
+        info = await self.provider.info(self.id)
+        return "gone" if info is None else _STATES.get(info.status.state.lower(), "unknown")
+
+    async def _raise_if_gone(self, exc: BaseException | None) -> None:
+        """SandboxGone when the sandbox is deleted, expired or dead; otherwise return."""
+        try:
+            info = await self.provider.info(self.id)
+        except SandboxError:
+            return  # cannot tell; the caller reports its own error
+        if info is None:
+            raise SandboxGone(f"sandbox {self.id} no longer exists (deleted or expired)") from exc
+        state = info.status.state
+        if _STATES.get(state.lower()) == "gone":
+            why = ": ".join(x for x in (info.status.reason, info.status.message) if x)
+            raise SandboxGone(f"sandbox {self.id} is {state}" + (f" ({why})" if why else "")) from exc
+
+    @staticmethod
+    async def _quiet(coro) -> None:
+        try:
+            await coro
+        except Exception as exc:  # cleanup of a temporary file must not mask the result
+            log.debug("ignored: %s", exc)
+
+
+def _join(lines: list[str]) -> str:
+    return "".join("\n" if line == "\n" else line + "\n" for line in lines)
+
+
+# --- the provider ----------------------------------------------------------------------------
+
+class OpenSandboxProvider(Provider):
+    name = "opensandbox"
+
+    def __init__(self, options: dict[str, Any] | None = None):
+        super().__init__(options)
+        self.options = deep_merge(default_options(), self.options)
+        conn = self.options["connection"]
+        self.ops = self.options["operations"]
+        key_env = conn.get("api_key_env")
+        self._api_key = os.environ.get(key_env) if key_env else None
+        self._key_env = key_env
+        self._configs: list[ConnectionConfig] | None = None
+        self._next_config = itertools.count()
+        self._managers: list[SandboxManager | None] = []
+        self._transports: list[httpx.AsyncBaseTransport] = []
+
+    # connection plumbing -------------------------------------------------------------------
+    def _config(self, transport: httpx.AsyncBaseTransport) -> ConnectionConfig:
+        conn = self.options["connection"]
+        return ConnectionConfig(
+            domain=conn["domain"], protocol=conn["protocol"], api_key=self._api_key,
+            request_timeout=timedelta(seconds=conn["request_timeout"]), transport=transport,
+            use_server_proxy=conn["use_server_proxy"], disable_metrics=True,
+        )
+
+    def _transport(self, connections: int) -> httpx.AsyncBaseTransport:
+        conn = self.options["connection"]
+        inner = httpx.AsyncHTTPTransport(limits=httpx.Limits(
+            max_connections=connections, max_keepalive_connections=connections,
+            keepalive_expiry=conn["keep_alive_expiry"]))
+        policy = RetryPolicy(
+            max_retries=self.ops["retries"],
+            initial_backoff=timedelta(seconds=self.ops["backoff_initial"]),
+            max_backoff=timedelta(seconds=self.ops["backoff_max"]),
+            retryable_status_codes_idempotent=frozenset({429, 500, 502, 503, 504}),
+        )
+        transport = RetryAsyncTransport(inner, policy, owns_inner=True)
+        self._transports.append(transport)
+        return transport
+
+    def _shard(self) -> int:
+        """Index of the next connection pool, round robin."""
+        if self._configs is None:
+            total = max(1, int(self.options["connection"]["max_connections"]))
+            pools = max(1, -(-total // POOL_CONNECTIONS))
+            self._configs = [self._config(self._transport(-(-total // pools))) for _ in range(pools)]
+            self._managers = [None] * pools
+        return next(self._next_config) % len(self._configs)
+
+    def _sandbox_config(self) -> ConnectionConfig:
+        shard = self._shard()
+        return self._configs[shard]
+
+    async def manager(self) -> SandboxManager:
+        """A lifecycle client on the next pool (calls not tied to one sandbox spread too)."""
+        shard = self._shard()
+        if self._managers[shard] is None:
+            self._managers[shard] = await SandboxManager.create(self._configs[shard])
+        return self._managers[shard]
+
+    def _api_error(self, what: str, exc: BaseException, failure_class: str = "sandbox_api") -> SandboxError:
+        status = _status(exc)
+        if status in (401, 403):
+            where = f"${self._key_env}" if self._key_env else "connection.api_key_env"
+            return SandboxError(f"{what}: the OpenSandbox server at {self.options['connection']['domain']} refused "
+                                f"the API key (HTTP {status}); check {where}", "sandbox_auth")
+        return SandboxError(f"{what}: {_describe(exc)}", failure_class)
+
+    # lifecycle ----------------------------------------------------------------------------
+    async def create(self, spec: SandboxSpec) -> OpenSandboxSandbox:
+        if not spec.image:
+            raise UserError("the opensandbox provider needs an image; set the task's image or an image rewrite")
+        cfg = self.options["create"]
+        nonce = uuid.uuid4().hex
+        metadata = {**metadata_for(spec.labels), CREATE_LABEL: nonce}
+        resource = {k: str(v) for k, v in (cfg["resources"] or {}).items()}
+        resource.update({k: v for k, v in (("cpu", spec.resources.cpu), ("memory", spec.resources.memory)) if v})
+        extensions = {"imagePullPolicy": cfg["image_pull_policy"]} if cfg.get("image_pull_policy") else None
+        kwargs = dict(
+            timeout=timedelta(seconds=max(60, int(spec.ttl_seconds))),
+            ready_timeout=timedelta(seconds=cfg["ready_timeout"]),
+            env=dict(spec.env), metadata=metadata, resource=resource,
+            resource_requests=dict(cfg["resource_requests"]) if cfg.get("resource_requests") else None,
+            entrypoint=list(spec.entrypoint) if spec.entrypoint else None,
+            network_policy=None if spec.allow_internet else NetworkPolicy(default_action="deny", egress=[]),
+            extensions=extensions,
+            skip_health_check=True,  # the probe below checks readiness with a real command
+        )
+        attempt_deadline = self.options["connection"]["request_timeout"] * 2 + cfg["ready_timeout"] + 10
+        maybe_strays = False
+        sdk = None
+        for attempt in range(cfg["retries"] + 1):
+            try:
+                sdk = await asyncio.wait_for(
+                    SdkSandbox.create(spec.image, connection_config=self._sandbox_config(), **kwargs),
+                    attempt_deadline)
+                break
+            except (SandboxException, asyncio.TimeoutError) as exc:
+                status = _status(exc)
+                certain = status == 429 or (status is not None and 400 <= status < 500) or _pre_send(exc)
+                maybe_strays = maybe_strays or not certain
+                retryable = (status is None or status >= 500 or status == 429) and not (
+                    isinstance(exc, InvalidArgumentException) and not isinstance(exc.__cause__, ValueError))
+                if not retryable or attempt == cfg["retries"]:
+                    if maybe_strays:
+                        await self._delete_strays(nonce, keep=None)
+                    raise self._api_error(f"cannot create a sandbox from {spec.image} "
+                                          f"(attempt {attempt + 1} of {cfg['retries'] + 1})", exc,
+                                          "sandbox_create") from exc
+                if not certain:
+                    # the server may have created it anyway: keep at most one per create
+                    await self._delete_strays(nonce, keep=None)
+                delay = backoff(attempt, cfg["backoff_initial"], cfg["backoff_max"], _retry_after(exc))
+                log.warning("create from %s failed (%s); retry in %.1fs", spec.image, _describe(exc), delay)
+                await asyncio.sleep(delay)
+        sandbox = OpenSandboxSandbox(self, sdk, spec)
+        try:
+            if maybe_strays:  # an earlier attempt may have come up late
+                await self._delete_strays(nonce, keep=sandbox.id)
+            await sandbox.probe()
+        except BaseException:
+            await asyncio.shield(self._delete_quietly(sandbox.id))
+            raise
+        return sandbox
+
+    async def _delete_strays(self, nonce: str, keep: str | None) -> None:
+        try:
+            infos = await self.list({CREATE_LABEL: nonce})
+        except SandboxError as exc:
+            log.warning("cannot list strays of create %s (%s); the reaper will find them by label", nonce, exc)
+            return
+        for info in infos:
+            if info.id != keep:
+                await self._delete_quietly(info.id)
+
+    async def _delete_quietly(self, sandbox_id: str) -> None:
+        try:
+            await self.delete(sandbox_id)
+        except SandboxError as exc:
+            log.warning("cannot delete sandbox %s (%s); it expires at its TTL", sandbox_id, exc)
+
+    async def connect(self, sandbox_id: str, spec: SandboxSpec) -> OpenSandboxSandbox:
+        info = await self.info(sandbox_id)
+        if info is None or _STATES.get(info.status.state.lower()) == "gone":
+            state = "does not exist" if info is None else f"is {info.status.state}"
+            raise SandboxGone(f"sandbox {sandbox_id} {state}")
+        try:
+            sdk = await SdkSandbox.connect(
+                sandbox_id, connection_config=self._sandbox_config(),
+                connect_timeout=timedelta(seconds=self.options["create"]["ready_timeout"]), skip_health_check=True)
+        except SandboxException as exc:
+            if _status(exc) == 404:
+                raise SandboxGone(f"sandbox {sandbox_id} no longer exists") from exc
+            raise self._api_error(f"cannot connect to sandbox {sandbox_id}", exc) from exc
+        return OpenSandboxSandbox(self, sdk, spec)
+
+    async def info(self, sandbox_id: str):
+        """The SDK's SandboxInfo, or None when the server does not know the sandbox."""
+        manager = await self.manager()
+        try:
+            return await asyncio.wait_for(manager.get_sandbox_info(sandbox_id), self.ops["timeout"])
+        except (SandboxException, asyncio.TimeoutError) as exc:
+            if _status(exc) == 404:
+                return None
+            raise self._api_error(f"cannot get sandbox {sandbox_id}", exc) from exc
+
+    async def list(self, labels: dict[str, str]) -> list[SandboxInfo]:
+        manager = await self.manager()
+        metadata = metadata_for(labels)
+        out: list[SandboxInfo] = []
+        for page in itertools.count(1):
+            try:
+                result = await asyncio.wait_for(manager.list_sandbox_infos(SandboxFilter(
+                    metadata=metadata or None, page=page, page_size=PAGE_SIZE)), self.ops["timeout"])
+            except (SandboxException, asyncio.TimeoutError) as exc:
+                raise self._api_error("cannot list sandboxes", exc) from exc
+            for item in result.sandbox_infos:
+                out.append(SandboxInfo(
+                    id=item.id, state=_STATES.get(item.status.state.lower(), "unknown"),
+                    labels=dict(item.metadata or {}),
+                    expires_at=item.expires_at.isoformat() if item.expires_at else None))
+            if not result.pagination.has_next_page:
+                return out
+        raise AssertionError("unreachable")
+
+    async def delete(self, sandbox_id: str) -> bool:
+        manager = await self.manager()
+        try:
+            await asyncio.wait_for(manager.kill_sandbox(sandbox_id), self.ops["timeout"])
+            return True
+        except (SandboxException, asyncio.TimeoutError) as exc:
+            if _status(exc) == 404:
+                return False  # already gone
+            raise self._api_error(f"cannot delete sandbox {sandbox_id}", exc) from exc
+
+    async def aclose(self) -> None:
+        for transport in self._transports:
+            await transport.aclose()
+        self._transports.clear()
+        self._configs = None
+        self._managers = []
+
+
+__all__ = ["OpenSandboxProvider", "OpenSandboxSandbox", "backoff", "default_options", "metadata_for"]

@@ -1,0 +1,109 @@
+"""SWE-bench Pro rows (JSONL, the public dataset's columns).
+
+List columns (fail_to_pass, pass_to_pass, selected_test_files_to_run) arrive as lists,
+JSON strings or Python-literal strings; they are parsed as data, never executed. The
+per-instance `run_script` and `parser_script` come from the row, or else from
+`run_scripts/<instance_id>/run_script.sh` and `parser.py` beside the task file (the
+layout of the public evaluation repository).
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+from ..ids import path_id
+from .base import Task, parse_list, schema_error
+from .jsonl import iter_rows, read_row
+
+SCHEMA = "tasks/swebench_pro.schema.yaml"
+IMAGE_REPO = "jefzda/sweap-images"
+WORKDIR = "/app"
+# some images set ENTRYPOINT /bin/bash, which would exit at once under a keep-alive command
+KEEP_ALIVE = ["/bin/sh", "-c", "sleep infinity"]
+KNOWN = {"instance_id", "repo", "base_commit", "patch", "test_patch", "problem_statement", "requirements",
+         "interface", "fail_to_pass", "pass_to_pass", "selected_test_files_to_run", "before_repo_set_cmd",
+         "dockerhub_tag", "image", "workdir", "run_script", "parser_script", "repo_dir"}
+
+
+@functools.cache
+def _validator():
+    import jsonschema
+
+    from ..config import load_schema
+
+    return jsonschema.Draft202012Validator(load_schema(SCHEMA))
+
+
+def scan(path: Path) -> list[tuple[Task, Any]]:
+    return [(_task(row, path, f"{path}:{lineno}"), [offset, lineno]) for lineno, offset, row in iter_rows(path)]
+
+
+def read(path: Path, locator: Any) -> Task:
+    offset, lineno = locator
+    return _task(read_row(path, offset, lineno), path, f"{path}:{lineno}")
+
+
+def default_prompt(problem_statement: str, requirements: str, interface: str) -> str:
+    parts = [problem_statement.strip()]
+    if requirements.strip():
+        parts.append("Requirements:\n" + requirements.strip())
+    if interface.strip():
+        parts.append("New interfaces introduced:\n" + interface.strip())
+    return "\n\n".join(parts) + "\n"
+
+
+def _script(row: dict, field: str, filename: str, path: Path, where: str) -> str:
+    if row.get(field):
+        return row[field]
+    candidate = path.parent / "run_scripts" / row["instance_id"] / filename
+    if candidate.is_file():
+        return candidate.read_text(encoding="utf-8")
+    raise UserError(f"{where}: field {field}: missing, and {candidate} does not exist; "
+                    f"put the script in the row or in run_scripts/<instance_id>/{filename}")
+
+
+def _task(row: dict, path: Path, where: str) -> Task:
+    schema_error(where, _validator(), row)
+    iid = row["instance_id"]
+    f2p = parse_list(row["fail_to_pass"], f"{where}: field fail_to_pass")
+    p2p = parse_list(row["pass_to_pass"], f"{where}: field pass_to_pass")
+    if not f2p and not p2p:
+        raise UserError(f"{where}: fields fail_to_pass and pass_to_pass: both are empty; nothing would be graded")
+    selected = parse_list(row.get("selected_test_files_to_run"), f"{where}: field selected_test_files_to_run")
+    tag = row.get("dockerhub_tag")
+    if not row.get("image") and not tag and not row.get("repo_dir"):
+        raise UserError(f"{where}: field dockerhub_tag: missing; a Pro row needs dockerhub_tag or image")
+    repo_dir = row.get("repo_dir")
+    if repo_dir:
+        repo_path = (path.parent / repo_dir).resolve()
+        if not repo_path.is_dir():
+            raise UserError(f"{where}: field repo_dir: {repo_dir!r} is not a directory next to {path.name}")
+        repo_dir = str(repo_path)
+    requirements, interface = row.get("requirements") or "", row.get("interface") or ""
+    return Task(
+        id=path_id(iid),
+        instance_id=iid,
+        family="swebench_pro",
+        repo=row.get("repo") or "",
+        base_commit=row.get("base_commit"),
+        problem_statement=row["problem_statement"],
+        prompt=default_prompt(row["problem_statement"], requirements, interface),
+        prompt_fields={"requirements": requirements, "interface": interface},
+        patch=row["patch"],
+        test_patch=row.get("test_patch") or "",
+        fail_to_pass=f2p,
+        pass_to_pass=p2p,
+        image=row.get("image") or (f"{IMAGE_REPO}:{tag}" if tag else None),
+        workdir=row.get("workdir") or WORKDIR,
+        entrypoint=KEEP_ALIVE,
+        reset_to_base=True,
+        repo_dir=repo_dir,
+        before_repo_set_cmd=row.get("before_repo_set_cmd") or "",
+        selected_test_files=selected,
+        run_script=_script(row, "run_script", "run_script.sh", path, where),
+        parser_script=_script(row, "parser_script", "parser.py", path, where),
+        extra={k: v for k, v in row.items() if k not in KNOWN},
+    )
