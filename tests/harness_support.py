@@ -3,24 +3,18 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from sandbatch import REPO_ROOT
-
-TASKS_FILE = REPO_ROOT / "data" / "smoke" / "tasks.jsonl"
+from workflow_util import SMOKE_TASKS, snakemake, write_config
 
 
 def smoke_config(tmp: Path, harness: dict[str, Any], instance_ids: list[str], **extra: Any) -> dict[str, Any]:
     """A run of the bundled smoke tasks with `harness` on the local provider, rooted in `tmp`."""
     cfg = {
         "run": "t",
-        "benchmark": {"kind": "smoke", "tasks": str(TASKS_FILE), "instance_ids": instance_ids},
+        "benchmark": {"kind": "smoke", "tasks": str(SMOKE_TASKS), "instance_ids": instance_ids},
         "harness": harness,
         "sandbox": {"provider": "local", "local": {"root": str(tmp / "sandboxes")}},
         "retries": 0,
@@ -31,13 +25,10 @@ def smoke_config(tmp: Path, harness: dict[str, Any], instance_ids: list[str], **
 
 
 def run_workflow(tmp: Path, config: dict[str, Any], timeout: float = 1200) -> tuple[Path, float]:
-    """`snakemake -s <repo>/Snakefile -d tmp --cores 2 --configfile ...`; (run dir, seconds)."""
-    cfg_path = tmp / "config.yaml"
-    cfg_path.write_text(yaml.safe_dump(config), encoding="utf-8")
-    cmd = [str(Path(sys.executable).parent / "snakemake"), "-s", str(REPO_ROOT / "Snakefile"), "-d", str(tmp),
-           "--cores", "2", "--configfile", str(cfg_path), "--keep-going"]
+    """The real workflow on `config` in `tmp`; (its run directory, seconds it took)."""
     t0 = time.monotonic()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    proc = snakemake(tmp, "--configfile", str(write_config(tmp, "config.yaml", config)), "--keep-going",
+                     timeout=timeout)
     took = time.monotonic() - t0
     assert proc.returncode == 0, f"snakemake failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}"
     return tmp / "results" / config.get("run", "default"), took

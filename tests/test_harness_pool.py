@@ -16,6 +16,7 @@ from harness_support import items_of, leftover_sandboxes, rollout, run_context, 
 from sandbatch.errors import UserError
 from sandbatch.harness import get_harness
 from sandbatch.harness.pool import AGENT_DEFAULT
+from workflow_util import snakemake, write_config
 
 STANDIN = Path(__file__).parent / "fixtures" / "pool_standin"
 
@@ -162,18 +163,8 @@ def test_install_config_errors_are_one_line_user_errors(install, message):
 
 
 def test_missing_eula_stops_the_workflow_before_any_job(tmp_path):
-    import subprocess
-    import sys
-
-    import yaml
-
-    from sandbatch import REPO_ROOT
-
-    cfg = smoke_config(tmp_path, {"name": "pool"}, ["smoke__calc-1"])
-    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
-    proc = subprocess.run([str(Path(sys.executable).parent / "snakemake"), "-s", str(REPO_ROOT / "Snakefile"),
-                           "-d", str(tmp_path), "--cores", "1", "--configfile", str(tmp_path / "c.yaml"), "-n"],
-                          capture_output=True, text=True, timeout=120)
+    cfg = write_config(tmp_path, "c.yaml", smoke_config(tmp_path, {"name": "pool"}, ["smoke__calc-1"]))
+    proc = snakemake(tmp_path, "--configfile", str(cfg), "-n", timeout=120)
     assert proc.returncode != 0
     assert "harness.config.install.accept_eula" in proc.stderr
     assert not (tmp_path / "results").exists()
