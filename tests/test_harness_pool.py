@@ -154,6 +154,7 @@ def test_agent_config_needs_a_model_url(tmp_path):
     ({"method": "upload", "source": "/nonexistent/pool"}, "does not exist"),
     ({"method": "path"}, "harness.config.install.path"),
     ({"method": "brew"}, "harness.config.install.method"),
+    ({"method": "path", "path": "pool", "sorce": "/x"}, "harness.config.install: unknown key 'sorce'"),
 ])
 def test_install_config_errors_are_one_line_user_errors(install, message):
     harness = get_harness("pool")

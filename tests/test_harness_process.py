@@ -79,3 +79,16 @@ def test_failed_install_script_is_an_infra_error_with_its_output(tmp_path):
     with pytest.raises(InfraError, match=r"npm install x@9 failed \(exit 1\): fetching\nE404") as err:
         in_sandbox(tmp_path, fn)
     assert err.value.failure_class == "harness_install"
+
+
+@pytest.mark.parametrize("name, config", [("pool", {"agent_confg": {}}), ("opencode", {"permissions": {}}),
+                                          ("mini-swe-agent", {"step_limits": 3}), ("oracle", {"x": 1})])
+def test_unknown_harness_config_keys_are_user_errors(name, config):
+    from sandbatch.errors import UserError
+    from sandbatch.harness import get_harness
+
+    harness = get_harness(name)
+    with pytest.raises(UserError, match=f"harness.config: unknown key '{next(iter(config))}' for harness {name}"):
+        harness.check_config(harness.merge_config(config))
+    harness.check_config(harness.merge_config({"inline_think": True, "install": {"method": "path", "path": "x"}}
+                                              if name != "oracle" else {"inline_think": True}))

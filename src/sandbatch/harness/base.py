@@ -65,7 +65,18 @@ class Harness(abc.ABC):
         return deep_merge(self.default_config, user)
 
     def check_config(self, config: dict[str, Any]) -> None:
-        """Raise UserError for a merged config that cannot work (called before any job starts)."""
+        """Raise UserError for a merged config that cannot work (called before any job starts).
+
+        Keys are those of default_config (plus `inline_think`, which the convert step reads),
+        also inside `install`; what is below them (an agent's own config) is the agent's.
+        """
+        for where, have, allowed in (("harness.config", config, {*self.default_config, "inline_think"}),
+                                     ("harness.config.install", config.get("install"),
+                                      set(self.default_config.get("install") or ()))):
+            unknown = sorted(set(have or ()) - allowed) if isinstance(have, dict) and allowed else []
+            if unknown:
+                raise UserError(f"{where}: unknown key '{unknown[0]}' for harness {self.name}; "
+                                f"allowed keys: {', '.join(sorted(allowed))}")
 
     def version(self, ctx: RunContext) -> str | None:
         return ctx.version or self.default_version

@@ -60,6 +60,7 @@ class MiniSweAgentHarness(Harness):
     }
 
     def check_config(self, config: dict[str, Any]) -> None:
+        super().check_config(config)
         install_options(self.name, config, INSTALL_METHODS)
 
     def _home(self, sandbox: Sandbox) -> str:

@@ -62,6 +62,7 @@ class OpenCodeHarness(Harness):
     }
 
     def check_config(self, config: dict[str, Any]) -> None:
+        super().check_config(config)
         opts = install_options(self.name, config, INSTALL_METHODS)
         src = Path(opts["source"]).expanduser() if opts["method"] == "upload" else None
         if src is not None and src.is_dir() and not (src / "bin" / "opencode").exists():

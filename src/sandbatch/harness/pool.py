@@ -80,6 +80,7 @@ class PoolHarness(Harness):
     }
 
     def check_config(self, config: dict[str, Any]) -> None:
+        super().check_config(config)
         opts = install_options(self.name, config, INSTALL_METHODS)
         if opts["method"] == "installer" and opts.get("accept_eula") is not True:
             raise UserError("harness.config.install.accept_eula: the pool installer needs Poolside's EULA "
