@@ -75,6 +75,8 @@ def overrides(cfg: config.Config, **extra) -> list[str]:
     out = [f'benchmark={json.dumps({"tasks": str(FIXTURE_TASKS[cfg.benchmark.kind])})}']
     if cfg.harness.name not in HARNESSES:  # e.g. pool, registered by its own module
         out.append('harness={"name": "oracle"}')
+    elif cfg.harness.name == "pool":  # installing pool is the user's EULA decision; a plan installs nothing
+        out.append('harness={"name": "pool", "config": {"install": {"method": "path", "path": "pool"}}}')
     sandbox = {"provider": cfg.sandbox.provider if cfg.sandbox.provider in PROVIDERS else "local"}
     out.append(f"sandbox={json.dumps(sandbox)}")
     out += [f"{k}={v}" for k, v in extra.items()]

@@ -48,12 +48,34 @@ class HarnessConfig(_Model):
     config: dict[str, Any]
 
 
+class ProxyConfig(_Model):
+    enabled: bool
+    bind_host: str | None
+    advertise_host: str | None
+    port: int
+    retries: int
+    backoff: float
+    backoff_max: float
+    retry_budget: float
+    connect_timeout: float
+    read_timeout: float | None
+    max_calls: int | None
+    max_tokens: int | None
+    cap_status: int
+    record_tokens: bool
+    force_model_name: bool
+    stream_usage: bool
+    drop_cache_control: bool
+    extra_body: dict[str, Any]
+
+
 class ModelConfig(_Model):
     base_url: str | None
     base_url_env: str | None
     name: str
     api_key_env: str | None
     sampling: dict[str, Any]
+    proxy: ProxyConfig
 
 
 class ImageRewrite(_Model):

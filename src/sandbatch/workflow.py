@@ -27,11 +27,13 @@ def load_run(workflow, config: dict[str, Any]) -> tuple[Config, dict[str, Any], 
 
 def check_registries(cfg: Config) -> None:
     """The schema's enums and the registries must agree; say so in one line if they do not."""
-    from .harness import HARNESSES
+    from .harness import HARNESSES, get_harness
     from .sandbox import PROVIDERS
 
     if cfg.harness.name not in HARNESSES:
         raise UserError(f"harness.name: {cfg.harness.name!r} is not known; choose one of: {', '.join(HARNESSES)}")
+    harness = get_harness(cfg.harness.name)
+    harness.check_config(harness.merge_config(cfg.harness.config))  # e.g. pool's EULA switch
     if cfg.sandbox.provider not in PROVIDERS:
         raise UserError(f"sandbox.provider: {cfg.sandbox.provider!r} is not known; choose one of: {', '.join(PROVIDERS)}")
 

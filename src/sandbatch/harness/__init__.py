@@ -10,6 +10,9 @@ from .base import Conversion, Harness, Outcome, RunContext
 HARNESSES: dict[str, str] = {
     "oracle": "sandbatch.harness.oracle:OracleHarness",
     "none": "sandbatch.harness.none:NoneHarness",
+    "pool": "sandbatch.harness.pool:PoolHarness",
+    "opencode": "sandbatch.harness.opencode:OpenCodeHarness",
+    "mini-swe-agent": "sandbatch.harness.mini_swe_agent:MiniSweAgentHarness",
 }
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..config import ModelConfig, Timeouts
+from ..errors import UserError
 from ..records import Status
 from ..sandbox import Sandbox
 from ..tasks import Task
@@ -63,6 +64,23 @@ class Harness(abc.ABC):
     def merge_config(self, user: dict[str, Any]) -> dict[str, Any]:
         return deep_merge(self.default_config, user)
 
+    def check_config(self, config: dict[str, Any]) -> None:
+        """Raise UserError for a merged config that cannot work (called before any job starts).
+
+        Keys are those of default_config (plus `inline_think`, which the convert step reads),
+        also inside `install`; what is below them (an agent's own config) is the agent's.
+        """
+        for where, have, allowed in (("harness.config", config, {*self.default_config, "inline_think"}),
+                                     ("harness.config.install", config.get("install"),
+                                      set(self.default_config.get("install") or ()))):
+            unknown = sorted(set(have or ()) - allowed) if isinstance(have, dict) and allowed else []
+            if unknown:
+                raise UserError(f"{where}: unknown key '{unknown[0]}' for harness {self.name}; "
+                                f"allowed keys: {', '.join(sorted(allowed))}")
+
+    def version(self, ctx: RunContext) -> str | None:
+        return ctx.version or self.default_version
+
     def state_env(self, sandbox: Sandbox) -> dict[str, str]:
         """HOME and XDG dirs under the sandbox's tmpdir: nothing lands in the diffed repo."""
         home = f"{sandbox.tmpdir}/home"
@@ -83,6 +101,13 @@ class Harness(abc.ABC):
             return "ok", None
         return "agent_error", "agent_exit"
 
+    def outcome(self, run, events: list[dict[str, Any]], **metadata: Any) -> Outcome:
+        """The Outcome of an agent run (a _process.AgentRun), status from `status_for_exit`."""
+        status, failure = self.status_for_exit(run.exit_code, run.timed_out)
+        return Outcome(events=events, exit_code=run.exit_code, status=status, failure_class=failure,
+                       timed_out=run.timed_out, stderr_tail=tail(run.stderr), agent_s=run.duration_s,
+                       metadata=metadata)
+
     @abc.abstractmethod
     def convert(self, events: list[dict[str, Any]], config: dict[str, Any]) -> Conversion:
         """Raw events -> Responses output items. Must never raise on unknown records."""
@@ -90,3 +115,25 @@ class Harness(abc.ABC):
 
 def tail(text: str, n: int = 2000) -> str:
     return text[-n:]
+
+
+def model_endpoint(ctx: RunContext, harness: str) -> str:
+    """The model URL the agent talks to; a harness that needs a model cannot run without one."""
+    if not ctx.model_url:
+        raise UserError(f"model.base_url: not set; harness {harness} needs an OpenAI-compatible model "
+                        f"endpoint (a URL ending in /v1)")
+    return ctx.model_url
+
+
+KEPT_UNKNOWN = 50  # unknown records kept verbatim in the response metadata (all are counted)
+
+
+def keep_unknown(conv: Conversion, event: Any) -> None:
+    """A record the converter does not know: counted, and kept for the report, never fatal."""
+    conv.unknown += 1
+    kinds = conv.metadata.setdefault("unknown_types", {})
+    kind = str(event.get("type", event.get("role"))) if isinstance(event, dict) else type(event).__name__
+    kinds[kind] = kinds.get(kind, 0) + 1
+    kept = conv.metadata.setdefault("unknown_records", [])
+    if len(kept) < KEPT_UNKNOWN:
+        kept.append(event)

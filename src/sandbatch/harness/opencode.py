@@ -1,0 +1,203 @@
+"""`opencode`: OpenCode (npm `opencode-ai`) run headlessly with `opencode run --format json`.
+
+The whole configuration travels in OPENCODE_CONFIG_CONTENT: one custom provider
+(`@ai-sdk/openai-compatible`) at the run's model URL, nothing else enabled, no updates,
+no sharing, the repository's own opencode.json ignored, and a permission map whose
+default denies the ways to read the fix from elsewhere (other refs' history, the web).
+The prompt goes in on stdin (an argument with spaces would be quoted literally).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+from .. import responses
+from ..errors import UserError
+from ..sandbox import Sandbox
+from ..util import deep_merge
+from ._process import install_options, json_events, run_command, sh, str_env, upload_source
+from .base import Conversion, Harness, Outcome, RunContext, keep_unknown, model_endpoint
+
+INSTALL_METHODS = ("npm", "upload", "path")
+KEY_ENV = "SANDBATCH_MODEL_API_KEY"  # the config names it ({env:...}), so the key is in no file
+
+# Anti-cheat default: the solution must not come from history the task's base commit does
+# not contain (other refs, fetched commits) or from the web. Last matching rule wins.
+DEFAULT_PERMISSION: dict[str, Any] = {
+    "*": "allow",
+    "webfetch": "deny",
+    "websearch": "deny",
+    "codesearch": "deny",
+    "bash": {"*": "allow",
+             **dict.fromkeys(["git log*", "git show*", "git reflog*", "git whatchanged*", "git rev-list*",
+                              "git cat-file*", "git fetch*", "git pull*", "git clone*"], "deny")},
+}
+
+
+class OpenCodeHarness(Harness):
+    name = "opencode"
+    default_version = "1.18.33"
+    default_config = {
+        "install": {
+            "method": "npm",  # npm (needs node + registry access in the sandbox) | upload | path
+            "package": "opencode-ai",
+            "source": None,  # upload: the opencode binary, or an npm prefix holding bin/opencode
+            "path": None,  # path: the opencode binary inside the image
+            "env": {},  # extra environment of the install command (npm_config_cache, registry, ...)
+        },
+        "provider_id": "sandbatch",
+        "context_window": 131072,
+        "max_output_tokens": 32768,
+        "permission": DEFAULT_PERMISSION,
+        "opencode_config": {},  # deep-merged over the generated opencode config
+        "agent": None,  # --agent (null: OpenCode's default agent)
+        "thinking": True,  # --thinking: reasoning parts appear in the event stream
+        "pure": True,  # --pure: no external plugins (and no plugin install at start)
+        "env": {},
+        "extra_args": [],
+        "inline_think": False,
+    }
+
+    def check_config(self, config: dict[str, Any]) -> None:
+        super().check_config(config)
+        opts = install_options(self.name, config, INSTALL_METHODS)
+        src = Path(opts["source"]).expanduser() if opts["method"] == "upload" else None
+        if src is not None and src.is_dir() and not (src / "bin" / "opencode").exists():
+            raise UserError(f"harness.config.install.source: {src} has no bin/opencode; give the opencode binary "
+                            f"or a prefix made by `npm install -g --prefix DIR opencode-ai`")
+
+    def _prefix(self, sandbox: Sandbox) -> str:
+        return f"{sandbox.tmpdir}/opencode"
+
+    def _binary(self, sandbox: Sandbox, config: dict[str, Any]) -> str:
+        opts = config["install"]
+        if opts["method"] == "path":
+            return opts["path"]
+        if opts["method"] == "upload" and Path(opts["source"]).expanduser().is_file():
+            return f"{self._prefix(sandbox)}/opencode"
+        return f"{self._prefix(sandbox)}/bin/opencode"
+
+    async def install(self, sandbox: Sandbox, ctx: RunContext) -> None:
+        self.check_config(ctx.config)
+        opts, prefix, binary = ctx.config["install"], self._prefix(sandbox), self._binary(sandbox, ctx.config)
+        timeout = ctx.timeouts.install
+        if opts["method"] == "upload":
+            source = Path(opts["source"]).expanduser()
+            await upload_source(sandbox, str(source), binary if source.is_file() else prefix, timeout)
+        elif opts["method"] == "npm":
+            spec = f"{opts['package']}@{self.version(ctx)}"
+            await sh(sandbox, f"npm install -g --no-audit --no-fund --prefix {shlex.quote(prefix)} {shlex.quote(spec)}",
+                     timeout=timeout, what=f"npm install {spec}", env={**self.state_env(sandbox), **str_env(opts["env"])})
+        await sh(sandbox, f"{shlex.quote(binary)} --version", timeout=120, what=f"running {binary} --version",
+                 env=self.state_env(sandbox))
+
+    def opencode_config(self, ctx: RunContext) -> dict[str, Any]:
+        cfg, pid, model = ctx.config, ctx.config["provider_id"], ctx.model.name
+        generated = {
+            "$schema": "https://opencode.ai/config.json",
+            "model": f"{pid}/{model}",
+            "small_model": f"{pid}/{model}",
+            "enabled_providers": [pid],
+            "autoupdate": False,
+            "share": "disabled",
+            "provider": {pid: {
+                "npm": "@ai-sdk/openai-compatible",
+                "name": pid,
+                "options": {"baseURL": model_endpoint(ctx, self.name), "apiKey": f"{{env:{KEY_ENV}}}"},
+                "models": {model: {"name": model, "limit": {"context": int(cfg["context_window"]),
+                                                            "output": int(cfg["max_output_tokens"])}}},
+            }},
+            "permission": cfg["permission"],
+        }
+        return deep_merge(generated, cfg["opencode_config"])
+
+    async def run(self, sandbox: Sandbox, ctx: RunContext) -> Outcome:
+        cfg = ctx.config
+        argv = [self._binary(sandbox, cfg), "run", "--format", "json", "--auto"]
+        argv += ["--thinking"] if cfg["thinking"] else []
+        argv += ["--pure"] if cfg["pure"] else []
+        argv += ["--agent", str(cfg["agent"])] if cfg["agent"] else []
+        argv += [str(a) for a in cfg["extra_args"]]
+        env = {**self.state_env(sandbox),
+               "OPENCODE_CONFIG_CONTENT": json.dumps(self.opencode_config(ctx)),
+               "OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_AUTOUPDATE": "1",
+               "OPENCODE_DISABLE_PROJECT_CONFIG": "1", KEY_ENV: ctx.api_key or "unused", **str_env(cfg["env"])}
+        run = await run_command(sandbox, argv, timeout=ctx.timeouts.agent, env=env, stdin=ctx.prompt.encode("utf-8"))
+        events = json_events(run.stdout)
+        outcome = self.outcome(run, events)
+        if outcome.status == "ok" and any(ev.get("type") == "error" for ev in events):
+            outcome.status, outcome.failure_class = "agent_error", "agent_error_event"
+        return outcome
+
+    def convert(self, events, config) -> Conversion:
+        conv = Conversion(items=[])
+        errors: list[Any] = []
+        usage = dict.fromkeys(("input", "output", "reasoning", "cache_read", "cache_write"), 0)
+        cost, steps, sessions = 0.0, 0, []
+        step: list[tuple[float, list[dict[str, Any]]]] = []  # this step's items by start time
+        calls: dict[str, dict[str, Any]] = {}  # callID -> its output item (a later state replaces it)
+
+        def flush() -> None:
+            for _, items in sorted(step, key=lambda entry: entry[0]):
+                conv.items.extend(items)
+            step.clear()
+
+        def add(started: Any, *items: dict[str, Any]) -> None:
+            last = step[-1][0] if step else 0.0
+            step.append((started if isinstance(started, (int, float)) else last, list(items)))
+
+        for ev in events:
+            if not isinstance(ev, dict):
+                keep_unknown(conv, ev)
+                continue
+            kind, part = ev.get("type"), ev.get("part") if isinstance(ev.get("part"), dict) else {}
+            if ev.get("sessionID") and ev["sessionID"] not in sessions:
+                sessions.append(ev["sessionID"])
+            if kind in ("reasoning", "text"):
+                text = part.get("text")
+                if isinstance(text, str) and text.strip():
+                    item = responses.reasoning(text) if kind == "reasoning" else responses.message(text)
+                    add((part.get("time") or {}).get("start"), item)
+            elif kind == "tool_use" and part.get("callID"):
+                state = part.get("state") if isinstance(part.get("state"), dict) else {}
+                output = state.get("output") if state.get("status") == "completed" else state.get("error")
+                call_id = str(part["callID"])
+                if call_id in calls:  # the same call again, in a later state
+                    calls[call_id]["output"] = _text(output)
+                    continue
+                calls[call_id] = responses.function_call_output(call_id, _text(output))
+                add((state.get("time") or {}).get("start"),
+                    responses.function_call(call_id, str(part.get("tool", "")), state.get("input") or {}),
+                    calls[call_id])
+            elif kind == "step_start":
+                flush()
+            elif kind == "step_finish":
+                flush()
+                steps += 1
+                tokens = part.get("tokens") if isinstance(part.get("tokens"), dict) else {}
+                cache = tokens.get("cache") if isinstance(tokens.get("cache"), dict) else {}
+                for key, value in (("input", tokens.get("input")), ("output", tokens.get("output")),
+                                   ("reasoning", tokens.get("reasoning")), ("cache_read", cache.get("read")),
+                                   ("cache_write", cache.get("write"))):
+                    usage[key] += value if isinstance(value, int) else 0
+                cost += part["cost"] if isinstance(part.get("cost"), (int, float)) else 0.0
+            elif kind == "error":
+                errors.append(ev.get("error", ev))
+            else:
+                keep_unknown(conv, ev)
+        flush()
+        conv.metadata["opencode_usage"] = {**usage, "cost": cost, "steps": steps}
+        if sessions:
+            conv.metadata["session_ids"] = sessions
+        if errors:
+            conv.metadata["errors"] = errors
+        return conv
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)

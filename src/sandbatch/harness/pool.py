@@ -1,0 +1,203 @@
+"""`pool`: Poolside's agent CLI, run headlessly with `pool exec -o json`.
+
+pool's `--agent-config-file` replaces its built-in defaults instead of merging with them,
+so the generated file carries the whole default (as of pool 1.0.16) with the model
+endpoint and compaction thresholds filled in, and `harness.config.agent_config` is
+deep-merged over it. Exit 4 means the agent said it could not finish: a normal rollout
+that is graded like any other.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from .. import responses
+from ..errors import UserError
+from ..sandbox import Sandbox
+from ..util import deep_merge
+from ._process import install_options, json_events, run_command, sh, str_env, upload_source
+from .base import Conversion, Harness, Outcome, RunContext, keep_unknown, model_endpoint
+
+GAVE_UP_EXIT = 4
+INSTALL_METHODS = ("installer", "upload", "path")
+SEP = "|◊|"
+
+# pool's built-in agent config. None = filled in per run (model endpoint, compaction from
+# max_context_window); a value the user sets in agent_config is kept as given.
+AGENT_DEFAULT: dict[str, Any] = {
+    "max_steps": 0,
+    "http_timeout": "5m0s",
+    "enabled_tools": ["todo_action", "read", "edit", "write", "get_diagnostics", "question", "shell",
+                      "shell_list", "shell_tail", "shell_status", "shell_kill", "shell_send", "shell_wait",
+                      "skill", "subagent", "switch_mode", "list_secrets", "exit"],
+    "enable_no_tool_call_retry": False,
+    "enable_truncation_recovery": True,
+    "enable_multi_tool_calls": True,
+    "enable_tool_call_loop_detection": True,
+    "enable_todo_reminders": True,
+    "parallel_tool_calls": {"tools": ["subagent"]},
+    "tools": {
+        "edit": {"fuzzy_match_threshold": 0.05},
+        "read": {"max_lines": 500, "line_num_separator": SEP},
+        "write": {"line_num_separator": SEP},
+        "shell": {"foreground_timeout": "120s"},
+    },
+    "model": {
+        # streaming off: token ids and logprobs come back only on non-streaming responses
+        "provider": {"openai": {"base_url": None, "api_key": None, "model_id": None, "use_streaming": False}},
+        "prompt": {"hidden_tool_names": ["exit"]},
+        "max_completion_retries": 2,
+        "max_completion_retries_transient": 3,
+        "exit_tool_on_stop": True,
+        "streaming_events_interval": "100ms",
+    },
+    "memory": {"compact": {"TriggerCompressionTokenCount": None, "MaxSummarizeTokenCount": None,
+                           "MinRetainedSteps": 5}},
+}
+
+
+class PoolHarness(Harness):
+    name = "pool"
+    default_version = "v1.0.16"
+    default_config = {
+        "install": {
+            "method": "installer",  # installer | upload | path
+            "accept_eula": False,  # the installer runs only after you accept Poolside's EULA here
+            "installer_url": "https://downloads.poolside.ai/pool/install.sh",
+            "source": None,  # upload: the pool binary on this host
+            "path": None,  # path: the pool binary inside the image
+            "env": {},  # extra environment of the install command
+        },
+        "max_context_window": 131072,  # compaction starts at 80 %, summaries up to 70 %
+        "agent_config": AGENT_DEFAULT,
+        "env": {},  # extra environment of the agent
+        "extra_args": [],  # appended to `pool exec`
+        "inline_think": False,
+    }
+
+    def check_config(self, config: dict[str, Any]) -> None:
+        super().check_config(config)
+        opts = install_options(self.name, config, INSTALL_METHODS)
+        if opts["method"] == "installer" and opts.get("accept_eula") is not True:
+            raise UserError("harness.config.install.accept_eula: the pool installer needs Poolside's EULA "
+                            "accepted; set it to true, or use install.method upload/path with your own binary")
+        if opts["method"] == "upload" and not Path(opts["source"]).expanduser().is_file():
+            raise UserError(f"harness.config.install.source: {opts['source']} is not a file; give the pool binary")
+
+    def _home(self, sandbox: Sandbox) -> str:
+        return f"{sandbox.tmpdir}/pool"
+
+    def _binary(self, sandbox: Sandbox, config: dict[str, Any]) -> str:
+        opts = config["install"]
+        return opts["path"] if opts["method"] == "path" else f"{self._home(sandbox)}/bin/pool"
+
+    async def install(self, sandbox: Sandbox, ctx: RunContext) -> None:
+        self.check_config(ctx.config)
+        opts, binary = ctx.config["install"], self._binary(sandbox, ctx.config)
+        timeout = ctx.timeouts.install
+        if opts["method"] == "upload":
+            await upload_source(sandbox, opts["source"], binary, timeout)
+        elif opts["method"] == "installer":
+            bindir = shlex.quote(str(Path(binary).parent))
+            await sh(sandbox, (
+                f"set -e; mkdir -p {bindir}; curl -fsSL {shlex.quote(opts['installer_url'])} | "
+                f"POOL_INSTALL_ACCEPT_EULA=1 POOL_INSTALL_DIR={bindir} sh -s -- {shlex.quote(self.version(ctx))}; "
+                # wherever under the install dir the installer put it, bin/pool is the binary
+                f"[ -x {bindir}/pool ] || ln -sf \"$(find {bindir} -type f -name pool | head -n1)\" {bindir}/pool; "
+                f"{bindir}/pool --version"),
+                timeout=timeout, what="the pool installer", env=str_env(opts["env"]))
+        await sh(sandbox, f"test -x {shlex.quote(binary)} || command -v {shlex.quote(binary)}",
+                 timeout=60, what=f"finding the pool binary {binary}")
+
+    def agent_config(self, ctx: RunContext) -> dict[str, Any]:
+        """The whole agent config file: defaults, then per-run values where the user set none."""
+        cfg = deep_merge(ctx.config["agent_config"], {})
+        window = int(ctx.config["max_context_window"])
+        fill = {("model", "provider", "openai", "base_url"): model_endpoint(ctx, self.name),
+                ("model", "provider", "openai", "api_key"): ctx.api_key or "unused",
+                ("model", "provider", "openai", "model_id"): ctx.model.name,
+                ("memory", "compact", "TriggerCompressionTokenCount"): int(0.8 * window),
+                ("memory", "compact", "MaxSummarizeTokenCount"): int(0.7 * window)}
+        for path, value in fill.items():
+            node = cfg
+            for key in path[:-1]:
+                node = node.setdefault(key, {})
+            if node.get(path[-1]) is None:
+                node[path[-1]] = value
+        return cfg
+
+    async def run(self, sandbox: Sandbox, ctx: RunContext) -> Outcome:
+        home = self._home(sandbox)
+        cfg_path, prompt_path = f"{home}/agent-config.json", f"{home}/prompt.txt"
+        await sandbox.upload(cfg_path, json.dumps(self.agent_config(ctx), indent=2).encode(), mode=0o600)
+        await sandbox.upload(prompt_path, ctx.prompt.encode("utf-8"))
+        argv = [self._binary(sandbox, ctx.config), "exec", "-o", "json", "--sandbox", "disabled",
+                "--unsafe-auto-allow", "--agent-config-file", cfg_path, "-f", prompt_path,
+                *map(str, ctx.config["extra_args"])]
+        # any POOLSIDE_API_KEY skips pool's login; the model key lives in the agent config
+        env = {**self.state_env(sandbox), "POOLSIDE_API_KEY": "unused",
+               **str_env(ctx.config["env"])}
+        run = await run_command(sandbox, argv, timeout=ctx.timeouts.agent, env=env)
+        return self.outcome(run, json_events(run.stdout),
+                            **({"gave_up": True} if run.exit_code == GAVE_UP_EXIT else {}))
+
+    def status_for_exit(self, exit_code, timed_out):
+        if exit_code == GAVE_UP_EXIT and not timed_out:
+            return "ok", None
+        return super().status_for_exit(exit_code, timed_out)
+
+    def convert(self, events, config) -> Conversion:
+        conv = Conversion(items=[])
+        errors = []
+        waiting: deque[str] = deque()  # call ids without a result, oldest first
+        where: dict[str, int] = {}  # call id -> index of its function_call item
+        for ev in events:
+            if not isinstance(ev, dict):
+                keep_unknown(conv, ev)
+                continue
+            kind = ev.get("type")
+            if (kind is None and "error" in ev) or kind == "error":
+                errors.append(ev)
+            elif kind == "reasoning":
+                if ev.get("reasoning"):
+                    conv.items.append(responses.reasoning(str(ev["reasoning"])))
+            elif kind in ("thought", "oauth_url"):
+                pass  # thought repeats the reasoning before it; oauth_url is a login prompt
+            elif kind == "assistantMessage":
+                text = ev.get("message")
+                if isinstance(text, str) and text.strip():
+                    conv.items.append(responses.message(text))
+            elif kind == "toolCall":
+                call_id = f"call_{len(where)}"  # results carry no id: pool's calls get generated ones
+                where[call_id] = len(conv.items)
+                waiting.append(call_id)
+                conv.items.append(responses.function_call(call_id, str(ev.get("name", "")), ev.get("args") or {}))
+            elif kind == "toolCallResult" and waiting:
+                conv.items.append(responses.function_call_output(waiting.popleft(), _result_text(ev)))
+            else:  # unknown types, and a result with no call waiting for it
+                keep_unknown(conv, ev)
+        # a call never answered (typically the final `exit`) gets an empty output right after it
+        for call_id in sorted(waiting, key=where.get, reverse=True):
+            conv.items.insert(where[call_id] + 1, responses.function_call_output(call_id, ""))
+        if errors:
+            conv.metadata["errors"] = errors
+        if waiting:
+            conv.metadata["unanswered_calls"] = len(waiting)
+        return conv
+
+
+def _result_text(ev: dict[str, Any]) -> str:
+    for key in ("result", "err"):
+        if key in ev:
+            value = ev[key]
+            return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    entries = ev.get("entries")
+    if isinstance(entries, list):
+        if all(isinstance(e, str) for e in entries):
+            return "\n".join(entries)
+        return json.dumps(entries, ensure_ascii=False)
+    return ""

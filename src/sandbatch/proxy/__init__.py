@@ -1,0 +1,10 @@
+"""The per-rollout model proxy (see core.py for the API); httpx is imported only on start."""
+
+from ..usage import normalize_usage, summarize_usage
+from .core import PROVIDER_HOSTS, ModelProxy, proxy_hosts, proxy_settings, split_path
+from .rewrite import apply_sampling, drop_cache_control, rewrite_request
+
+__all__ = [
+    "PROVIDER_HOSTS", "ModelProxy", "apply_sampling", "drop_cache_control", "normalize_usage",
+    "proxy_hosts", "proxy_settings", "rewrite_request", "split_path", "summarize_usage",
+]

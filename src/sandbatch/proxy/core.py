@@ -1,0 +1,548 @@
+"""The per-rollout model proxy: the agent's only model endpoint during a harness run.
+
+Usage in the harness job (an asyncio program)::
+
+    from sandbatch.proxy import ModelProxy, proxy_hosts
+
+    bind, advertise = proxy_hosts(cfg.sandbox.provider, cfg.model.proxy)
+    async with ModelProxy.from_config(cfg.model, rollout_dir / "model_calls.jsonl",
+                                      bind_host=bind) as proxy:
+        base_url = proxy.url_for(advertise)        # "http://<advertise>:<port>/v1"
+        ...run the agent with base_url and any dummy API key...
+        proxy.stats                                 # calls, tokens, which cap was hit
+
+The proxy runs its own event loop in a daemon thread of the job process (see
+`ServerThread`): the job's loop never does proxy work and is never blocked by it,
+nothing is left behind if the job is killed (a thread dies with its process, a child
+process would need reaping), and httpx is imported once per job rather than in a second
+interpreter. The job itself only waits on the sandbox, so the two barely compete for
+the GIL.
+
+Per call it: drops `cache_control` at messages[].content[] and tools[]; applies
+`model.sampling` and `model.proxy.extra_body` (they win over the agent); optionally
+forces the model name; adds the upstream API key (held in memory only, never written);
+retries connect errors, dropped connections, 429 (honouring Retry-After), 502 and 503
+with jittered exponential backoff inside `retry_budget`; relays streams chunk by chunk;
+refuses calls beyond `max_calls` / `max_tokens` with an OpenAI-style error; and appends
+one JSON line per request to `calls_path`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import os
+import random
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, AsyncIterator, Mapping
+
+from ..errors import UserError
+from ..usage import MODEL_ENDPOINTS, usage_of
+from .httpserver import Request, Response, ServerThread, StreamingResponse, json_response
+from .rewrite import rewrite_request
+from .tokens import TokenCollector
+
+if TYPE_CHECKING:
+    import httpx
+
+    from ..config import ModelConfig, ProxyConfig
+
+# sandbox provider -> (bind host, advertised host) when model.proxy leaves them null
+PROVIDER_HOSTS: dict[str, tuple[str, str | None]] = {
+    "local": ("127.0.0.1", "127.0.0.1"),
+    "docker": ("0.0.0.0", "host.docker.internal"),
+}
+
+RETRY_STATUSES = frozenset({429, 502, 503})
+
+# never forwarded either way: connection management, framing, and the agent's credentials
+_DROP_REQUEST = frozenset({
+    "host", "content-length", "transfer-encoding", "connection", "keep-alive", "te", "trailer",
+    "upgrade", "expect", "proxy-authorization", "proxy-connection", "accept-encoding",
+    "authorization", "api-key", "x-api-key",
+})
+_DROP_RESPONSE = frozenset({
+    "content-length", "transfer-encoding", "connection", "keep-alive", "content-encoding",
+    "date", "server",
+})
+
+_ENDPOINTS = {"/chat/completions": "chat", "/responses": "responses", "/completions": "completions"}
+
+
+def proxy_settings(values: "ProxyConfig | Mapping[str, Any] | None" = None) -> "ProxyConfig":
+    """A ProxyConfig from a partial mapping; missing keys take the schema's defaults."""
+    from ..config import ProxyConfig, load_schema
+
+    if isinstance(values, ProxyConfig):
+        return values
+    schema = load_schema()["properties"]["model"]["properties"]["proxy"]["properties"]
+    merged = {key: sub["default"] for key, sub in schema.items()}
+    unknown = set(values or {}) - set(merged)
+    if unknown:
+        raise UserError(f"model.proxy: unknown key '{sorted(unknown)[0]}'; allowed keys: {', '.join(sorted(merged))}")
+    merged.update(values or {})
+    return ProxyConfig.model_validate(merged)
+
+
+def proxy_hosts(provider: str, settings: "ProxyConfig | Mapping[str, Any] | None" = None) -> tuple[str, str]:
+    """(bind host, advertised host) for a sandbox provider, config values first."""
+    s = proxy_settings(settings)
+    bind_default, advertise_default = PROVIDER_HOSTS.get(provider, ("0.0.0.0", None))
+    advertise = s.advertise_host or advertise_default
+    if advertise is None:
+        raise UserError(
+            f"model.proxy.advertise_host: no default for sandbox provider '{provider}'; set it to an "
+            "address of this host that the sandboxes can reach, or set model.proxy.enabled: false"
+        )
+    return s.bind_host or bind_default, advertise
+
+
+def split_path(path: str) -> tuple[str, str]:
+    """(endpoint kind, path below the API root): /v1/chat/completions -> ("chat", "/chat/completions").
+
+    Any number of leading /v1 segments is dropped, so clients that add /v1 to a base URL
+    already ending in /v1 (or none at all) still reach the right upstream path.
+    """
+    while path == "/v1" or path.startswith("/v1/"):
+        path = path[3:]
+    path = "/" + path.lstrip("/")
+    rest = path.rstrip("/") or "/"
+    if rest in _ENDPOINTS:
+        return _ENDPOINTS[rest], rest
+    if rest == "/models" or rest.startswith("/models/"):
+        return "models", rest
+    return "other", rest
+
+
+def retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds asked for by `retry-after-ms` or `Retry-After` (seconds or an HTTP date)."""
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return max(0.0, float(ms) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
+
+
+def _error(status: int, message: str, code: str, kind: str = "proxy_error") -> Response:
+    return json_response(status, {"error": {"message": message, "type": kind, "param": None, "code": code}})
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class _Failure(Exception):
+    """The upstream could not answer; carries the response for the agent and the record."""
+
+    def __init__(self, response: Response, error: str, attempts: int, statuses: list):
+        super().__init__(error)
+        self.response = response
+        self.error = error
+        self.attempts = attempts
+        self.statuses = statuses
+
+
+class _SSEScanner:
+    """Finds usage (and token data) in an SSE byte stream without holding the whole stream."""
+
+    def __init__(self, tokens: TokenCollector | None):
+        self.tokens = tokens
+        self.usage: dict[str, int] | None = None
+        self._buffer = b""
+
+    def feed(self, chunk: bytes) -> None:
+        if b"\r" in chunk:
+            chunk = chunk.replace(b"\r\n", b"\n")
+        buffer = self._buffer + chunk
+        end = buffer.rfind(b"\n\n")
+        if end < 0:
+            self._buffer = buffer
+            return
+        self._buffer = buffer[end + 2:]
+        if self.tokens is None and b'"usage"' not in buffer:
+            return  # the common case: nothing to look at in these events
+        for event in buffer[:end].split(b"\n\n"):
+            self._event(event)
+
+    def _event(self, event: bytes) -> None:
+        if self.tokens is None and b'"usage"' not in event:
+            return
+        data = b"\n".join(line[5:].lstrip(b" ") for line in event.split(b"\n") if line.startswith(b"data:"))
+        if not data or data == b"[DONE]":
+            return
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            return
+        usage = usage_of(obj)
+        if usage is not None:
+            self.usage = usage  # cumulative when a server reports per chunk: the last one wins
+        if self.tokens is not None:
+            self.tokens.add(obj)
+
+    def close(self) -> None:
+        if self._buffer.strip():
+            self._event(self._buffer)
+        self._buffer = b""
+
+
+class ModelProxy:
+    """One rollout's model proxy. Start with `async with` (or `with`, or start()/stop()).
+
+    settings: a ProxyConfig or a partial mapping of `model.proxy` keys.
+    upstream_url: the model's base URL, normally ending in /v1 (request paths are
+        appended below it: /chat/completions, /responses, /models).
+    api_key: the upstream key (read from the env var the config names), sent as
+        `Authorization: Bearer`; kept in memory only. The agent's own key is never forwarded.
+    calls_path: model_calls.jsonl, appended one line per request.
+    sampling: `model.sampling`; model_name: `model.name` (used when force_model_name).
+    bind_host / port: override the settings' values (bind_host None = 127.0.0.1).
+
+    Attributes after start: `port`, `url_for(host)`, `stats`.
+    """
+
+    def __init__(
+        self,
+        settings: "ProxyConfig | Mapping[str, Any] | None",
+        upstream_url: str,
+        api_key: str | None,
+        calls_path: str | os.PathLike,
+        *,
+        sampling: Mapping[str, Any] | None = None,
+        model_name: str | None = None,
+        bind_host: str | None = None,
+        port: int | None = None,
+    ):
+        if not upstream_url or not upstream_url.startswith(("http://", "https://")):
+            raise UserError(f"model.base_url: {upstream_url!r} is not an http(s) URL; set it to the "
+                            "OpenAI-compatible endpoint, e.g. http://host:8000/v1")
+        self.settings = proxy_settings(settings)
+        self.upstream_url = upstream_url.rstrip("/")
+        self.calls_path = Path(calls_path)
+        self.sampling = dict(sampling or {})
+        self.model_name = model_name
+        self.bind_host = bind_host or self.settings.bind_host or "127.0.0.1"
+        self._api_key = api_key
+        self._thread = ServerThread(self, self.bind_host,
+                                    self.settings.port if port is None else port, name="model-proxy")
+        self._client: "httpx.AsyncClient | None" = None
+        self._log = None
+        self.calls = 0  # model calls forwarded (refused ones excluded)
+        self.refused = 0
+        self.tokens = 0  # total tokens reported by the upstream so far
+        self.cap_hit: str | None = None  # "max_calls" / "max_tokens" once a call was refused
+
+    @classmethod
+    def from_config(cls, model: "ModelConfig", calls_path: str | os.PathLike, *,
+                    bind_host: str | None = None, port: int | None = None) -> "ModelProxy":
+        """Build from the run's `model` block; the API key comes from model.api_key_env."""
+        api_key = None
+        if model.api_key_env:
+            api_key = os.environ.get(model.api_key_env)
+            if not api_key:
+                raise UserError(f"model.api_key_env: the environment variable {model.api_key_env} is not set; "
+                                "export it in the shell that starts the run")
+        if not model.base_url:
+            raise UserError("model.base_url: not set; give the OpenAI-compatible endpoint, e.g. http://host:8000/v1")
+        return cls(model.proxy, model.base_url, api_key, calls_path, sampling=model.sampling,
+                   model_name=model.name, bind_host=bind_host, port=port)
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        return self._thread.port
+
+    def url_for(self, host: str) -> str:
+        """Base URL (ending in /v1) under which `host`'s clients reach this proxy."""
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"  # IPv6 literal
+        return f"http://{host}:{self.port}/v1"
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        return {"calls": self.calls, "refused": self.refused, "tokens": self.tokens, "cap_hit": self.cap_hit}
+
+    def start(self) -> "ModelProxy":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._thread.stop()
+
+    def __enter__(self) -> "ModelProxy":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> "ModelProxy":
+        await asyncio.to_thread(self.start)
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await asyncio.to_thread(self.stop)
+
+    # --- App protocol (runs on the proxy's own loop) -------------------------------------
+
+    async def startup(self) -> None:
+        import httpx
+
+        s = self.settings
+        timeout = httpx.Timeout(connect=s.connect_timeout, read=s.read_timeout, write=s.read_timeout,
+                                pool=s.read_timeout)
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=64, keepalive_expiry=60)
+        self._client = httpx.AsyncClient(timeout=timeout, limits=limits)
+        self._retryable = (httpx.NetworkError, httpx.ConnectTimeout, httpx.RemoteProtocolError)
+        self._httpx = httpx
+        self.calls_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.calls_path, "a", encoding="utf-8")
+
+    async def shutdown(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+        if self._log is not None:
+            self._log.close()
+
+    async def handle(self, request: Request) -> Response | StreamingResponse:
+        endpoint, rest = split_path(request.path)
+        record: dict[str, Any] = {"timestamp": _now(), "method": request.method, "path": request.path,
+                                  "endpoint": endpoint}
+        t0 = time.monotonic()
+        try:
+            if request.method == "POST" and endpoint in MODEL_ENDPOINTS:
+                return await self._model_call(request, endpoint, rest, record, t0)
+            return await self._passthrough(request, rest, record, t0)
+        except asyncio.CancelledError:
+            record.update(status=None, error="proxy stopped during the call", latency_s=_since(t0))
+            self._write(record)
+            raise
+
+    # --- recording -------------------------------------------------------------------------
+
+    def _write(self, record: dict[str, Any]) -> None:
+        if self._log is None or self._log.closed:
+            return
+        self._log.write(json.dumps(record, separators=(",", ":"), ensure_ascii=False, default=str) + "\n")
+        self._log.flush()  # a killed job keeps every finished call
+
+    def _account(self, record: dict[str, Any]) -> None:
+        usage = record.get("usage")
+        if usage:
+            self.tokens += usage.get("total_tokens", 0)
+        self._write(record)
+
+    # --- forwarding -------------------------------------------------------------------------
+
+    def _headers(self, request: Request) -> dict[str, str]:
+        headers = {k: v for k, v in request.headers.items() if k not in _DROP_REQUEST}
+        headers["accept-encoding"] = "identity"  # bytes are relayed as they come
+        if request.body:
+            headers.setdefault("content-type", "application/json")
+        if self._api_key:
+            headers["authorization"] = f"Bearer {self._api_key}"
+        return headers
+
+    def _refusal(self) -> tuple[str, str] | None:
+        s = self.settings
+        if s.max_calls is not None and self.calls >= s.max_calls:
+            return "max_calls", (f"sandbatch model proxy: per-rollout cap model.proxy.max_calls = {s.max_calls} "
+                                 f"reached ({self.calls} model calls made); no further calls are forwarded")
+        if s.max_tokens is not None and self.tokens >= s.max_tokens:
+            return "max_tokens", (f"sandbatch model proxy: per-rollout cap model.proxy.max_tokens = {s.max_tokens} "
+                                  f"reached ({self.tokens} tokens used); no further calls are forwarded")
+        return None
+
+    async def _model_call(self, request: Request, endpoint: str, rest: str, record: dict, t0: float):
+        s = self.settings
+        try:
+            body = json.loads(request.body)
+        except ValueError as exc:
+            body = exc
+        if not isinstance(body, dict):
+            record.update(status=400, error="request body is not a JSON object", latency_s=_since(t0))
+            self._write(record)
+            return _error(400, "sandbatch model proxy: the request body must be a JSON object",
+                          "invalid_body", "invalid_request_error")
+        refusal = self._refusal()
+        if refusal is not None:
+            cap, message = refusal
+            self.refused += 1
+            self.cap_hit = self.cap_hit or cap
+            record.update(model=body.get("model"), stream=body.get("stream") is True, status=s.cap_status,
+                          refused=cap, error=message, latency_s=_since(t0))
+            self._write(record)
+            kind = "rate_limit_error" if s.cap_status == 429 else "invalid_request_error"
+            return _error(s.cap_status, message, f"{cap}_exceeded", kind)
+        self.calls += 1
+        changes = rewrite_request(
+            body, endpoint, drop_cache=s.drop_cache_control, sampling=self.sampling, extra_body=s.extra_body,
+            model=self.model_name if s.force_model_name else None, stream_usage=s.stream_usage)
+        record.update(model=body.get("model"), stream=body.get("stream") is True, **changes)
+        content = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+        record["request_bytes"] = len(content)
+        try:
+            upstream = await self._send("POST", self.upstream_url + rest, request.query, content,
+                                        self._headers(request))
+        except _Failure as failure:
+            record.update(status=failure.response.status, attempts=failure.attempts,
+                          attempt_statuses=failure.statuses, error=failure.error, latency_s=_since(t0))
+            self._account(record)
+            return failure.response
+        resp, attempts, statuses = upstream
+        record.update(attempts=attempts, status=resp.status_code)
+        if len(statuses) > 1:
+            record["attempt_statuses"] = statuses
+        headers = {k: v for k, v in resp.headers.items() if k not in _DROP_RESPONSE}
+        if resp.headers.get("content-type", "").startswith("text/event-stream"):
+            return StreamingResponse(resp.status_code, headers, self._relay(resp, record, t0))
+        try:
+            data = await resp.aread()
+        except self._httpx.HTTPError as exc:
+            error = f"upstream failed while sending its answer ({type(exc).__name__}: {exc})"
+            record.update(status=502, upstream_status=resp.status_code, error=error, latency_s=_since(t0))
+            self._account(record)
+            return _error(502, f"sandbatch model proxy: {error}", "upstream_error")
+        finally:
+            await resp.aclose()
+        record["latency_s"] = _since(t0)
+        record["response_bytes"] = len(data)
+        # parse after the bytes are on their way: the agent does not wait for bookkeeping
+        return Response(resp.status_code, data, headers, after=lambda: self._finish(record, data))
+
+    def _finish(self, record: dict[str, Any], data: bytes) -> None:
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            obj = None
+        if isinstance(obj, dict):
+            record["usage"] = usage_of(obj)
+            if record.get("status", 200) >= 400 and isinstance(obj.get("error"), (dict, str)):
+                err = obj["error"]
+                record["error"] = (err.get("message") if isinstance(err, dict) else err) or str(err)
+            elif self.settings.record_tokens:
+                collector = TokenCollector()
+                collector.add(obj)
+                record["tokens"] = collector.result()
+        else:
+            record["usage"] = None
+        self._account(record)
+
+    async def _relay(self, resp: "httpx.Response", record: dict, t0: float) -> AsyncIterator[bytes]:
+        scanner = _SSEScanner(TokenCollector() if self.settings.record_tokens else None)
+        size = 0
+        try:
+            async for chunk in resp.aiter_bytes():
+                if size == 0:
+                    record["first_byte_s"] = _since(t0)
+                size += len(chunk)
+                scanner.feed(chunk)
+                yield chunk
+            scanner.close()
+        except self._httpx.HTTPError as exc:
+            record["error"] = f"upstream stream broke ({type(exc).__name__}: {exc})"
+            raise
+        except (asyncio.CancelledError, GeneratorExit):
+            record.setdefault("error", "the agent closed the stream early")
+            raise
+        finally:
+            await resp.aclose()
+            record.update(latency_s=_since(t0), response_bytes=size, usage=scanner.usage)
+            if scanner.tokens is not None:
+                record["tokens"] = scanner.tokens.result()
+            self._account(record)
+
+    async def _passthrough(self, request: Request, rest: str, record: dict, t0: float) -> Response:
+        """Any other path (e.g. /models): forwarded as is, recorded, never counted as a call."""
+        try:
+            resp, attempts, statuses = await self._send(request.method, self.upstream_url + rest, request.query,
+                                                        request.body, self._headers(request))
+        except _Failure as failure:
+            record.update(status=failure.response.status, attempts=failure.attempts, error=failure.error,
+                          latency_s=_since(t0))
+            self._write(record)
+            return failure.response
+        try:
+            data = await resp.aread()
+        except self._httpx.HTTPError as exc:
+            data = b""
+            record["error"] = f"{type(exc).__name__}: {exc}"
+        finally:
+            await resp.aclose()
+        record.update(status=resp.status_code, attempts=attempts, latency_s=_since(t0))
+        self._write(record)
+        headers = {k: v for k, v in resp.headers.items() if k not in _DROP_RESPONSE}
+        return Response(resp.status_code, data, headers)
+
+    async def _send(self, method: str, url: str, query: str, content: bytes,
+                    headers: dict[str, str]) -> tuple["httpx.Response", int, list]:
+        """Send with retries; returns (response with unread body, attempts, statuses per attempt).
+
+        Raises _Failure when no response can be had (unreachable, timeout, budget spent).
+        """
+        httpx, s = self._httpx, self.settings
+        if query:
+            url = f"{url}?{query}"
+        start = time.monotonic()
+        deadline = start + s.retry_budget
+        statuses: list = []
+        attempt = 0
+        while True:
+            attempt += 1
+            request = self._client.build_request(method, url, content=content, headers=headers)
+            wait: float | None = None
+            try:
+                resp = await self._client.send(request, stream=True)
+            except self._retryable as exc:
+                statuses.append(type(exc).__name__)
+                error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                final = _error(502, f"sandbatch model proxy: upstream {self.upstream_url} not reachable after "
+                                    f"{attempt} attempt(s) in {time.monotonic() - start:.1f} s ({error})",
+                               "upstream_unreachable")
+                resp = None
+            except httpx.TimeoutException as exc:  # read/write/pool timeout: the call may be running
+                statuses.append(type(exc).__name__)
+                raise _Failure(_error(504, f"sandbatch model proxy: upstream {self.upstream_url} timed out "
+                                           f"({type(exc).__name__})", "upstream_timeout"),
+                               f"{type(exc).__name__}", attempt, statuses) from None
+            except httpx.HTTPError as exc:
+                statuses.append(type(exc).__name__)
+                raise _Failure(_error(502, f"sandbatch model proxy: upstream request failed "
+                                           f"({type(exc).__name__}: {exc})", "upstream_error"),
+                               f"{type(exc).__name__}: {exc}", attempt, statuses) from None
+            else:
+                statuses.append(resp.status_code)
+                if resp.status_code not in RETRY_STATUSES:
+                    return resp, attempt, statuses
+                wait = retry_after(resp.headers) if resp.status_code == 429 else None
+            if wait is None:
+                wait = min(s.backoff * 2 ** (attempt - 1), s.backoff_max) * random.uniform(0.75, 1.0)
+            if attempt > s.retries or time.monotonic() + wait > deadline:
+                if resp is not None:
+                    return resp, attempt, statuses  # the agent sees the upstream's own 429/502/503
+                raise _Failure(final, json.loads(final.body)["error"]["message"], attempt, statuses)
+            if resp is not None:
+                await resp.aclose()
+            await asyncio.sleep(wait)
+
+
+def _since(t0: float) -> float:
+    return round(time.monotonic() - t0, 6)

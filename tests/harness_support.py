@@ -1,0 +1,65 @@
+"""Running the real workflow on the local provider from harness tests, and reading its results."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from workflow_util import SMOKE_TASKS, snakemake, write_config
+
+
+def smoke_config(tmp: Path, harness: dict[str, Any], instance_ids: list[str], **extra: Any) -> dict[str, Any]:
+    """A run of the bundled smoke tasks with `harness` on the local provider, rooted in `tmp`."""
+    cfg = {
+        "run": "t",
+        "benchmark": {"kind": "smoke", "tasks": str(SMOKE_TASKS), "instance_ids": instance_ids},
+        "harness": harness,
+        "sandbox": {"provider": "local", "local": {"root": str(tmp / "sandboxes")}},
+        "retries": 0,
+    }
+    for key, value in extra.items():
+        cfg[key] = {**cfg.get(key, {}), **value} if isinstance(value, dict) else value
+    return cfg
+
+
+def run_workflow(tmp: Path, config: dict[str, Any], timeout: float = 1200) -> tuple[Path, float]:
+    """The real workflow on `config` in `tmp`; (its run directory, seconds it took)."""
+    t0 = time.monotonic()
+    proc = snakemake(tmp, "--configfile", str(write_config(tmp, "config.yaml", config)), "--keep-going",
+                     timeout=timeout)
+    took = time.monotonic() - t0
+    assert proc.returncode == 0, f"snakemake failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}"
+    return tmp / "results" / config.get("run", "default"), took
+
+
+def run_context(harness_name: str, tmp: Path, config: dict[str, Any] | None = None, *,
+                model_url: str | None = "http://127.0.0.1:1234/v1", api_key: str | None = "k",
+                model_name: str = "m-1", agent_timeout: float = 60) -> Any:
+    """A RunContext as the harness step builds it (merged harness config, schema defaults)."""
+    from sandbatch.config import parse
+    from sandbatch.harness import RunContext, get_harness
+
+    cfg = parse({"model": {"name": model_name}, "timeouts": {"agent": agent_timeout}})
+    return RunContext(task=None, prompt="fix it", config=get_harness(harness_name).merge_config(config or {}),
+                      version=None, model=cfg.model, model_url=model_url, api_key=api_key,
+                      timeouts=cfg.timeouts, rollout_dir=tmp)
+
+
+def rollout(run_dir: Path, task: str, name: str, repeat: int = 0) -> Any:
+    path = run_dir / task / str(repeat) / name
+    if name.endswith(".json"):
+        return json.loads(path.read_text(encoding="utf-8"))
+    if name.endswith(".jsonl"):
+        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return path.read_text(encoding="utf-8")
+
+
+def items_of(response: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+    return [item for item in response["output"] if item["type"] == kind]
+
+
+def leftover_sandboxes(tmp: Path) -> list[str]:
+    root = tmp / "sandboxes"
+    return sorted(p.name for p in root.iterdir()) if root.is_dir() else []

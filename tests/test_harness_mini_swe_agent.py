@@ -1,0 +1,220 @@
+"""The mini-swe-agent harness: generated config, exit statuses, conversion, and real runs.
+
+The end-to-end test installs mini-swe-agent from PyPI into a venv inside each sandbox, as
+a user would, and drives it with the scripted model through the real workflow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import stat
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness_support import items_of, leftover_sandboxes, rollout, run_context, run_workflow, smoke_config
+from sandbatch.errors import UserError
+from sandbatch.harness import get_harness
+from sandbatch.sandbox.base import SandboxSpec
+from sandbatch.sandbox.local import LocalProvider
+
+FIXTURES = Path(__file__).parent / "fixtures"
+RECORDED = FIXTURES / "mini_swe_agent_2.4.1_messages.jsonl"  # ls, a bash call, three replies without a call
+
+
+def convert(events):
+    harness = get_harness("mini-swe-agent")
+    return harness.convert(events, harness.merge_config({}))
+
+
+def test_convert_a_recorded_trajectory():
+    messages = [json.loads(line) for line in RECORDED.read_text().splitlines()]
+    conv = convert(messages)
+    shape = [(i["type"], i.get("call_id")) for i in conv.items]
+    assert shape == [("reasoning", None), ("message", None), ("function_call", "call_0_0"),
+                     ("function_call_output", "call_0_0"), ("message", None), ("function_call", "call_1_0"),
+                     ("function_call_output", "call_1_0"),
+                     # the three replies mini rejected for lacking a tool call are model output too
+                     ("message", None), ("message", None), ("message", None)]
+    assert conv.items[0]["summary"][0]["text"] == "Let me look at the files."
+    assert json.loads(conv.items[2]["arguments"])["command"] == "ls"
+    assert '"returncode": 0' in conv.items[3]["output"]
+    assert [i["content"][0]["text"] for i in conv.items[-3:]] == ["Done."] * 3
+    assert conv.unknown == 0 and conv.metadata["exit_status"] == "RepeatedFormatError"
+
+
+def test_convert_content_parts_and_unknown_roles():
+    conv = convert([{"role": "assistant", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+                    {"role": "tool", "tool_call_id": "x", "content": [{"type": "text", "text": "out"}]},
+                    {"role": "critic", "content": "?"}, "not a message", {"role": "assistant", "content": None}])
+    assert [(i["type"], i.get("output")) for i in conv.items] == [("message", None), ("function_call_output", "out")]
+    assert conv.items[0]["content"][0]["text"] == "ab"
+    assert conv.unknown == 2 and conv.metadata["unknown_types"] == {"critic": 1, "str": 1}
+
+
+def test_generated_config(tmp_path):
+    class Box:
+        workdir = "/testbed"
+
+    harness = get_harness("mini-swe-agent")
+    ctx = run_context("mini-swe-agent", tmp_path, {"step_limit": 7, "mini_config": {
+        "agent": {"step_limit": 9}, "model": {"model_kwargs": {"temperature": 0.2}}}}, agent_timeout=1000,
+        api_key="sk-secret-9")
+    cfg = harness.mini_config(Box(), ctx)
+    assert cfg["agent"] == {"mode": "yolo", "confirm_exit": False, "step_limit": 9, "cost_limit": 0.0,
+                            "wall_time_limit_seconds": 950}
+    assert cfg["environment"] == {"environment_class": "local", "cwd": "/testbed", "timeout": 120}
+    assert cfg["model"] == {"model_name": "openai/m-1",
+                            "model_kwargs": {"api_base": "http://127.0.0.1:1234/v1", "temperature": 0.2}}
+    assert cfg["run"] == {"task": "fix it"}
+    assert "sk-secret-9" not in json.dumps(cfg)
+    with pytest.raises(UserError, match="install.method"):
+        harness.check_config(harness.merge_config({"install": {"method": "conda"}}))
+
+
+FAKE_MINI = """#!/usr/bin/env python3
+# stands in for `mini`: writes the trajectory named by -o with the exit status in $FAKE_EXIT_STATUS
+import json, os, sys, time
+out = sys.argv[sys.argv.index("-o") + 1]
+status = os.environ["FAKE_EXIT_STATUS"]
+if status == "hang":
+    time.sleep(300)
+if status != "none":
+    msgs = [{"role": "assistant", "content": "hi", "tool_calls": []}, {"role": "exit", "content": "",
+            "extra": {"exit_status": status, "submission": ""}}]
+    json.dump({"info": {"exit_status": status, "submission": "", "model_stats": {"api_calls": 1},
+               "mini_version": "fake"}, "messages": msgs}, open(out, "w"))
+sys.exit(int(os.environ.get("FAKE_EXIT", "0")))
+"""
+
+
+@pytest.mark.parametrize("exit_status, exit_code, expected", [
+    ("Submitted", 0, ("ok", None)),
+    ("LimitsExceeded", 0, ("agent_error", "step_limit")),
+    ("TimeExceeded", 0, ("timeout", "agent_time_limit")),
+    ("RepeatedFormatError", 0, ("agent_error", "format_error")),
+    ("APIConnectionError", 1, ("agent_error", "agent_exception")),
+    ("none", 0, ("agent_error", "no_trajectory")),
+    ("none", 1, ("agent_error", "agent_exit")),
+    ("hang", 0, ("timeout", "agent_timeout")),
+])
+def test_exit_status_maps_to_rollout_status(tmp_path, exit_status, exit_code, expected):
+    fake = tmp_path / "mini"
+    fake.write_text(FAKE_MINI)
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    harness = get_harness("mini-swe-agent")
+    ctx = run_context("mini-swe-agent", tmp_path, {"install": {"method": "path", "path": str(fake)},
+                                                   "env": {"FAKE_EXIT_STATUS": exit_status, "FAKE_EXIT": exit_code}},
+                      agent_timeout=2)
+
+    async def go():
+        provider = LocalProvider({"root": str(tmp_path / "sandboxes")})
+        sandbox = await provider.create(SandboxSpec())
+        try:
+            await harness.install(sandbox, ctx)
+            outcome = await harness.run(sandbox, ctx)
+            generated = yaml.safe_load(Path(sandbox.tmpdir, "mini-swe-agent", "run.yaml").read_text())
+        finally:
+            await sandbox.delete()
+        return outcome, generated
+
+    outcome, generated = asyncio.run(go())
+    assert (outcome.status, outcome.failure_class) == expected
+    assert generated["environment"]["cwd"].endswith("/work")
+    if exit_status not in ("none", "hang"):
+        assert outcome.metadata["exit_status"] == exit_status
+        assert outcome.events[-1]["role"] == "exit"
+
+
+# --- real mini-swe-agent through the workflow ------------------------------------------------
+
+SUBMIT = {"content": "Submitting.", "tool_calls": [{"name": "bash", "arguments": {
+    "command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"}}]}
+CALC_EDIT = ("python3 - <<'EOF'\nimport pathlib\np = pathlib.Path('calc.py')\n"
+             "p.write_text(p.read_text().replace('a // b', 'a / b'))\nEOF")
+SLUG_EDIT = ("sed -i 's/return re.sub(r\"\\[^a-z0-9\\]\", \"-\", text)/"
+             "return re.sub(r\"[^a-z0-9]+\", \"-\", text).strip(\"-\")/' textutils/slug.py && git diff")
+
+
+def turns(look: str, edit: str) -> list[dict]:
+    return [
+        {"reasoning_content": "Find the code first.", "content": "Looking at the code.",
+         "tool_calls": [{"name": "bash", "arguments": {"command": look}}]},
+        {"content": "Applying the fix.", "tool_calls": [{"name": "bash", "arguments": {"command": edit}}]},
+    ]
+
+
+SCRIPT = {
+    "tasks": {"divide() truncates": turns("grep -n 'def divide' -A 2 calc.py", CALC_EDIT),
+              "slugify() leaves": turns("cat textutils/slug.py", SLUG_EDIT)},
+    "final": SUBMIT,
+    # any other task: look around forever (hits the step limit)
+    "default": [{"content": "Still looking.", "tool_calls": [{"name": "bash", "arguments": {"command": "ls"}}]}] * 50,
+}
+
+
+@pytest.fixture
+def scripted_model():
+    from sandbatch.scripted_model import Script, ScriptedModel
+
+    app = ScriptedModel(Script.from_dict(SCRIPT))
+    server = app.serve()
+    yield f"http://127.0.0.1:{server.port}/v1", app
+    server.stop()
+
+
+@pytest.mark.slow
+def test_real_mini_swe_agent_resolves_smoke_tasks(tmp_path, tmp_path_factory, scripted_model):
+    url, model = scripted_model
+    caches = tmp_path_factory.getbasetemp()  # shared by the sandboxes of this session
+    harness = {"name": "mini-swe-agent", "config": {
+        "step_limit": 6,
+        "install": {"env": {"UV_CACHE_DIR": str(caches / "uv-cache"), "PIP_CACHE_DIR": str(caches / "pip-cache")}}}}
+    tasks = ["smoke__calc-1", "smoke__textutils-1", "smoke__duration-1"]
+    cfg = smoke_config(tmp_path, harness, tasks, model={"name": "scripted", "base_url": url},
+                       timeouts={"agent": 300, "install": 600})
+    run_dir, took = run_workflow(tmp_path, cfg)
+    timings = {}
+    for task in tasks[:2]:
+        h = rollout(run_dir, task, "harness.json")
+        assert (h["status"], h["exit_code"], h["metadata"]["exit_status"]) == ("ok", 0, "Submitted"), h
+        timings[task] = (h["install_s"], h["agent_s"])
+        resp = rollout(run_dir, task, "response.json")
+        calls = items_of(resp, "function_call")
+        assert [json.loads(c["arguments"])["command"] for c in calls][-1] == "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+        assert len(calls) == 3
+        assert [o["call_id"] for o in items_of(resp, "function_call_output")] == [c["call_id"] for c in calls]
+        assert items_of(resp, "reasoning")[0]["summary"][0]["text"] == "Find the code first."
+        assert resp["metadata"]["unknown_events"] == 0
+        events = rollout(run_dir, task, "events.jsonl")
+        assert [m["role"] for m in events][:3] == ["system", "user", "assistant"] and events[-1]["role"] == "exit"
+        grade = rollout(run_dir, task, "grade.json")
+        assert grade["reward"] == 1.0, grade
+        assert not any("traj" in f or "venv" in f for f in rollout(run_dir, task, "patch.json")["files"])
+    h = rollout(run_dir, "smoke__duration-1", "harness.json")
+    assert (h["status"], h["failure_class"], h["metadata"]["exit_status"]) == ("agent_error", "step_limit",
+                                                                               "LimitsExceeded")
+    assert len(items_of(rollout(run_dir, "smoke__duration-1", "response.json"), "function_call")) == 6
+    assert rollout(run_dir, "smoke__duration-1", "grade.json")["reward"] == 0.0
+    chat = [r for r in model.requests if r["path"].endswith("/chat/completions")]
+    assert all(r["body"]["model"] == "scripted" and r["headers"].get("authorization") == "Bearer unused"
+               for r in chat)
+    assert leftover_sandboxes(tmp_path) == []
+    print(f"\nmini-swe-agent via pip+uv, 3 tasks: workflow {took:.1f} s; (install s, agent s): {timings}")
+
+
+@pytest.mark.slow
+def test_hanging_mini_swe_agent_is_stopped_at_its_timeout(tmp_path):
+    fake = tmp_path / "mini"
+    fake.write_text("#!/bin/sh\nexec sleep 300\n")
+    fake.chmod(0o755)
+    harness = {"name": "mini-swe-agent", "config": {"install": {"method": "path", "path": str(fake)}}}
+    cfg = smoke_config(tmp_path, harness, ["smoke__calc-1"], model={"name": "m", "base_url": "http://127.0.0.1:9/v1"},
+                       timeouts={"agent": 3})
+    run_dir, _ = run_workflow(tmp_path, cfg)
+    h = rollout(run_dir, "smoke__calc-1", "harness.json")
+    assert (h["status"], h["failure_class"], h["timed_out"]) == ("timeout", "agent_timeout", True)
+    assert rollout(run_dir, "smoke__calc-1", "patch.json")["sandbox_deleted"] is True
+    assert leftover_sandboxes(tmp_path) == []

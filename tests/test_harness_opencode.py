@@ -1,0 +1,198 @@
+"""The opencode harness: generated config, event conversion, and real OpenCode runs.
+
+The end-to-end test installs OpenCode from npm inside each sandbox, as a user would, and
+drives it with the scripted model through the real workflow (needs node/npm and the npm
+registry, as CI has).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import stat
+from pathlib import Path
+
+import pytest
+
+from harness_support import items_of, leftover_sandboxes, rollout, run_context, run_workflow, smoke_config
+from sandbatch.errors import UserError
+from sandbatch.harness import get_harness
+from sandbatch.harness.opencode import DEFAULT_PERMISSION
+
+FIXTURES = Path(__file__).parent / "fixtures"
+RECORDED = FIXTURES / "opencode_1.18.33_events.jsonl"  # a real run: ls, a denied `git log`, "Done."
+
+
+def convert(events):
+    harness = get_harness("opencode")
+    return harness.convert(events, harness.merge_config({}))
+
+
+def recorded():
+    return [json.loads(line) for line in RECORDED.read_text().splitlines()]
+
+
+def test_convert_a_recorded_run():
+    conv = convert(recorded())
+    shape = [(i["type"], i.get("call_id"), i.get("name")) for i in conv.items]
+    # the second step's text started before its tool call, though it was printed after it
+    assert shape == [("reasoning", None, None), ("message", None, None),
+                     ("function_call", "call_0_0", "bash"), ("function_call_output", "call_0_0", None),
+                     ("message", None, None),
+                     ("function_call", "call_1_0", "bash"), ("function_call_output", "call_1_0", None),
+                     ("message", None, None)]
+    assert json.loads(conv.items[2]["arguments"]) == {"command": "ls", "description": "list files"}
+    assert conv.items[3]["output"] == "README.md\ncalc.py\npyproject.toml\ntests\n"
+    assert "prevents you from using this specific tool call" in conv.items[6]["output"]  # state.error
+    assert conv.unknown == 0
+    assert conv.metadata["opencode_usage"] == {"input": 2446 + 2538 + 2695, "output": 18 + 26 + 2, "reasoning": 7,
+                                               "cache_read": 0, "cache_write": 0, "cost": 0.0, "steps": 3}
+    assert conv.metadata["session_ids"] == [recorded()[0]["sessionID"]]
+
+
+def test_convert_errors_unknown_and_repeated_calls():
+    error = {"type": "error", "timestamp": 1, "sessionID": "s",
+             "error": {"name": "APIError", "data": {"message": "Connection refused"}}}
+    tool = {"type": "tool_use", "part": {"tool": "read", "callID": "c1",
+                                         "state": {"status": "running", "input": {"filePath": "a.py"}}}}
+    done = {"type": "tool_use", "part": {"tool": "read", "callID": "c1",
+                                         "state": {"status": "completed", "input": {"filePath": "a.py"},
+                                                   "output": "print(1)"}}}
+    conv = convert([tool, done, {"type": "text", "part": {"text": "   "}}, error,
+                    {"type": "permission_asked", "part": {}}, {"type": "sandbatch.text", "text": "warn"},
+                    {"type": "tool_use", "part": {}}, ["junk"]])
+    assert [(i["type"], i.get("output")) for i in conv.items] == [("function_call", None),
+                                                                 ("function_call_output", "print(1)")]
+    assert conv.metadata["errors"] == [error["error"]]
+    assert conv.unknown == 4 and conv.metadata["unknown_types"] == {"permission_asked": 1, "sandbatch.text": 1,
+                                                                    "tool_use": 1, "list": 1}
+
+
+def test_generated_config(tmp_path):
+    harness = get_harness("opencode")
+    user = {"permission": {"bash": {"git log*": "allow"}}, "opencode_config": {"provider": {"sandbatch": {
+        "options": {"timeout": 600000}}}, "instructions": ["AGENTS.md"]}, "context_window": 32000}
+    cfg = harness.opencode_config(run_context("opencode", tmp_path, user, model_name="org/m-1", api_key="sk-secret-9"))
+    provider = cfg["provider"]["sandbatch"]
+    assert provider["npm"] == "@ai-sdk/openai-compatible"
+    assert provider["options"] == {"baseURL": "http://127.0.0.1:1234/v1", "apiKey": "{env:SANDBATCH_MODEL_API_KEY}",
+                                   "timeout": 600000}
+    assert provider["models"]["org/m-1"]["limit"] == {"context": 32000, "output": 32768}
+    assert (cfg["model"], cfg["small_model"]) == ("sandbatch/org/m-1", "sandbatch/org/m-1")
+    assert cfg["enabled_providers"] == ["sandbatch"] and cfg["autoupdate"] is False and cfg["share"] == "disabled"
+    assert cfg["instructions"] == ["AGENTS.md"]
+    bash = cfg["permission"]["bash"]
+    assert bash["git log*"] == "allow" and bash["git show*"] == "deny" and list(bash)[0] == "*"
+    assert cfg["permission"]["webfetch"] == "deny"
+    assert DEFAULT_PERMISSION["bash"]["git log*"] == "deny"
+    assert "sk-secret-9" not in json.dumps(cfg)  # the key is only in the agent's environment
+
+
+def test_install_config_errors(tmp_path):
+    harness = get_harness("opencode")
+    (tmp_path / "prefix").mkdir()
+    for install, message in [({"method": "yarn"}, "install.method"), ({"method": "upload"}, "install.source"),
+                             ({"method": "upload", "source": str(tmp_path / "prefix")}, "no bin/opencode"),
+                             ({"method": "path"}, "install.path")]:
+        with pytest.raises(UserError, match=message):
+            harness.check_config(harness.merge_config({"install": install}))
+
+
+# --- real OpenCode through the workflow ------------------------------------------------------
+
+def fix_turns(check: str, edit: str) -> list[dict]:
+    """Look, edit through the bash tool, then run the tests: what the agent does on each task."""
+    return [
+        {"reasoning_content": "Find the code first.", "content": "Looking at the code.",
+         "tool_calls": [{"name": "bash", "arguments": {"command": check, "description": "Show the code"}}]},
+        {"content": "Applying the fix.",
+         "tool_calls": [{"name": "bash", "arguments": {"command": edit, "description": "Edit the file"}}]},
+    ]
+
+
+CALC_EDIT = "python3 - <<'EOF'\nimport pathlib\np = pathlib.Path('calc.py')\np.write_text(p.read_text().replace('a // b', 'a / b'))\nEOF"
+SLUG_EDIT = ("git apply <<'EOF'\n"
+             "--- a/textutils/slug.py\n+++ b/textutils/slug.py\n@@ -10,4 +10,4 @@ def slugify(text):\n"
+             "     'release-notes'\n     \"\"\"\n     text = text.lower()\n"
+             "-    return re.sub(r\"[^a-z0-9]\", \"-\", text)\n"
+             "+    return re.sub(r\"[^a-z0-9]+\", \"-\", text).strip(\"-\")\n"
+             "EOF\ngit diff --stat")
+
+SCRIPT = {
+    "tasks": {
+        "divide() truncates": {"turns": fix_turns("grep -n 'def divide' -A 2 calc.py", CALC_EDIT),
+                               "final": {"content": "divide() now returns the true quotient."}},
+        "slugify() leaves": {"turns": fix_turns("cat textutils/slug.py", SLUG_EDIT),
+                             "final": {"content": "Slugs no longer have repeated or edge dashes."}},
+    },
+    "final": {"content": "Nothing to do."},
+}
+
+
+@pytest.fixture
+def scripted_model():
+    from sandbatch.scripted_model import Script, ScriptedModel
+
+    app = ScriptedModel(Script.from_dict(SCRIPT))
+    server = app.serve()
+    yield f"http://127.0.0.1:{server.port}/v1", app
+    server.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("npm") is None, reason="needs node/npm (CI has them)")
+def test_real_opencode_resolves_smoke_tasks(tmp_path, tmp_path_factory, scripted_model):
+    url, model = scripted_model
+    npm_cache = tmp_path_factory.getbasetemp() / "npm-cache"  # shared by the sandboxes of this session
+    harness = {"name": "opencode", "config": {"install": {"method": "npm", "env": {"npm_config_cache": str(npm_cache)}}}}
+    tasks = ["smoke__calc-1", "smoke__textutils-1"]
+    cfg = smoke_config(tmp_path, harness, tasks, model={"name": "scripted", "base_url": url},
+                       timeouts={"agent": 300, "install": 600})
+    run_dir, took = run_workflow(tmp_path, cfg)
+    timings = {}
+    for task in tasks:
+        h = rollout(run_dir, task, "harness.json")
+        assert (h["status"], h["exit_code"]) == ("ok", 0), h
+        timings[task] = (h["install_s"], h["agent_s"])
+        resp = rollout(run_dir, task, "response.json")
+        calls = items_of(resp, "function_call")
+        assert [c["name"] for c in calls] == ["bash", "bash"]
+        outputs = items_of(resp, "function_call_output")
+        assert [o["call_id"] for o in outputs] == [c["call_id"] for c in calls]
+        assert items_of(resp, "reasoning")[0]["summary"][0]["text"] == "Find the code first."
+        assert items_of(resp, "message")[-1]["content"][0]["text"] in (SCRIPT["tasks"]["divide() truncates"]["final"]["content"],
+                                                                       SCRIPT["tasks"]["slugify() leaves"]["final"]["content"])
+        assert resp["metadata"]["opencode_usage"]["steps"] == 3 and resp["metadata"]["unknown_events"] == 0
+        grade = rollout(run_dir, task, "grade.json")
+        assert grade["reward"] == 1.0, grade
+        patch = rollout(run_dir, task, "patch.json")
+        assert not any("opencode" in f or ".local" in f for f in patch["files"]), patch["files"]
+    # what OpenCode sent: the scripted model's name, the key from the environment, tools offered
+    chat = [r for r in model.requests if r["path"].endswith("/chat/completions")]
+    assert chat and all(r["body"]["model"] == "scripted" for r in chat)
+    assert all(r["headers"].get("authorization") == "Bearer unused" for r in chat)
+    assert any("bash" in json.dumps(r["body"].get("tools")) for r in chat)
+    assert leftover_sandboxes(tmp_path) == []
+    print(f"\nopencode via npm, 2 tasks: workflow {took:.1f} s; (install s, agent s) per task: {timings}")
+
+
+def sleeper(path: Path) -> Path:
+    path.write_text("#!/bin/sh\necho '{\"type\":\"step_start\",\"part\":{}}'\n"
+                    "[ \"$1\" = --version ] && exit 0\nexec sleep 300\n")
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return path
+
+
+@pytest.mark.slow
+def test_hanging_opencode_is_stopped_at_its_timeout(tmp_path):
+    # uploaded as a user's own opencode binary would be
+    harness = {"name": "opencode", "config": {"install": {"method": "upload", "source": str(sleeper(tmp_path / "oc"))}}}
+    cfg = smoke_config(tmp_path, harness, ["smoke__calc-1"], model={"name": "m", "base_url": "http://127.0.0.1:9/v1"},
+                       timeouts={"agent": 3})
+    run_dir, _ = run_workflow(tmp_path, cfg)
+    h = rollout(run_dir, "smoke__calc-1", "harness.json")
+    assert (h["status"], h["failure_class"], h["timed_out"]) == ("timeout", "agent_timeout", True)
+    assert 2.5 < h["agent_s"] < 30
+    assert rollout(run_dir, "smoke__calc-1", "events.jsonl") == [{"type": "step_start", "part": {}}]
+    assert rollout(run_dir, "smoke__calc-1", "grade.json")["reward"] == 0.0
+    assert leftover_sandboxes(tmp_path) == []

@@ -1,0 +1,255 @@
+"""The pool harness: agent config, install checks, event conversion, and whole runs.
+
+The real pool binary cannot be downloaded here, so the runs use tests/fixtures/pool_standin
+(uploaded with `install.method: upload`), which parses pool's flags, prints a recorded
+event stream, edits the repository, and dumps what it received.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness_support import items_of, leftover_sandboxes, rollout, run_context, run_workflow, smoke_config
+from sandbatch.errors import UserError
+from sandbatch.harness import get_harness
+from sandbatch.harness.pool import AGENT_DEFAULT
+from workflow_util import snakemake, write_config
+
+STANDIN = Path(__file__).parent / "fixtures" / "pool_standin"
+
+# a stream with every record shape pool prints, plus what a converter must survive
+FULL_STREAM = [
+    {"type": "reasoning", "reasoning": "The quotient is truncated by //."},
+    {"type": "thought", "thought": "The quotient is truncated by //."},
+    {"type": "assistantMessage", "message": "  \n "},
+    {"type": "assistantMessage", "message": "Fixing divide()."},
+    {"type": "toolCall", "name": "shell", "args": {"cmd": "grep -n '//' calc.py"}},
+    {"type": "toolCallResult", "result": "14:    return a // b"},
+    {"type": "toolCall", "name": "edit", "args": {"path": "calc.py", "old": "a // b", "new": "a / b"}},
+    {"type": "toolCall", "name": "read", "args": {"path": "missing.py"}},
+    {"type": "toolCallResult", "result": {"ok": True}},
+    {"type": "toolCallResult", "err": "open missing.py: no such file"},
+    {"type": "toolCall", "name": "shell_list", "args": {}},
+    {"type": "toolCallResult", "entries": ["shell-1 running", "shell-2 done"]},
+    {"error": "403 Forbidden: quota exceeded"},
+    {"type": "error", "message": "stream reset"},
+    {"type": "oauth_url", "url": "https://example.invalid/login"},
+    {"type": "mysteryRecord", "payload": 7},
+    "pool: a line that is not JSON",
+    {"type": "toolCall", "name": "exit", "args": {"success": True}},
+]
+
+
+def convert(events, **config):
+    harness = get_harness("pool")
+    return harness.convert(events, harness.merge_config(config))
+
+
+def test_convert_pairs_results_fifo_and_keeps_what_it_does_not_know():
+    from sandbatch.harness._process import json_events
+
+    stdout = "\n".join(e if isinstance(e, str) else json.dumps(e) for e in FULL_STREAM) + "\n"
+    conv = convert(json_events(stdout))
+    shape = [(i["type"], i.get("call_id"), i.get("name")) for i in conv.items]
+    assert shape == [
+        ("reasoning", None, None),
+        ("message", None, None),
+        ("function_call", "call_0", "shell"),
+        ("function_call_output", "call_0", None),
+        ("function_call", "call_1", "edit"),
+        ("function_call", "call_2", "read"),
+        ("function_call_output", "call_1", None),
+        ("function_call_output", "call_2", None),
+        ("function_call", "call_3", "shell_list"),
+        ("function_call_output", "call_3", None),
+        ("function_call", "call_4", "exit"),
+        ("function_call_output", "call_4", None),
+    ]
+    outputs = {i["call_id"]: i["output"] for i in conv.items if i["type"] == "function_call_output"}
+    assert outputs == {"call_0": "14:    return a // b", "call_1": '{"ok": true}',
+                       "call_2": "open missing.py: no such file", "call_3": "shell-1 running\nshell-2 done",
+                       "call_4": ""}
+    assert json.loads(conv.items[4]["arguments"]) == {"path": "calc.py", "old": "a // b", "new": "a / b"}
+    assert conv.items[0]["summary"][0]["text"] == "The quotient is truncated by //."
+    assert conv.items[1]["content"][0]["text"] == "Fixing divide()."
+    assert conv.metadata["errors"] == [{"error": "403 Forbidden: quota exceeded"},
+                                       {"type": "error", "message": "stream reset"}]
+    assert conv.unknown == 2
+    assert conv.metadata["unknown_types"] == {"mysteryRecord": 1, "sandbatch.text": 1}
+    assert {"type": "mysteryRecord", "payload": 7} in conv.metadata["unknown_records"]
+    assert conv.metadata["unanswered_calls"] == 1
+
+
+def test_inline_think_folds_reasoning_into_the_next_message():
+    from sandbatch import responses
+
+    items = responses.inline_think(convert(FULL_STREAM[:4]).items)
+    assert [i["type"] for i in items] == ["message"]
+    assert items[0]["content"][0]["text"] == "<think>\nThe quotient is truncated by //.\n</think>\n\nFixing divide()."
+
+
+def test_convert_unanswered_call_in_the_middle_gets_its_empty_output_right_after_it():
+    conv = convert([
+        {"type": "toolCall", "name": "shell", "args": {"cmd": "sleep 1000"}},
+        {"type": "toolCall", "name": "shell_kill", "args": {"id": 1}},
+        {"type": "toolCallResult", "result": "killed"},
+        {"type": "assistantMessage", "message": "Stopped."},
+    ])
+    # FIFO: the one result goes to the oldest call; the second call is left without one
+    assert [(i["type"], i.get("call_id"), i.get("output")) for i in conv.items] == [
+        ("function_call", "call_0", None), ("function_call", "call_1", None),
+        ("function_call_output", "call_1", ""), ("function_call_output", "call_0", "killed"),
+        ("message", None, None)]
+
+
+def test_convert_result_without_call_and_garbage_never_raise():
+    conv = convert([{"type": "toolCallResult", "result": "orphan"}, {}, {"type": None}, {"type": 5}, [1], "x"])
+    assert conv.items == [] and conv.unknown == 6
+
+
+def ctx(tmp_path, config=None, **kw):
+    return run_context("pool", tmp_path, config, **kw)
+
+
+def test_agent_config_is_the_whole_default_with_the_run_filled_in(tmp_path):
+    cfg = get_harness("pool").agent_config(ctx(tmp_path, {"max_context_window": 1000}))
+    assert cfg["model"]["provider"]["openai"] == {"base_url": "http://127.0.0.1:1234/v1", "api_key": "k",
+                                                  "model_id": "m-1", "use_streaming": False}
+    assert cfg["memory"]["compact"] == {"TriggerCompressionTokenCount": 800, "MaxSummarizeTokenCount": 700,
+                                        "MinRetainedSteps": 5}
+    for key in ("max_steps", "http_timeout", "enabled_tools", "tools", "parallel_tool_calls",
+                "enable_tool_call_loop_detection", "enable_no_tool_call_retry"):
+        assert cfg[key] == AGENT_DEFAULT[key]
+    assert cfg["model"]["exit_tool_on_stop"] is True and cfg["model"]["prompt"] == {"hidden_tool_names": ["exit"]}
+
+
+def test_agent_config_user_overrides_deep_merge_and_win(tmp_path):
+    user = {"max_context_window": 200000, "agent_config": {
+        "model": {"max_completion_retries": 5, "provider": {"openai": {"use_streaming": True}}},
+        "memory": {"compact": {"MaxSummarizeTokenCount": 1234}},
+        "enabled_tools": ["read", "exit"], "http_timeout": "55m"}}
+    cfg = get_harness("pool").agent_config(ctx(tmp_path, user))
+    assert cfg["model"]["max_completion_retries"] == 5
+    assert cfg["model"]["max_completion_retries_transient"] == 3  # sibling kept
+    assert cfg["model"]["provider"]["openai"]["use_streaming"] is True
+    assert cfg["model"]["provider"]["openai"]["model_id"] == "m-1"
+    assert cfg["memory"]["compact"] == {"TriggerCompressionTokenCount": 160000, "MaxSummarizeTokenCount": 1234,
+                                        "MinRetainedSteps": 5}
+    assert cfg["enabled_tools"] == ["read", "exit"] and cfg["http_timeout"] == "55m"
+    assert AGENT_DEFAULT["model"]["provider"]["openai"]["base_url"] is None  # the default is not mutated
+
+
+def test_agent_config_needs_a_model_url(tmp_path):
+    with pytest.raises(UserError, match="model.base_url"):
+        get_harness("pool").agent_config(ctx(tmp_path, model_url=None))
+
+
+@pytest.mark.parametrize("install, message", [
+    ({}, "harness.config.install.accept_eula"),
+    ({"accept_eula": "yes"}, "harness.config.install.accept_eula"),
+    ({"method": "upload"}, "harness.config.install.source"),
+    ({"method": "upload", "source": "/nonexistent/pool"}, "does not exist"),
+    ({"method": "path"}, "harness.config.install.path"),
+    ({"method": "brew"}, "harness.config.install.method"),
+    ({"method": "path", "path": "pool", "sorce": "/x"}, "harness.config.install: unknown key 'sorce'"),
+])
+def test_install_config_errors_are_one_line_user_errors(install, message):
+    harness = get_harness("pool")
+    with pytest.raises(UserError, match=message) as err:
+        harness.check_config(harness.merge_config({"install": install}))
+    assert "\n" not in str(err.value)
+
+
+def test_missing_eula_stops_the_workflow_before_any_job(tmp_path):
+    cfg = write_config(tmp_path, "c.yaml", smoke_config(tmp_path, {"name": "pool"}, ["smoke__calc-1"]))
+    proc = snakemake(tmp_path, "--configfile", str(cfg), "-n", timeout=120)
+    assert proc.returncode != 0
+    assert "harness.config.install.accept_eula" in proc.stderr
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.slow
+def test_pool_runs_through_the_workflow(tmp_path):
+    """Four tasks, four endings: fixed (exit 0), gave up (exit 4), failed (exit 1), hung (timeout)."""
+    scenarios = [
+        {"match": "divide() truncates", "events": FULL_STREAM, "exit": 0,
+         "edit": {"path": "calc.py", "old": "a // b", "new": "a / b"}},
+        {"match": "slugify()", "events": [{"type": "assistantMessage", "message": "I cannot finish this."}],
+         "exit": 4},
+        {"match": "parse_duration()", "events": [{"error": "500 upstream"}], "exit": 1,
+         "edit": {"path": "notes.txt", "content": "half done\n"}},
+        {"match": "LRUCache", "events": [{"type": "reasoning", "reasoning": "thinking forever"}], "sleep": 120},
+    ]
+    (tmp_path / "scenarios.json").write_text(json.dumps(scenarios))
+    dumps = tmp_path / "dumps"
+    harness = {"name": "pool", "config": {
+        "install": {"method": "upload", "source": str(STANDIN)},
+        "max_context_window": 64000,
+        "agent_config": {"model": {"max_completion_retries": 7}, "tools": {"shell": {"foreground_timeout": "30s"}}},
+        "env": {"STANDIN_SCENARIOS": str(tmp_path / "scenarios.json"), "STANDIN_DUMP_DIR": str(dumps)}}}
+    tasks = ["smoke__calc-1", "smoke__textutils-1", "smoke__duration-1", "smoke__lrucache-1"]
+    cfg = smoke_config(tmp_path, harness, tasks, model={"name": "pool-model", "base_url": "http://127.0.0.1:9/v1"},
+                       timeouts={"agent": 8})
+    run_dir, took = run_workflow(tmp_path, cfg)
+
+    # fixed: converted items, status ok, graded 1.0
+    h = rollout(run_dir, "smoke__calc-1", "harness.json")
+    assert (h["status"], h["exit_code"], h["timed_out"]) == ("ok", 0, False)
+    resp = rollout(run_dir, "smoke__calc-1", "response.json")
+    assert [i["name"] for i in items_of(resp, "function_call")] == ["shell", "edit", "read", "shell_list", "exit"]
+    assert len(items_of(resp, "function_call_output")) == 5
+    assert resp["metadata"]["unknown_events"] == 2 and len(resp["metadata"]["errors"]) == 2
+    assert rollout(run_dir, "smoke__calc-1", "grade.json")["reward"] == 1.0
+    events = rollout(run_dir, "smoke__calc-1", "events.jsonl")
+    assert events[0] == FULL_STREAM[0] and len(events) == len(FULL_STREAM)
+
+    # gave up: exit 4 is a normal, graded rollout
+    h = rollout(run_dir, "smoke__textutils-1", "harness.json")
+    assert (h["status"], h["exit_code"], h["metadata"]) == ("ok", 4, {"gave_up": True})
+    assert rollout(run_dir, "smoke__textutils-1", "grade.json")["reward"] == 0.0
+
+    # failed: agent_error, its edit still becomes the patch
+    h = rollout(run_dir, "smoke__duration-1", "harness.json")
+    assert (h["status"], h["failure_class"], h["exit_code"]) == ("agent_error", "agent_exit", 1)
+    assert rollout(run_dir, "smoke__duration-1", "response.json")["metadata"]["errors"] == [{"error": "500 upstream"}]
+    assert "notes.txt" in rollout(run_dir, "smoke__duration-1", "patch.json")["files"]
+
+    # hung: killed at the timeout, recorded as timeout, what it printed kept
+    h = rollout(run_dir, "smoke__lrucache-1", "harness.json")
+    assert (h["status"], h["failure_class"], h["timed_out"], h["exit_code"]) == ("timeout", "agent_timeout", True, None)
+    assert 7 < h["agent_s"] < 30
+    assert rollout(run_dir, "smoke__lrucache-1", "events.jsonl") == scenarios[3]["events"]
+    assert rollout(run_dir, "smoke__lrucache-1", "response.json")["status"] == "incomplete"
+
+    # what pool received: flags, the whole config, state dirs under the sandbox tmpdir
+    received = [json.loads(p.read_text()) for p in dumps.glob("*.json")]
+    assert len(received) == 4
+    for got in received:
+        assert got["argv"][1:6] == ["exec", "-o", "json", "--sandbox", "disabled"]
+        assert "--unsafe-auto-allow" in got["argv"]
+        cfg_ = got["config"]
+        assert cfg_["model"]["provider"]["openai"] == {"base_url": "http://127.0.0.1:9/v1", "api_key": "unused",
+                                                       "model_id": "pool-model", "use_streaming": False}
+        assert cfg_["model"]["max_completion_retries"] == 7 and cfg_["model"]["exit_tool_on_stop"] is True
+        assert cfg_["tools"]["shell"] == {"foreground_timeout": "30s"}
+        assert cfg_["tools"]["read"] == AGENT_DEFAULT["tools"]["read"]
+        assert cfg_["enabled_tools"] == AGENT_DEFAULT["enabled_tools"]
+        assert cfg_["memory"]["compact"]["TriggerCompressionTokenCount"] == 51200
+        assert cfg_["memory"]["compact"]["MaxSummarizeTokenCount"] == 44800
+        sandbox_root = Path(got["cwd"]).parent
+        assert Path(got["cwd"]).name == "work"
+        env = got["env"]
+        assert env["POOLSIDE_API_KEY"]
+        for key in ("HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME"):
+            assert Path(env[key]).is_relative_to(sandbox_root / "tmp"), (key, env[key])
+    prompts = sorted(got["prompt"].splitlines()[0] for got in received)
+    assert prompts[0].startswith("LRUCache evicts")
+
+    # pool's state (under XDG_STATE_HOME) is not part of any patch; no sandbox is left
+    for task in tasks:
+        assert not any("last-run.log" in f for f in rollout(run_dir, task, "patch.json")["files"])
+    assert leftover_sandboxes(tmp_path) == []
+    print(f"pool stand-in workflow, 4 tasks: {took:.1f} s")
