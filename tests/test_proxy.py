@@ -70,7 +70,9 @@ def calls(out: Path) -> list[dict]:
 
 
 def proxy(upstream: str, out: Path, settings=None, **kw) -> ModelProxy:
-    return ModelProxy(settings or {}, upstream, kw.pop("api_key", None), out / "model_calls.jsonl", **kw)
+    """A proxy that takes requests without the agent key (tested on its own below)."""
+    settings = {"require_agent_key": False, **(settings or {})}
+    return ModelProxy(settings, upstream, kw.pop("api_key", None), out / "model_calls.jsonl", **kw)
 
 
 class Scripted(ServerThread):
@@ -277,7 +279,7 @@ def test_unreachable_upstream_errors_within_the_bound(out):
     assert err["code"] == "upstream_unreachable" and "not reachable" in err["message"]
     assert 0.5 < elapsed < 1.0 + 0.5 + 0.5  # spent the budget, then stopped (+ connect timeout, slack)
     row = calls(out)[0]
-    assert row["status"] == 502 and row["attempts"] > 3 and "ConnectError" in row["error"]
+    assert row["status"] == 502 and row["attempts"] > 3 and "ClientConnectorError" in row["error"]
     assert summarize_usage(out / "model_calls.jsonl")["failed_calls"] == 1
 
 
@@ -403,13 +405,38 @@ def test_api_key_reaches_upstream_and_no_file(scripted, tmp_path, monkeypatch):
     out = tmp_path / "out"
     with ModelProxy.from_config(cfg.model, out / "model_calls.jsonl") as p:
         base = p.url_for("127.0.0.1")
-        headers = {"authorization": "Bearer agent-dummy"}
+        headers = {"authorization": f"Bearer {p.agent_key}"}
         httpx.post(f"{base}/chat/completions", json=chat_body(), headers=headers)
         httpx.post(f"{base}/chat/completions", json=chat_body(stream=True), headers=headers)
         httpx.get(f"{base}/models", headers=headers)
     assert {r["headers"]["authorization"] for r in scripted.requests} == {f"Bearer {secret}"}
     files = [f for f in out.rglob("*") if f.is_file()]
     assert files and all(secret.encode() not in f.read_bytes() for f in files)
+
+
+def test_requests_without_the_agent_key_are_refused(scripted, out):
+    with ModelProxy({}, scripted.url, None, out / "model_calls.jsonl", agent_key="rollout-key") as p:
+        url = p.url_for("127.0.0.1") + "/chat/completions"
+        assert httpx.post(url, json=chat_body()).status_code == 401
+        wrong = httpx.post(url, json=chat_body(), headers={"authorization": "Bearer other"})
+        assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "invalid_api_key"
+        assert httpx.post(url, json=chat_body(), headers={"authorization": "Bearer rollout-key"}).status_code == 200
+        assert httpx.post(url, json=chat_body(), headers={"x-api-key": "rollout-key"}).status_code == 200
+        assert httpx.get(p.url_for("127.0.0.1") + "/models").status_code == 401
+    assert len(scripted.requests) == 2
+    assert [r["status"] for r in calls(out)] == [401, 401, 200, 200, 401]
+    assert ModelProxy({}, scripted.url, None, out / "x.jsonl").agent_key != ModelProxy(
+        {}, scripted.url, None, out / "x.jsonl").agent_key  # fresh per proxy
+
+
+def test_env_proxy_is_looked_up_once_and_honours_no_proxy(monkeypatch):
+    from sandbatch.proxy.core import _env_proxy
+
+    monkeypatch.setenv("http_proxy", "http://egress.example:3128")
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+    assert _env_proxy("http://127.0.0.1:8000/v1") is None
+    assert _env_proxy("http://model.example/v1") == "http://egress.example:3128"
+    assert _env_proxy("https://model.example/v1") is None  # no https_proxy set
 
 
 def test_missing_api_key_env_is_a_user_error(monkeypatch):
