@@ -15,13 +15,7 @@ def load_run(workflow, config: dict[str, Any]) -> tuple[Config, dict[str, Any], 
     """Validate the merged config and read the task table once; a user error exits in one line."""
     try:
         cfg = parse(config, workflow_sources(workflow, config))
-        from .harness import HARNESSES
-        from .sandbox import PROVIDERS
-
-        if cfg.harness.name not in HARNESSES:
-            raise UserError(f"harness.name: {cfg.harness.name!r} is not known; choose one of: {', '.join(HARNESSES)}")
-        if cfg.sandbox.provider not in PROVIDERS:
-            raise UserError(f"sandbox.provider: {cfg.sandbox.provider!r} is not known; choose one of: {', '.join(PROVIDERS)}")
+        check_registries(cfg)
         tasks = load_tasks(cfg.benchmark)
         if not tasks:
             raise UserError(f"benchmark: no task of {cfg.benchmark.tasks} is selected by instance_ids/filter/limit")
@@ -29,6 +23,17 @@ def load_run(workflow, config: dict[str, Any]) -> tuple[Config, dict[str, Any], 
         print(f"sandbatch: error: {exc}", file=sys.stderr)
         sys.exit(1)
     return cfg, cfg.model_dump(mode="json"), tasks
+
+
+def check_registries(cfg: Config) -> None:
+    """The schema's enums and the registries must agree; say so in one line if they do not."""
+    from .harness import HARNESSES
+    from .sandbox import PROVIDERS
+
+    if cfg.harness.name not in HARNESSES:
+        raise UserError(f"harness.name: {cfg.harness.name!r} is not known; choose one of: {', '.join(HARNESSES)}")
+    if cfg.sandbox.provider not in PROVIDERS:
+        raise UserError(f"sandbox.provider: {cfg.sandbox.provider!r} is not known; choose one of: {', '.join(PROVIDERS)}")
 
 
 def stamps(raw: dict[str, Any]) -> dict[str, str]:

@@ -15,6 +15,11 @@ PYTHON = shlex.quote(sys.executable)
 SCRIPTS = os.path.join(workflow.basedir, "workflow", "scripts")
 
 
+# `concurrency` caps the jobs that hold a sandbox (--resources sandboxes=N on the command line wins)
+if "sandboxes" not in workflow.global_resources:
+    workflow.register_resource("sandboxes", CFG.concurrency)
+
+
 wildcard_constraints:
     task=r"[A-Za-z0-9][A-Za-z0-9_.-]*",
     repeat=r"\d+",
@@ -25,7 +30,10 @@ def rollout_files(name):
 
 
 def get_final_outputs():
-    return [f"{RUN_DIR}/{name}" for name in ("rollouts.jsonl", "metrics.json", "report.md", "manifest.json")]
+    """The run's summary files, and every rollout's final records: naming those too means a
+    deleted grade.json or response.json is redone even though the summary is newer."""
+    summary = [f"{RUN_DIR}/{name}" for name in ("rollouts.jsonl", "metrics.json", "report.md", "manifest.json")]
+    return summary + rollout_files("grade.json") + rollout_files("response.json")
 
 
 def step_command(step):

@@ -11,6 +11,7 @@ rule grade:
         ROLLOUT + "/logs/grade.log",
     resources:
         attempt=attempt,
+        sandboxes=1,
     retries: CFG.retries
     group: "rollout"
     priority: 5

@@ -12,6 +12,7 @@ rule harness:
         ROLLOUT + "/logs/harness.log",
     resources:
         attempt=attempt,
+        sandboxes=1,
     retries: CFG.retries
     group: "rollout"
     priority: 2

@@ -11,6 +11,7 @@ rule patch:
         ROLLOUT + "/logs/patch.log",
     resources:
         attempt=attempt,
+        sandboxes=1,
     retries: CFG.retries
     group: "rollout"
     priority: 4

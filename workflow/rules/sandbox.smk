@@ -7,6 +7,7 @@ rule sandbox:
         ROLLOUT + "/logs/sandbox.log",
     resources:
         attempt=attempt,
+        sandboxes=1,
     retries: CFG.retries
     group: "rollout"
     priority: 1

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 # name -> "module:class"; imported lazily so a local run never imports a cloud SDK
 PROVIDERS: dict[str, str] = {
     "local": "sandbatch.sandbox.local:LocalProvider",
+    "docker": "sandbatch.sandbox.docker:DockerProvider",
 }
 
 

@@ -1,0 +1,78 @@
+"""Fixtures for tests that need a real Docker engine and the local base image.
+
+Import the fixtures into a test module (`from docker_fixtures import docker_engine, ...`).
+They skip, with the reason and the fix, when no engine answers or the image is missing;
+`bash scripts/services/docker.sh && bash scripts/build-base-image.sh` provides both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+BASE_IMAGE = os.environ.get("SANDBATCH_BASE_IMAGE", "sandbatch/base:bookworm")
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else "no output"
+
+
+def _startup_failure() -> str:
+    """Why scripts/services/docker.sh could not start an engine on this machine, if it said."""
+    path = Path(os.environ.get("SANDBATCH_CACHE", "/var/cache/sandbatch")) / "docker-unavailable"
+    try:
+        return _last_line(path.read_text()) if path.is_file() else ""
+    except OSError:
+        return ""
+
+
+@pytest.fixture(scope="session")
+def docker_engine() -> str:
+    """The docker CLI, once `docker info` answers; skips otherwise."""
+    cli = shutil.which("docker")
+    if cli is None:
+        pytest.skip("no docker CLI on PATH; run `bash scripts/services/docker.sh` (as root)")
+    try:
+        res = subprocess.run([cli, "info", "--format", "{{.ServerVersion}}"],
+                             capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.skip("no Docker engine: `docker info` hung for 60 s")
+    if res.returncode != 0:
+        why = _startup_failure()
+        pytest.skip(f"no Docker engine (scripts/services/docker.sh: {why})" if why else
+                    f"no Docker engine: `docker info` failed ({_last_line(res.stderr)}); "
+                    "run `bash scripts/services/docker.sh` (as root)")
+    return cli
+
+
+@pytest.fixture(scope="session")
+def docker_base_image(docker_engine: str) -> str:
+    """The locally built base image; skips when it has not been built."""
+    res = subprocess.run([docker_engine, "image", "inspect", "--format", "{{.Id}}", BASE_IMAGE],
+                         capture_output=True, text=True, timeout=60)
+    if res.returncode != 0:
+        pytest.skip(f"base image {BASE_IMAGE} is missing; run `bash scripts/build-base-image.sh`")
+    return BASE_IMAGE
+
+
+@pytest.fixture
+def docker_run_label(docker_engine: str):
+    """A run label unique to one test; every docker sandbox carrying it is deleted afterwards."""
+    from sandbatch.sandbox.docker import DockerProvider
+
+    label = f"test-{uuid.uuid4().hex[:10]}"
+    yield label
+
+    async def sweep() -> None:
+        provider = DockerProvider()
+        for info in await provider.list({"run": label}):
+            await provider.delete(info.id)
+
+    asyncio.run(sweep())

@@ -1,0 +1,90 @@
+import pytest
+
+from sandbatch import REPO_ROOT
+from sandbatch.config import Config, coerce_strings, load, load_schema, parse, validate
+from sandbatch.errors import UserError
+
+DEFAULT = REPO_ROOT / "config" / "default.yaml"
+
+
+def _schema_keys(schema):
+    return set(schema.get("properties", {}))
+
+
+def test_pydantic_models_name_exactly_the_schema_keys():
+    """The schema holds the defaults, the models the types: they must describe the same keys."""
+    schema = load_schema()
+    assert set(Config.model_fields) == _schema_keys(schema)
+    for name, field in Config.model_fields.items():
+        sub = schema["properties"][name]
+        model = field.annotation
+        if sub.get("type") == "object" and hasattr(model, "model_fields"):
+            declared = set(model.model_fields)
+            # the sandbox block carries one options block per provider besides its own fields
+            allowed = _schema_keys(sub)
+            assert declared <= allowed, name
+            if name != "sandbox":
+                assert declared == allowed, name
+
+
+def test_every_key_has_a_description_and_a_default():
+    def walk(props, path):
+        for key, sub in props.items():
+            where = f"{path}.{key}".lstrip(".")
+            assert "description" in sub, f"{where} has no description"
+            assert "default" in sub, f"{where} has no default"
+            walk(sub.get("properties", {}), where)
+
+    walk(load_schema()["properties"], "")
+
+
+def test_defaults_are_filled_in():
+    cfg = parse({})
+    assert cfg.repeats == 1 and cfg.harness.name == "oracle" and cfg.sandbox.provider == "local"
+    assert cfg.timeouts.agent > 0 and cfg.benchmark.instance_ids == []
+
+
+def test_nested_config_strings_are_coerced_to_schema_types():
+    # what `snakemake --config 'timeouts={"agent": "60"}' repeats=2` delivers
+    out = coerce_strings({"timeouts": {"agent": "60"}, "benchmark": {"limit": "3", "filter": "12"},
+                          "sandbox": {"ttl_seconds": "600"}}, load_schema())
+    assert out["timeouts"]["agent"] == 60
+    assert out["benchmark"]["limit"] == 3
+    assert out["benchmark"]["filter"] == "12"  # a string field stays a string
+    assert parse({"timeouts": {"agent": "60"}}).timeouts.agent == 60.0
+
+
+@pytest.mark.parametrize("data,expected", [
+    ({"bogus": 1}, "unknown key 'bogus'; allowed keys:"),
+    ({"harness": {"nme": "x"}}, "unknown key 'nme' under harness"),
+    ({"repeats": "many"}, "repeats: 'many' has the wrong type; expected integer"),
+    ({"repeats": 0}, "repeats: 0 is too small; it must be >= 1"),
+    ({"harness": {"name": "nope"}}, "harness.name: 'nope' is not allowed; choose one of: oracle"),
+    ({"sandbox": {"provider": "k8s"}}, "sandbox.provider: 'k8s' is not allowed; choose one of:"),
+    ({"benchmark": {"kind": "x"}}, "benchmark.kind: 'x' is not allowed; choose one of:"),
+])
+def test_errors_are_one_line_and_name_key_value_and_fix(data, expected):
+    with pytest.raises(UserError) as err:
+        validate(data, [("my.yaml", data)])
+    msg = str(err.value)
+    assert msg.startswith("my.yaml: ")
+    assert expected in msg
+    assert "\n" not in msg
+
+
+def test_error_names_the_file_that_set_the_key(tmp_path):
+    good = tmp_path / "a.yaml"
+    good.write_text("repeats: 2\n")
+    bad = tmp_path / "b.yaml"
+    bad.write_text("harness:\n  name: nope\n")
+    with pytest.raises(UserError, match=r"b\.yaml: harness\.name"):
+        load([good, bad], default=DEFAULT)
+    with pytest.raises(UserError, match=r"^--config: repeats"):
+        load([good], {"repeats": -1}, default=DEFAULT)
+
+
+def test_bad_yaml_is_reported_with_its_line(tmp_path):
+    bad = tmp_path / "c.yaml"
+    bad.write_text("run: x\nrepeats: [1,\n")
+    with pytest.raises(UserError, match=r"c\.yaml: line \d+ is not valid YAML"):
+        load([bad])

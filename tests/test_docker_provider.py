@@ -1,0 +1,279 @@
+"""The docker provider against a real Docker engine and the locally built base image."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import subprocess
+import time
+from datetime import datetime, timezone
+
+import pytest
+
+from docker_fixtures import docker_base_image, docker_engine, docker_run_label  # noqa: F401 (fixtures)
+from sandbatch import config
+from sandbatch.errors import InfraError, UserError
+from sandbatch.sandbox import get_provider, provider_class
+from sandbatch.sandbox.base import SandboxError, SandboxGone, SandboxSpec
+from sandbatch.sandbox.docker import DEFAULTS, DockerProvider, SandboxOOM, cpu_count, memory_bytes
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def inspect(cli: str, name: str) -> dict:
+    out = subprocess.run([cli, "container", "inspect", name], capture_output=True, text=True, check=True).stdout
+    return json.loads(out)[0]
+
+
+@pytest.fixture
+def spec(docker_base_image, docker_run_label):
+    def make(**kw) -> SandboxSpec:
+        labels = {"run": docker_run_label, **kw.pop("labels", {})}
+        return SandboxSpec(image=kw.pop("image", docker_base_image), labels=labels,
+                           allow_internet=kw.pop("allow_internet", False),
+                           ttl_seconds=kw.pop("ttl_seconds", 600), **kw)
+    return make
+
+
+# --- without an engine ------------------------------------------------------------------
+
+def test_registry_and_schema_defaults():
+    cfg = config.parse({"sandbox": {"provider": "docker"}})
+    assert provider_class("docker") is DockerProvider
+    assert isinstance(get_provider(cfg.sandbox), DockerProvider)
+    # the schema holds the defaults; the module's copy must not drift from it
+    assert cfg.sandbox.options() == DEFAULTS
+
+
+def test_resource_quantities():
+    assert memory_bytes("256Mi") == 256 * 2**20
+    assert memory_bytes("1G") == 10**9
+    assert memory_bytes("1.5Gi") == 3 * 2**29
+    assert memory_bytes("4096") == 4096
+    assert cpu_count("500m") == 0.5
+    assert cpu_count("2") == 2.0
+    with pytest.raises(UserError, match="resources.memory"):
+        memory_bytes("lots")
+    with pytest.raises(UserError, match="resources.cpu"):
+        cpu_count("two")
+
+
+def test_bad_options_are_user_errors(tmp_path):
+    with pytest.raises(UserError, match="sandbox.docker.pull"):
+        DockerProvider({"pull": "sometimes"})
+    provider = DockerProvider({"mount_ca_bundle": True, "ca_bundle": str(tmp_path / "missing.crt")})
+    with pytest.raises(UserError, match="sandbox.docker.ca_bundle"):
+        run(provider.create(SandboxSpec(image="sandbatch/base:bookworm")))
+
+
+# --- against the engine -----------------------------------------------------------------
+
+def test_lifecycle(spec, docker_engine):
+    async def go():
+        provider = DockerProvider()
+        sb = await provider.create(spec(workdir="/work/repo", env={"SPEC_VAR": "from spec"}))
+        assert sb.workdir == "/work/repo" and sb.tmpdir == "/tmp/sandbatch"
+        assert await sb.status() == "running"
+
+        res = await sb.exec('pwd; echo "$SPEC_VAR|$EXEC_VAR"; echo err >&2; exit 3',
+                            timeout=30, env={"EXEC_VAR": "two words"})
+        assert (res.exit_code, res.stdout, res.stderr, res.timed_out) == (3, "/work/repo\nfrom spec|two words\n", "err\n", False)
+        res = await sb.exec(["sh", "-c", "pwd; test -d /tmp/sandbatch && cat"], timeout=30, cwd="/tmp", stdin=b"piped\n")
+        assert res.ok and res.stdout == "/tmp\npiped\n"
+
+        again = await provider.connect(sb.id, sb.spec)
+        assert (await again.exec("echo $SPEC_VAR", timeout=30)).stdout == "from spec\n"
+
+        await sb.delete()
+        assert await sb.status() == "gone"
+        with pytest.raises(SandboxGone):
+            await sb.exec("true", timeout=30)
+        with pytest.raises(SandboxGone):
+            await sb.upload("/tmp/x", b"x")
+        with pytest.raises(SandboxGone):
+            await sb.download("/etc/hostname")
+        with pytest.raises(SandboxGone):
+            await provider.connect(sb.id, sb.spec)
+        return sb.id
+
+    name = run(go())
+    assert subprocess.run([docker_engine, "container", "inspect", name], capture_output=True).returncode != 0
+
+
+def test_exec_timeout_kills_the_whole_command(spec):
+    async def go():
+        sb = await DockerProvider().create(spec())
+        start = time.monotonic()
+        # a background child and one in a session of its own must die with the command
+        res = await sb.exec("echo started; echo to-stderr >&2; sleep 1001 & (setsid sleep 1002 &); sleep 1003; echo never",
+                            timeout=1.5)
+        assert res.timed_out and res.exit_code == -1 and not res.ok
+        # what it printed before the timeout is kept
+        assert res.stdout == "started\n" and res.stderr == "to-stderr\n"
+        assert time.monotonic() - start < 15
+        left = await sb.exec("cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '", timeout=30)
+        for n in (1001, 1002, 1003):
+            assert f"sleep {n}" not in left.stdout
+        # the sandbox is still usable afterwards
+        assert (await sb.exec("echo ok", timeout=30)).stdout == "ok\n"
+
+    run(go())
+
+
+def test_upload_download_binary_safe(spec):
+    data = bytes(range(256)) * 64 + b"\x00\xff\xfe not utf-8 \x80\n"
+
+    async def go():
+        sb = await DockerProvider().create(spec())
+        await sb.upload("/tmp/sandbatch/deep/new/dir/blob.bin", data, mode=0o750)
+        assert await sb.download("/tmp/sandbatch/deep/new/dir/blob.bin") == data
+        blob = "/tmp/sandbatch/deep/new/dir/blob.bin"
+        res = await sb.exec(["sh", "-c", f"stat -c '%a %s' {blob}; sha256sum < {blob}"], timeout=30)
+        assert res.stdout.split()[:3] == ["750", str(len(data)), hashlib.sha256(data).hexdigest()]
+        # overwrite; an existing parent keeps its mode
+        await sb.upload("/tmp/sandbatch/deep/new/dir/blob.bin", b"short")
+        assert await sb.download("/tmp/sandbatch/deep/new/dir/blob.bin") == b"short"
+        assert (await sb.exec(["stat", "-c", "%a", "/tmp"], timeout=30)).stdout.strip() == "1777"
+        # what a command wrote comes back byte for byte
+        await sb.exec(["python3", "-c", "open('/work.bin', 'wb').write(bytes(range(256)))"], timeout=30, cwd="/")
+        assert await sb.download("/work.bin") == bytes(range(256))
+        with pytest.raises(SandboxError, match="no such file") as err:
+            await sb.download("/tmp/sandbatch/nope")
+        assert err.value.failure_class == "sandbox_file"
+        with pytest.raises(SandboxError, match="directory"):
+            await sb.download("/etc")
+        with pytest.raises(SandboxError, match="absolute"):
+            await sb.upload("relative/path", b"")
+
+    run(go())
+
+
+def test_list_by_labels_and_expiry(spec, docker_run_label):
+    async def go():
+        provider = DockerProvider()
+        a = await provider.create(spec(labels={"task": "a"}, ttl_seconds=3600))
+        b = await provider.create(spec(labels={"task": "b"}))
+        both = await provider.list({"run": docker_run_label})
+        assert [i.id for i in both] == sorted([a.id, b.id])
+        only_a = await provider.list({"run": docker_run_label, "task": "a"})
+        assert len(only_a) == 1 and only_a[0].id == a.id and only_a[0].state == "running"
+        assert only_a[0].labels == {"run": docker_run_label, "task": "a"}
+        # the TTL is recorded as an expiry time the reaper can compare with the clock
+        left = datetime.fromisoformat(only_a[0].expires_at) - datetime.now(timezone.utc)
+        assert 3500 < left.total_seconds() <= 3600
+        assert await provider.list({"run": docker_run_label, "task": "c"}) == []
+        await provider.delete(b.id)
+        assert [i.id for i in await provider.list({"run": docker_run_label})] == [a.id]
+
+    run(go())
+
+
+def test_delete_is_idempotent(spec):
+    async def go():
+        provider = DockerProvider()
+        sb = await provider.create(spec())
+        assert await provider.delete(sb.id) is True
+        assert await provider.delete(sb.id) is False
+        await sb.delete()  # no error either
+        assert await provider.delete("sandbatch-never-existed") is False
+
+    run(go())
+
+
+def test_resources_network_and_labels_applied(spec, docker_engine, docker_run_label):
+    async def go():
+        sb = await DockerProvider().create(spec(resources={"cpu": "1.5", "memory": "256Mi"}, labels={"task": "t1"}))
+        cgroup = await sb.exec("cat /sys/fs/cgroup/memory.max /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null",
+                               timeout=30)
+        return sb.id, cgroup.stdout
+
+    name, cgroup = run(go())
+    data = inspect(docker_engine, name)
+    host = data["HostConfig"]
+    assert host["NanoCpus"] == 1_500_000_000
+    assert host["Memory"] == host["MemorySwap"] == 256 * 2**20
+    assert host["NetworkMode"] == "none"
+    assert host["Init"] is True
+    assert str(256 * 2**20) in cgroup.split()
+    labels = data["Config"]["Labels"]
+    assert labels["sandbatch.run"] == docker_run_label and labels["sandbatch.task"] == "t1"
+    assert labels["sandbatch.managed"] == "true" and "sandbatch.expires-at" in labels
+    # the keep-alive replaced the image's command and ends at the TTL
+    assert data["Config"]["Entrypoint"] == ["sleep"] and data["Config"]["Cmd"] == ["600"]
+
+
+def test_internet_allowed_uses_the_configured_network(spec, docker_engine):
+    sb = run(DockerProvider().create(spec(allow_internet=True)))
+    assert inspect(docker_engine, sb.id)["HostConfig"]["NetworkMode"] == "bridge"
+    # unlike network "none", the sandbox has an interface besides loopback
+    assert "eth0" in run(sb.exec("cat /proc/net/dev", timeout=30)).stdout
+
+
+def test_image_entrypoint_bash_is_overridden(spec, docker_engine, docker_base_image):
+    # an image whose ENTRYPOINT is bash exits at once without a terminal unless replaced
+    image = f"sandbatch/test-bash-entrypoint:{int(time.time())}"
+    tmp = subprocess.run([docker_engine, "create", docker_base_image], capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        subprocess.run([docker_engine, "commit", "--change", 'ENTRYPOINT ["/bin/bash"]', tmp, image],
+                       capture_output=True, check=True)
+        sb = run(DockerProvider().create(spec(image=image)))
+        assert run(sb.status()) == "running"
+        assert run(sb.exec("echo alive", timeout=30)).stdout == "alive\n"
+        run(sb.delete())
+    finally:
+        subprocess.run([docker_engine, "rm", "-f", tmp], capture_output=True)
+        subprocess.run([docker_engine, "rmi", "-f", image], capture_output=True)
+
+
+def test_oom_is_reported(spec):
+    async def go():
+        provider = DockerProvider()
+        # the main process outgrows its limit a few seconds after start
+        sb = await provider.create(spec(resources={"memory": "64Mi"}, entrypoint=[
+            "sh", "-c", "sleep 3; exec python3 -c 'x = bytearray(512 * 2**20)'"]))
+        res = await sb.exec(["python3", "-c", "x = bytearray(512 * 2**20)"], timeout=60)
+        assert res.exit_code == 137 and "OOM killer" in res.stderr
+        for _ in range(100):
+            if await sb.status() != "running":
+                break
+            await asyncio.sleep(0.2)
+        state = await sb.state()
+        assert state.state == "stopped" and state.oom_killed
+        with pytest.raises(SandboxOOM, match="OOM-killed") as err:
+            await sb.exec("true", timeout=30)
+        assert err.value.failure_class == "sandbox_oom"
+        with pytest.raises(SandboxGone):
+            await provider.connect(sb.id, sb.spec)
+
+    run(go())
+
+
+def test_ca_bundle_mounted_when_configured(spec, tmp_path):
+    bundle = tmp_path / "host-ca.crt"
+    bundle.write_text("-----BEGIN CERTIFICATE-----\nsandbatch test bundle\n-----END CERTIFICATE-----\n")
+
+    async def go():
+        plain = await DockerProvider().create(spec())
+        assert await plain.download("/etc/ssl/certs/ca-certificates.crt") != bundle.read_bytes()
+        sb = await DockerProvider({"mount_ca_bundle": True, "ca_bundle": str(bundle)}).create(spec())
+        assert await sb.download("/etc/ssl/certs/ca-certificates.crt") == bundle.read_bytes()
+        env = await sb.exec("echo $SSL_CERT_FILE $PIP_CERT $REQUESTS_CA_BUNDLE", timeout=30)
+        assert env.stdout.split() == ["/etc/ssl/certs/ca-certificates.crt"] * 3
+        ro = await sb.exec("echo x >> /etc/ssl/certs/ca-certificates.crt", timeout=30)
+        assert ro.exit_code != 0 and "Read-only" in ro.stderr
+
+    run(go())
+
+
+def test_missing_image_is_an_image_failure(docker_engine, docker_run_label):
+    async def go():
+        provider = DockerProvider({"pull": "never"})
+        with pytest.raises(InfraError) as err:
+            await provider.create(SandboxSpec(image="sandbatch/no-such-image:0", labels={"run": docker_run_label}))
+        assert err.value.failure_class == "image"
+        assert await provider.list({"run": docker_run_label}) == []
+
+    run(go())

@@ -1,0 +1,47 @@
+import asyncio
+import re
+import time
+
+from sandbatch.ids import label_value, path_id
+from sandbatch.sandbox.base import SandboxSpec
+from sandbatch.sandbox.local import LocalProvider
+
+LABEL = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+
+
+def test_ids_are_safe_stable_and_distinct():
+    assert path_id("django__django-11099") == "django__django-11099"
+    weird = ["org/repo#12", "org:repo#12", "ünïcode/ä", "x" * 300, "..hidden", "a b"]
+    ids = [path_id(w) for w in weird]
+    assert len(set(ids)) == len(ids)
+    assert all(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", i) and len(i) <= 120 for i in ids)
+    assert path_id("org/repo#12") == path_id("org/repo#12")
+    labels = [label_value(w) for w in weird + ["-lead", "trail-", "ok"]]
+    assert all(LABEL.match(v) and len(v) <= 63 for v in labels), labels
+    assert label_value("ok") == "ok"
+    assert label_value("x" * 300) != label_value("x" * 299)
+
+
+def test_local_provider_lifecycle_timeout_and_listing(tmp_path):
+    async def scenario():
+        p = LocalProvider({"root": str(tmp_path)})
+        a = await p.create(SandboxSpec(labels={"run": "r1", "task": "a"}, env={"FOO": "bar"}))
+        b = await p.create(SandboxSpec(labels={"run": "r2", "task": "b"}))
+        res = await a.exec("echo $FOO; pwd; echo err >&2; exit 3", timeout=10)
+        assert (res.exit_code, res.stdout.split(), res.stderr.strip()) == (3, ["bar", a.workdir], "err")
+        t0 = time.monotonic()
+        slow = await a.exec("sleep 30 & sleep 30; echo never", timeout=1)
+        assert slow.timed_out and slow.exit_code == -1 and "never" not in slow.stdout
+        assert time.monotonic() - t0 < 10
+        await a.upload(f"{a.tmpdir}/x/y.bin", b"\x00\x01")
+        assert await a.download(f"{a.tmpdir}/x/y.bin") == b"\x00\x01"
+        assert [i.id for i in await p.list({"run": "r1"})] == [a.id]
+        again = await p.connect(a.id, a.spec)
+        assert await again.status() == "running"
+        assert await p.delete(a.id) is True
+        assert await p.delete(a.id) is False  # idempotent
+        assert await a.status() == "gone"
+        assert [i.id for i in await p.list({})] == [b.id]
+        await b.delete()
+
+    asyncio.run(scenario())
