@@ -654,3 +654,69 @@ def test_bad_script_is_a_user_error(tmp_path):
         Script.from_dict({"tasks": {"a": [{"contents": "x"}]}})
     with pytest.raises(UserError, match="bad regular expression"):
         Script.from_dict({"tasks": {"re:(": []}})
+
+
+@pytest.mark.skipif(__import__("shutil").which("node") is None, reason="node is not installed")
+def test_node_fetch_client_through_the_proxy(scripted, out, tmp_path):
+    """Another HTTP stack (Node's undici, as the JS agents use) against our server: keep-alive + SSE."""
+    import subprocess
+
+    js = tmp_path / "client.mjs"
+    js.write_text("""
+const [base, key] = process.argv.slice(2);
+const headers = {"content-type": "application/json", "authorization": `Bearer ${key}`};
+const body = {model: "m", messages: [{role: "user", content: "solve inst-1"}],
+              tools: [{type: "function", function: {name: "bash", parameters: {}}}]};
+const plain = await (await fetch(`${base}/chat/completions`, {method: "POST", headers, body: JSON.stringify(body)})).json();
+const res = await fetch(`${base}/chat/completions`, {method: "POST", headers,
+                                                     body: JSON.stringify({...body, stream: true})});
+let text = "";
+const decoder = new TextDecoder();
+for await (const chunk of res.body) { text += decoder.decode(chunk); }
+const models = await (await fetch(`${base}/models`, {headers})).json();
+console.log(JSON.stringify({plain: plain.choices[0].message.content, stream: text.includes("[DONE]"),
+                            models: models.data.length}));
+""")
+    with ModelProxy({}, scripted.url, None, out / "model_calls.jsonl", agent_key="k") as p:
+        result = subprocess.run(["node", str(js), p.url_for("127.0.0.1"), "k"], capture_output=True, text=True,
+                                timeout=60)
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout)
+    assert seen["plain"] == "Listing files." and seen["stream"] and seen["models"] == 1
+    assert [r["status"] for r in calls(out)] == [200, 200, 200]
+    assert calls(out)[1]["usage"]["total_tokens"] > 0
+
+
+def test_http_server_reads_chunked_bodies_and_expect_continue():
+    class Echo:
+        async def startup(self):
+            pass
+
+        async def shutdown(self):
+            pass
+
+        async def handle(self, request):
+            return Response(200, request.body[::-1], {"content-type": "text/plain"})
+
+    server = ServerThread(Echo())
+    port = server.start()
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            s.sendall(b"POST /x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"
+                      b"3\r\nabc\r\n2;ext=1\r\nde\r\n0\r\n\r\n")
+            s.sendall(b"POST /y HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n")
+            time.sleep(0.2)
+            s.sendall(b"xy")
+            s.sendall(b"GARBAGE\r\n\r\n")
+            data = b""
+            while data.count(b"HTTP/1.1") < 4:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+    finally:
+        server.stop()
+    first, cont, second, bad = data.split(b"HTTP/1.1 ")[1:]
+    assert first.startswith(b"200") and first.endswith(b"\r\n\r\nedcba")
+    assert cont.startswith(b"100 Continue") and second.endswith(b"yx")
+    assert bad.startswith(b"400")
