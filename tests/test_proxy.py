@@ -18,7 +18,7 @@ from sandbatch.proxy import ModelProxy, drop_cache_control, proxy_hosts, split_p
 from sandbatch.proxy.core import retry_after
 from sandbatch.proxy.httpserver import Response, ServerThread, StreamingResponse, json_response
 from sandbatch.scripted_model import Script, ScriptedModel, assistant_turns
-from sandbatch.errors import UserError
+from sandbatch.errors import InfraError, UserError
 from sandbatch.usage import normalize_usage, summarize
 from sandbatch.util import iter_jsonl
 
@@ -229,7 +229,7 @@ def test_retries_429_with_retry_after_then_502_503(upstream, out):
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "ok"
     assert len(up.hits) == 4
     assert up.hits[1] - up.hits[0] >= 0.29  # Retry-After honoured
-    assert up.hits[3] - up.hits[1] < 0.25  # the others back off briefly
+    assert up.hits[3] - up.hits[1] < 0.6  # the others back off briefly (0.01 s, 0.02 s)
     row = calls(out)[0]
     assert row["attempts"] == 4 and row["attempt_statuses"] == [429, 502, 503, 200] and row["status"] == 200
     assert time.monotonic() - t0 < 5
@@ -533,10 +533,18 @@ def test_async_context_does_not_block_the_callers_loop_and_stops_cleanly(upstrea
 
     before = threading.active_count()
     ticks, status, port = asyncio.run(job())
-    assert status == 200 and ticks > 20
+    assert status == 200 and ticks > 10  # the loop kept running while the call was in flight
     assert threading.active_count() == before
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"http://127.0.0.1:{port}/v1/models")
+
+
+def test_a_port_in_use_is_an_infra_error(out):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        with pytest.raises(InfraError, match="cannot listen on 127.0.0.1:"):
+            proxy("http://127.0.0.1:1/v1", out, port=busy.getsockname()[1]).start()
 
 
 def test_proxy_hosts_defaults_and_overrides():

@@ -41,7 +41,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, AsyncIterator, Mapping
 
-from ..errors import UserError
+from ..errors import InfraError, UserError
 from ..usage import MODEL_ENDPOINTS, usage_of
 from .httpserver import Request, Response, ServerThread, StreamingResponse, json_response
 from .rewrite import rewrite_request
@@ -290,7 +290,11 @@ class ModelProxy:
         return {"calls": self.calls, "refused": self.refused, "tokens": self.tokens, "cap_hit": self.cap_hit}
 
     def start(self) -> "ModelProxy":
-        self._thread.start()
+        try:
+            self._thread.start()
+        except OSError as exc:  # e.g. a fixed model.proxy.port already in use
+            raise InfraError(f"model proxy: cannot listen on {self.bind_host}:{self._thread.port} "
+                             f"({exc.strerror or exc})", "proxy") from None
         return self
 
     def stop(self) -> None:
