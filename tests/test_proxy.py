@@ -18,7 +18,7 @@ from sandbatch.proxy import ModelProxy, drop_cache_control, proxy_hosts, split_p
 from sandbatch.proxy.core import retry_after
 from sandbatch.proxy.httpserver import Response, ServerThread, StreamingResponse, json_response
 from sandbatch.scripted_model import Script, ScriptedModel, assistant_turns
-from sandbatch.errors import UserError
+from sandbatch.errors import InfraError, UserError
 from sandbatch.usage import normalize_usage, summarize
 from sandbatch.util import iter_jsonl
 
@@ -70,7 +70,9 @@ def calls(out: Path) -> list[dict]:
 
 
 def proxy(upstream: str, out: Path, settings=None, **kw) -> ModelProxy:
-    return ModelProxy(settings or {}, upstream, kw.pop("api_key", None), out / "model_calls.jsonl", **kw)
+    """A proxy that takes requests without the agent key (tested on its own below)."""
+    settings = {"require_agent_key": False, **(settings or {})}
+    return ModelProxy(settings, upstream, kw.pop("api_key", None), out / "model_calls.jsonl", **kw)
 
 
 class Scripted(ServerThread):
@@ -227,7 +229,7 @@ def test_retries_429_with_retry_after_then_502_503(upstream, out):
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "ok"
     assert len(up.hits) == 4
     assert up.hits[1] - up.hits[0] >= 0.29  # Retry-After honoured
-    assert up.hits[3] - up.hits[1] < 0.25  # the others back off briefly
+    assert up.hits[3] - up.hits[1] < 0.6  # the others back off briefly (0.01 s, 0.02 s)
     row = calls(out)[0]
     assert row["attempts"] == 4 and row["attempt_statuses"] == [429, 502, 503, 200] and row["status"] == 200
     assert time.monotonic() - t0 < 5
@@ -277,7 +279,7 @@ def test_unreachable_upstream_errors_within_the_bound(out):
     assert err["code"] == "upstream_unreachable" and "not reachable" in err["message"]
     assert 0.5 < elapsed < 1.0 + 0.5 + 0.5  # spent the budget, then stopped (+ connect timeout, slack)
     row = calls(out)[0]
-    assert row["status"] == 502 and row["attempts"] > 3 and "ConnectError" in row["error"]
+    assert row["status"] == 502 and row["attempts"] > 3 and "ClientConnectorError" in row["error"]
     assert summarize_usage(out / "model_calls.jsonl")["failed_calls"] == 1
 
 
@@ -403,13 +405,38 @@ def test_api_key_reaches_upstream_and_no_file(scripted, tmp_path, monkeypatch):
     out = tmp_path / "out"
     with ModelProxy.from_config(cfg.model, out / "model_calls.jsonl") as p:
         base = p.url_for("127.0.0.1")
-        headers = {"authorization": "Bearer agent-dummy"}
+        headers = {"authorization": f"Bearer {p.agent_key}"}
         httpx.post(f"{base}/chat/completions", json=chat_body(), headers=headers)
         httpx.post(f"{base}/chat/completions", json=chat_body(stream=True), headers=headers)
         httpx.get(f"{base}/models", headers=headers)
     assert {r["headers"]["authorization"] for r in scripted.requests} == {f"Bearer {secret}"}
     files = [f for f in out.rglob("*") if f.is_file()]
     assert files and all(secret.encode() not in f.read_bytes() for f in files)
+
+
+def test_requests_without_the_agent_key_are_refused(scripted, out):
+    with ModelProxy({}, scripted.url, None, out / "model_calls.jsonl", agent_key="rollout-key") as p:
+        url = p.url_for("127.0.0.1") + "/chat/completions"
+        assert httpx.post(url, json=chat_body()).status_code == 401
+        wrong = httpx.post(url, json=chat_body(), headers={"authorization": "Bearer other"})
+        assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "invalid_api_key"
+        assert httpx.post(url, json=chat_body(), headers={"authorization": "Bearer rollout-key"}).status_code == 200
+        assert httpx.post(url, json=chat_body(), headers={"x-api-key": "rollout-key"}).status_code == 200
+        assert httpx.get(p.url_for("127.0.0.1") + "/models").status_code == 401
+    assert len(scripted.requests) == 2
+    assert [r["status"] for r in calls(out)] == [401, 401, 200, 200, 401]
+    assert ModelProxy({}, scripted.url, None, out / "x.jsonl").agent_key != ModelProxy(
+        {}, scripted.url, None, out / "x.jsonl").agent_key  # fresh per proxy
+
+
+def test_env_proxy_is_looked_up_once_and_honours_no_proxy(monkeypatch):
+    from sandbatch.proxy.core import _env_proxy
+
+    monkeypatch.setenv("http_proxy", "http://egress.example:3128")
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+    assert _env_proxy("http://127.0.0.1:8000/v1") is None
+    assert _env_proxy("http://model.example/v1") == "http://egress.example:3128"
+    assert _env_proxy("https://model.example/v1") is None  # no https_proxy set
 
 
 def test_missing_api_key_env_is_a_user_error(monkeypatch):
@@ -506,10 +533,18 @@ def test_async_context_does_not_block_the_callers_loop_and_stops_cleanly(upstrea
 
     before = threading.active_count()
     ticks, status, port = asyncio.run(job())
-    assert status == 200 and ticks > 20
+    assert status == 200 and ticks > 10  # the loop kept running while the call was in flight
     assert threading.active_count() == before
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"http://127.0.0.1:{port}/v1/models")
+
+
+def test_a_port_in_use_is_an_infra_error(out):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        with pytest.raises(InfraError, match="cannot listen on 127.0.0.1:"):
+            proxy("http://127.0.0.1:1/v1", out, port=busy.getsockname()[1]).start()
 
 
 def test_proxy_hosts_defaults_and_overrides():
@@ -627,3 +662,69 @@ def test_bad_script_is_a_user_error(tmp_path):
         Script.from_dict({"tasks": {"a": [{"contents": "x"}]}})
     with pytest.raises(UserError, match="bad regular expression"):
         Script.from_dict({"tasks": {"re:(": []}})
+
+
+@pytest.mark.skipif(__import__("shutil").which("node") is None, reason="node is not installed")
+def test_node_fetch_client_through_the_proxy(scripted, out, tmp_path):
+    """Another HTTP stack (Node's undici, as the JS agents use) against our server: keep-alive + SSE."""
+    import subprocess
+
+    js = tmp_path / "client.mjs"
+    js.write_text("""
+const [base, key] = process.argv.slice(2);
+const headers = {"content-type": "application/json", "authorization": `Bearer ${key}`};
+const body = {model: "m", messages: [{role: "user", content: "solve inst-1"}],
+              tools: [{type: "function", function: {name: "bash", parameters: {}}}]};
+const plain = await (await fetch(`${base}/chat/completions`, {method: "POST", headers, body: JSON.stringify(body)})).json();
+const res = await fetch(`${base}/chat/completions`, {method: "POST", headers,
+                                                     body: JSON.stringify({...body, stream: true})});
+let text = "";
+const decoder = new TextDecoder();
+for await (const chunk of res.body) { text += decoder.decode(chunk); }
+const models = await (await fetch(`${base}/models`, {headers})).json();
+console.log(JSON.stringify({plain: plain.choices[0].message.content, stream: text.includes("[DONE]"),
+                            models: models.data.length}));
+""")
+    with ModelProxy({}, scripted.url, None, out / "model_calls.jsonl", agent_key="k") as p:
+        result = subprocess.run(["node", str(js), p.url_for("127.0.0.1"), "k"], capture_output=True, text=True,
+                                timeout=60)
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout)
+    assert seen["plain"] == "Listing files." and seen["stream"] and seen["models"] == 1
+    assert [r["status"] for r in calls(out)] == [200, 200, 200]
+    assert calls(out)[1]["usage"]["total_tokens"] > 0
+
+
+def test_http_server_reads_chunked_bodies_and_expect_continue():
+    class Echo:
+        async def startup(self):
+            pass
+
+        async def shutdown(self):
+            pass
+
+        async def handle(self, request):
+            return Response(200, request.body[::-1], {"content-type": "text/plain"})
+
+    server = ServerThread(Echo())
+    port = server.start()
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            s.sendall(b"POST /x HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n"
+                      b"3\r\nabc\r\n2;ext=1\r\nde\r\n0\r\n\r\n")
+            s.sendall(b"POST /y HTTP/1.1\r\nHost: h\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n")
+            time.sleep(0.2)
+            s.sendall(b"xy")
+            s.sendall(b"GARBAGE\r\n\r\n")
+            data = b""
+            while data.count(b"HTTP/1.1") < 4:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+    finally:
+        server.stop()
+    first, cont, second, bad = data.split(b"HTTP/1.1 ")[1:]
+    assert first.startswith(b"200") and first.endswith(b"\r\n\r\nedcba")
+    assert cont.startswith(b"100 Continue") and second.endswith(b"yx")
+    assert bad.startswith(b"400")

@@ -65,6 +65,7 @@ class ProxyConfig(_Model):
     record_tokens: bool
     force_model_name: bool
     stream_usage: bool
+    require_agent_key: bool
     drop_cache_control: bool
     extra_body: dict[str, Any]
 

@@ -179,6 +179,10 @@ class HTTPServer:
                     return
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
+        except asyncio.CancelledError:
+            # close() cancels open connections; ending normally keeps asyncio's stream
+            # callback from logging the cancellation as an error
+            pass
         finally:
             self._tasks.discard(task)
             writer.close()
