@@ -198,9 +198,13 @@ def test_real_mini_swe_agent_resolves_smoke_tasks(tmp_path, tmp_path_factory, sc
                                                                                "LimitsExceeded")
     assert len(items_of(rollout(run_dir, "smoke__duration-1", "response.json"), "function_call")) == 6
     assert rollout(run_dir, "smoke__duration-1", "grade.json")["reward"] == 0.0
+    # through the proxy: the model sees its own name and no key (none is configured), and
+    # the usage in rollouts.jsonl is exactly what it reported
     chat = [r for r in model.requests if r["path"].endswith("/chat/completions")]
-    assert all(r["body"]["model"] == "scripted" and r["headers"].get("authorization") == "Bearer unused"
-               for r in chat)
+    assert chat and all(r["body"]["model"] == "scripted" and "authorization" not in r["headers"] for r in chat)
+    rows = [json.loads(line) for line in (run_dir / "rollouts.jsonl").read_text().splitlines()]
+    assert sum(r["usage"]["input_tokens"] for r in rows) == sum(u["prompt"] for u in model.reported_usage) > 0
+    assert sum(r["usage"]["output_tokens"] for r in rows) == sum(u["completion"] for u in model.reported_usage)
     assert leftover_sandboxes(tmp_path) == []
     print(f"\nmini-swe-agent via pip+uv, 3 tasks: workflow {took:.1f} s; (install s, agent s): {timings}")
 

@@ -141,12 +141,14 @@ def scripted_model():
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("npm") is None, reason="needs node/npm (CI has them)")
-def test_real_opencode_resolves_smoke_tasks(tmp_path, tmp_path_factory, scripted_model):
+def test_real_opencode_resolves_smoke_tasks(tmp_path, tmp_path_factory, scripted_model, monkeypatch):
     url, model = scripted_model
+    monkeypatch.setenv("SCRIPTED_UPSTREAM_KEY", "sk-upstream-secret-42")
     npm_cache = tmp_path_factory.getbasetemp() / "npm-cache"  # shared by the sandboxes of this session
     harness = {"name": "opencode", "config": {"install": {"method": "npm", "env": {"npm_config_cache": str(npm_cache)}}}}
     tasks = ["smoke__calc-1", "smoke__textutils-1"]
-    cfg = smoke_config(tmp_path, harness, tasks, model={"name": "scripted", "base_url": url},
+    cfg = smoke_config(tmp_path, harness, tasks, model={"name": "scripted", "base_url": url,
+                                                        "api_key_env": "SCRIPTED_UPSTREAM_KEY"},
                        timeouts={"agent": 300, "install": 600})
     run_dir, took = run_workflow(tmp_path, cfg)
     timings = {}
@@ -167,10 +169,17 @@ def test_real_opencode_resolves_smoke_tasks(tmp_path, tmp_path_factory, scripted
         assert grade["reward"] == 1.0, grade
         patch = rollout(run_dir, task, "patch.json")
         assert not any("opencode" in f or ".local" in f for f in patch["files"]), patch["files"]
-    # what OpenCode sent: the scripted model's name, the key from the environment, tools offered
+    # what reached the model through the proxy: the model's name, the upstream key from the
+    # environment (the agent only ever held a per-rollout proxy key), tools offered
     chat = [r for r in model.requests if r["path"].endswith("/chat/completions")]
     assert chat and all(r["body"]["model"] == "scripted" for r in chat)
-    assert all(r["headers"].get("authorization") == "Bearer unused" for r in chat)
+    assert all(r["headers"].get("authorization") == "Bearer sk-upstream-secret-42" for r in chat)
+    for f in run_dir.rglob("*"):
+        assert not f.is_file() or b"sk-upstream-secret-42" not in f.read_bytes(), f
+    # the usage summed in rollouts.jsonl is what the model reported, call for call
+    rows = [json.loads(line) for line in (run_dir / "rollouts.jsonl").read_text().splitlines()]
+    assert sum(r["usage"]["input_tokens"] for r in rows) == sum(u["prompt"] for u in model.reported_usage) > 0
+    assert sum(r["usage"]["output_tokens"] for r in rows) == sum(u["completion"] for u in model.reported_usage)
     assert any("bash" in json.dumps(r["body"].get("tools")) for r in chat)
     assert leftover_sandboxes(tmp_path) == []
     print(f"\nopencode via npm, 2 tasks: workflow {took:.1f} s; (install s, agent s) per task: {timings}")

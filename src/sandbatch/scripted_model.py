@@ -264,6 +264,7 @@ class ScriptedModel:
         self.script = script
         self.record_path = Path(record_path) if record_path else None
         self.requests: list[dict[str, Any]] = []  # every request received, for in-process tests
+        self.reported_usage: list[dict[str, int]] = []  # (prompt, completion) of every reply sent
         self._record = None
 
     def serve(self, host: str = "127.0.0.1", port: int = 0) -> ServerThread:
@@ -344,6 +345,7 @@ class ScriptedModel:
 
     def _usage(self, reply: Reply, responses: bool) -> dict[str, Any]:
         p, c, r = reply.prompt_tokens, reply.completion_tokens, reply.reasoning_tokens
+        self.reported_usage.append({"prompt": p, "completion": c})
         if responses:
             return {"input_tokens": p, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": c,
                     "output_tokens_details": {"reasoning_tokens": r}, "total_tokens": p + c}

@@ -447,6 +447,8 @@ class DockerProvider(Provider):
             args += ["--env", key]  # values come from the CLI's environment (not visible in ps)
         if self.options["init"]:
             args.append("--init")
+        # the model proxy runs on this host: let sandboxes reach it by a stable name
+        args += ["--add-host", "host.docker.internal:host-gateway"]
         args += ["--network", "none" if not spec.allow_internet else str(self.options["network"])]
         if spec.resources.cpu:
             args += ["--cpus", f"{cpu_count(spec.resources.cpu):g}"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 
@@ -53,34 +54,54 @@ class HarnessStep(Step):
         if handle.failed_infra:
             return self._write(Outcome(events=[], exit_code=None, status="infra_error",
                                        failure_class=handle.failure_class), error=f"sandbox: {handle.error}")
+        write_atomic(ctx.path(MODEL_CALLS), "")  # calls of an earlier attempt do not count
         sandbox = await self._sandbox(handle)
         try:
-            await sandbox.upload(f"{sandbox.tmpdir}/{STARTED_MARK}", b"")
-            run_ctx = RunContext(
-                task=ctx.task, prompt=prompt_for(ctx.task, cfg.benchmark),
-                config=self.harness.merge_config(cfg.harness.config), version=cfg.harness.version,
-                model=cfg.model, model_url=cfg.model.base_url,
-                api_key=os.environ.get(cfg.model.api_key_env) if cfg.model.api_key_env else None,
-                timeouts=ctx.timeouts, rollout_dir=ctx.dir)
-            t0 = time.monotonic()
-            try:
-                await asyncio.wait_for(self.harness.install(sandbox, run_ctx), ctx.scaled(cfg.timeouts.install))
-            except asyncio.TimeoutError:
-                raise InfraError(f"installing {self.harness.name} took longer than "
-                                 f"{ctx.scaled(cfg.timeouts.install):.0f} s", "harness_install") from None
-            install_s = time.monotonic() - t0
-            outcome = await self.harness.run(sandbox, run_ctx)
-            outcome.install_s = install_s
+            async with self._model_endpoint() as (model_url, api_key):
+                outcome = await self._run_agent(sandbox, model_url, api_key)
         except BaseException:
             # interrupted or failed: nobody else will clean this sandbox up in time
             await asyncio.shield(sandbox.delete())
             raise
         self._write(outcome)
 
+    @contextlib.asynccontextmanager
+    async def _model_endpoint(self):
+        """(base URL, key) the agent uses: the rollout's proxy, or the model itself."""
+        cfg = self.ctx.cfg
+        if not self.harness.needs_model:
+            yield None, None
+        elif not cfg.model.proxy.enabled:
+            yield cfg.model.base_url, os.environ.get(cfg.model.api_key_env) if cfg.model.api_key_env else None
+        else:
+            from ..proxy import ModelProxy, proxy_hosts
+
+            bind, advertise = proxy_hosts(cfg.sandbox.provider, cfg.model.proxy)
+            async with ModelProxy.from_config(cfg.model, self.ctx.path(MODEL_CALLS), bind_host=bind) as proxy:
+                yield proxy.url_for(advertise), proxy.agent_key
+
+    async def _run_agent(self, sandbox: Sandbox, model_url: str | None, api_key: str | None) -> Outcome:
+        ctx, cfg = self.ctx, self.ctx.cfg
+        await sandbox.upload(f"{sandbox.tmpdir}/{STARTED_MARK}", b"")
+        run_ctx = RunContext(
+            task=ctx.task, prompt=prompt_for(ctx.task, cfg.benchmark),
+            config=self.harness.merge_config(cfg.harness.config), version=cfg.harness.version,
+            model=cfg.model, model_url=model_url, api_key=api_key, timeouts=ctx.timeouts, rollout_dir=ctx.dir)
+        t0 = time.monotonic()
+        try:
+            await asyncio.wait_for(self.harness.install(sandbox, run_ctx), ctx.scaled(cfg.timeouts.install))
+        except asyncio.TimeoutError:
+            raise InfraError(f"installing {self.harness.name} took longer than "
+                             f"{ctx.scaled(cfg.timeouts.install):.0f} s", "harness_install") from None
+        install_s = time.monotonic() - t0
+        outcome = await self.harness.run(sandbox, run_ctx)
+        outcome.install_s = install_s
+        return outcome
+
     def _write(self, outcome: Outcome, error: str | None = None) -> None:
         ctx = self.ctx
         write_jsonl(ctx.path(EVENTS), outcome.events)
-        if not ctx.path(MODEL_CALLS).exists():
+        if not ctx.path(MODEL_CALLS).exists():  # the upstream step failed before any call
             write_atomic(ctx.path(MODEL_CALLS), "")
         rec = self._record(status=outcome.status, failure_class=outcome.failure_class, error=error,
                            exit_code=outcome.exit_code, timed_out=outcome.timed_out,
