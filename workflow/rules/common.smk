@@ -2,6 +2,7 @@
 import shlex
 import sys
 
+from sandbatch.owners import register as register_owner, unregister as unregister_owner
 from sandbatch.workflow import load_run, stamps
 
 CFG, CFG_RAW, TASKS = load_run(workflow, config)
@@ -57,3 +58,17 @@ rule settings:
     localrule: True
     shell:
         "printf '%s\\n' {params.content:q} > {output}"
+
+
+# Owner record of a real run (see sandbatch.owners): `sandbatch stop` and `sandbatch status`
+# find the run's Snakemake by it, and the next run tells stale locks from live ones.
+onstart:
+    register_owner(CFG.run)
+
+
+onsuccess:
+    unregister_owner()
+
+
+onerror:
+    unregister_owner()
