@@ -11,10 +11,11 @@ Snakemake's lock files (`.snakemake/locks/`) name files, not processes: after a 
   time; besides the records, the process table is scanned for `snakemake` processes whose
   working directory is this one (that covers the seconds between taking the locks and
   `onstart`, and runs started without sandbatch);
-- at parse time (main process only, so also for `snakemake -n`), locks are removed when no
-  Snakemake but this one works here and no record names another host. A record from
-  another host (shared filesystem) keeps the locks: this host cannot see that process,
-  and the message says to run `snakemake --unlock` once it is known to be gone.
+- at parse time (main process only, so also for `snakemake -n`), when no Snakemake but
+  this one works here and no record names another host, `recover` removes the locks and
+  the outputs of interrupted jobs (see there). A record from another host (shared
+  filesystem) keeps everything: this host cannot see that process, and the message says
+  to run `snakemake --unlock` once it is known to be gone.
 """
 
 from __future__ import annotations
@@ -25,12 +26,14 @@ import shutil
 import socket
 import sys
 import time
+from base64 import urlsafe_b64decode
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 OWNERS_DIR = Path(".sandbatch") / "owners"
 LOCKS_DIR = Path(".snakemake") / "locks"
+INCOMPLETE_DIR = Path(".snakemake") / "incomplete"
 
 
 @dataclass(frozen=True)
@@ -157,20 +160,64 @@ def remove_locks(workdir: str | os.PathLike = ".") -> bool:
     return had
 
 
-def clear_stale_locks(workdir: str | os.PathLike = ".") -> str | None:
-    """Remove Snakemake locks that no live process holds; return a one-line note, or None.
+def incomplete_markers(workdir: str | os.PathLike = ".") -> list[tuple[Path, str]]:
+    """(marker file, output path as Snakemake names it) of every job started and not finished."""
+    root = Path(workdir) / INCOMPLETE_DIR
+    out: list[tuple[Path, str]] = []
+    if not root.is_dir():
+        return out
+    for dirpath, _, files in os.walk(root):
+        # long keys are split into '@'-prefixed directory parts (snakemake.persistence.file)
+        prefix = "".join(p[1:] for p in Path(dirpath).relative_to(root).parts)
+        for name in files:
+            if name == "migration_underway":
+                continue
+            try:
+                out.append((Path(dirpath) / name, urlsafe_b64decode(prefix + name).decode()))
+            except ValueError:
+                continue
+    return out
 
-    Cheap when there are no locks (one directory listing): it runs at every parse.
+
+def recover(workdir: str | os.PathLike = ".") -> list[str]:
+    """Undo what a killed or stopped run left behind, unless a Snakemake still works here.
+
+    Removes stale locks, and deletes the outputs of jobs that never finished (named by
+    Snakemake's incomplete markers) with their markers, so the next run redoes exactly
+    those jobs as missing outputs. (Snakemake's own `--rerun-incomplete` forces such a job
+    but, in 9.27, then skips everything downstream of it that reads it as `ancient()` and
+    everything that depends on that: a resumed run would stop after one job.)
+    Cheap when there is nothing to do (two directory listings): it runs at every parse.
+    Returns one-line notes for the user.
     """
-    if not locked(workdir):
-        return None
-    others = owners(workdir)
+    wd = Path(workdir)
+    locks, markers = locked(wd), incomplete_markers(wd)
+    if not locks and not markers:
+        return []
+    others = owners(wd)
     foreign = [o for o in others if not o.local]
     if foreign:
         o = foreign[0]
-        return (f"sandbatch: {LOCKS_DIR} may belong to a Snakemake on host {o.host} (pid {o.pid}); "
-                f"if it is no longer running, run `snakemake --unlock` (or `sandbatch stop`) once")
+        return [f"sandbatch: {LOCKS_DIR} may belong to a Snakemake on host {o.host} (pid {o.pid}); "
+                f"if it is no longer running, run `snakemake --unlock` (or `sandbatch stop`) once"]
     if others:
-        return None  # a live run holds them: Snakemake reports the lock as usual
-    remove_locks(workdir)
-    return f"sandbatch: removed stale Snakemake locks in {Path(workdir).resolve() / LOCKS_DIR} (no Snakemake is running here)"
+        return []  # a live run holds them: Snakemake reports the lock as usual
+    notes = []
+    if locks:
+        remove_locks(wd)
+        notes.append(f"sandbatch: removed stale Snakemake locks in {wd.resolve() / LOCKS_DIR} "
+                     f"(no Snakemake is running here)")
+    removed = 0
+    for marker, key in markers:
+        out = wd / key
+        if out.is_file() or out.is_symlink():
+            out.unlink()
+            removed += 1
+        elif out.is_dir():
+            shutil.rmtree(out, ignore_errors=True)
+            removed += 1
+        marker.unlink(missing_ok=True)
+    if markers:
+        notes.append(f"sandbatch: {len(markers)} output(s) of interrupted jobs will be redone "
+                     f"({removed} partial file(s) removed)")
+    return notes

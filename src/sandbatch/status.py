@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from base64 import urlsafe_b64decode
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,22 +73,9 @@ def read_head(path: str | os.PathLike, keys: Iterable[str] = _FIELDS, head: int 
 
 def incomplete_outputs(workdir: Path) -> set[str]:
     """Absolute paths of the outputs Snakemake has marked incomplete (jobs started, not finished)."""
-    root = workdir / ".snakemake" / "incomplete"
-    out: set[str] = set()
-    if not root.is_dir():
-        return out
-    for dirpath, _, files in os.walk(root):
-        # long keys are split into '@'-prefixed directory parts (snakemake.persistence.file)
-        prefix = "".join(p[1:] for p in Path(dirpath).relative_to(root).parts)
-        for name in files:
-            if name == "migration_underway":
-                continue
-            try:
-                key = urlsafe_b64decode(prefix + name).decode()
-            except ValueError:
-                continue
-            out.add(os.path.normpath(os.path.join(workdir, key)))
-    return out
+    from .owners import incomplete_markers
+
+    return {os.path.normpath(os.path.join(workdir, key)) for _, key in incomplete_markers(workdir)}
 
 
 @dataclass

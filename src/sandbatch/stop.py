@@ -12,7 +12,6 @@ label, so a rerun of the same command resumes the run.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import time
@@ -20,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import UserError
-from .owners import Owner, owners, remove_locks
+from .owners import Owner, locked, owners, recover
 
 
 @dataclass
@@ -153,7 +152,8 @@ def stop(run: str, results_dir: str = "results", workdir: str | os.PathLike = ".
             rep.killed += kill_tree(rest)
         _wait_gone(mains, 10.0)
     if not [o for o in owners(wd) if o.local]:
-        rep.locks_removed = remove_locks(wd)
+        rep.locks_removed = locked(wd)
+        rep.notes += [n.removeprefix("sandbatch: ") for n in recover(wd) if "locks" not in n]
     elif found:
         rep.notes.append("another Snakemake works in this directory: its locks were left alone")
     if reap:
@@ -164,33 +164,16 @@ def stop(run: str, results_dir: str = "results", workdir: str | os.PathLike = ".
 
 def reap_run(run: str, results_dir: str, workdir: Path) -> list[str]:
     """Delete every sandbox labelled with this run (provider settings from the run's config)."""
+    from .cleanup import reap_run as reap
     from .config import Config
-    from .ids import label_value
-    from .sandbox import get_provider
 
     settings = workdir / results_dir / run / "_settings" / "run.json"
     if not settings.is_file():
         raise UserError(f"{settings}: no such file; cannot tell which sandbox provider {run!r} used")
     cfg = Config.model_validate_json(settings.read_text(encoding="utf-8"))
-    labels = {"sandbatch.run": label_value(cfg.run)}
     cwd = os.getcwd()
     os.chdir(workdir)  # provider options (e.g. the local root) are relative to the working directory
     try:
-        return asyncio.run(_reap(get_provider(cfg.sandbox), labels))
+        return reap(cfg)
     finally:
         os.chdir(cwd)
-
-
-async def _reap(provider, labels: dict[str, str]) -> list[str]:
-    try:
-        from .sandbox.reaper import reap
-    except ImportError:  # the reaper module arrives with the provider work; same semantics
-        reap = None
-    async with provider:
-        if reap is not None:
-            return list(await reap(provider, labels))
-        deleted = []
-        for info in await provider.list(labels):
-            if await provider.delete(info.id):
-                deleted.append(info.id)
-        return deleted

@@ -14,11 +14,10 @@ from .tasks import Task, load_tasks
 def load_run(workflow, config: dict[str, Any]) -> tuple[Config, dict[str, Any], list[Task]]:
     """Validate the merged config and read the task table once; a user error exits in one line."""
     if workflow.is_main_process:
-        # a SIGKILLed run leaves .snakemake/locks behind; the next plain `snakemake` must work
-        from .owners import clear_stale_locks
+        # a killed run leaves locks and half-done jobs behind; the next plain `snakemake` resumes
+        from .owners import recover
 
-        note = clear_stale_locks()
-        if note:
+        for note in recover():
             print(note, file=sys.stderr)
     try:
         cfg = parse(config, workflow_sources(workflow, config))
