@@ -65,7 +65,7 @@ def read_head(path: str | os.PathLike, keys: Iterable[str] = _FIELDS, head: int 
         return out
     except (ValueError, IndexError):
         if complete:
-            raise
+            raise ValueError(f"{path}: not a complete JSON object") from None
     with open(path, encoding="utf-8") as fh:
         obj = json.load(fh)
     return {k: obj[k] for k in wanted if k in obj}
