@@ -9,6 +9,7 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 configfile: os.path.join(workflow.basedir, "config", "default.yaml")
+report: "workflow/report/workflow.rst"
 
 
 include: "workflow/rules/common.smk"

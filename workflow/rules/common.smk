@@ -28,7 +28,7 @@ def rollout_files(name):
 def get_final_outputs():
     """The run's summary files, and every rollout's final records: naming those too means a
     deleted grade.json or response.json is redone even though the summary is newer."""
-    summary = [f"{RUN_DIR}/{name}" for name in ("rollouts.jsonl", "metrics.json", "report.md", "manifest.json")]
+    summary = list(rules.aggregate.output)  # every output: a missing plot is redone too
     return summary + rollout_files("grade.json") + rollout_files("response.json")
 
 

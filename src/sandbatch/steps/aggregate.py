@@ -10,7 +10,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from .. import metrics, report
+from .. import metrics, plots, report
 from ..cleanup import reap_run
 from ..config import Config
 from ..errors import InfraError, UserError
@@ -59,6 +59,11 @@ def run(cfg: Config, cfg_raw: dict[str, Any]) -> None:
     m = metrics.compute(rows, cfg.grading.reward_threshold)
     write_json(out / "metrics.json", m)
     write_atomic(out / "report.md", report.markdown(cfg, m, rows))
+    # what `snakemake --report` shows: the metrics table and the plots (workflow/rules/aggregate.smk)
+    write_atomic(out / "report" / "metrics.html", report.html(cfg, m))
+    write_atomic(out / "report" / "metrics.rst", report.rst(cfg, m))
+    for name, plot in plots.PLOTS.items():
+        write_atomic(out / "report" / f"{name}.svg", plot(rows))
     # every rollout is graded: a sandbox of this run still alive belongs to a killed job
     try:
         reaped: list[str] | None = reap_run(cfg)
