@@ -13,7 +13,6 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import yaml
 from pydantic import BaseModel, ConfigDict
 
 from . import SCHEMAS
@@ -103,6 +102,8 @@ class Config(_Model):
 
 @functools.cache
 def load_schema(name: str = "config.schema.yaml") -> dict[str, Any]:
+    import yaml  # not at module level: every step job imports this module, few need YAML
+
     with open(SCHEMAS / name, encoding="utf-8") as fh:
         return yaml.safe_load(fh)
 
@@ -137,6 +138,8 @@ def coerce_strings(data: Any, schema: Mapping[str, Any]) -> Any:
     """
     types = _types_of(schema)
     if isinstance(data, str) and types and "string" not in types:
+        import yaml
+
         try:
             parsed = yaml.safe_load(data)
         except yaml.YAMLError:
@@ -222,6 +225,8 @@ def parse(data: Mapping[str, Any], sources: Sequence[tuple[str, Mapping[str, Any
 # --- loading outside Snakemake (CLI, tests) ---------------------------------------------
 
 def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
+    import yaml
+
     p = Path(path)
     if not p.is_file():
         raise UserError(f"{p}: config file not found; pass an existing YAML file")

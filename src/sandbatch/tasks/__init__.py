@@ -20,10 +20,21 @@ def _swebench_loader(path: Path) -> list[Task]:
     return load_jsonl(path)
 
 
+def _swebench_finder(path: Path, task_id: str) -> Task | None:
+    from .swebench import find_task
+
+    return find_task(path, task_id)
+
+
 # benchmark.kind -> loader(path) -> tasks
 LOADERS: dict[str, Callable[[Path], list[Task]]] = {
     "smoke": _swebench_loader,
     "swebench": _swebench_loader,
+}
+# optional, per kind: finder(path, task_id) -> the one task a step job needs, cheaply (or None)
+FINDERS: dict[str, Callable[[Path, str], Task | None]] = {
+    "smoke": _swebench_finder,
+    "swebench": _swebench_finder,
 }
 
 
@@ -50,6 +61,12 @@ def load_tasks(bench: "BenchmarkConfig") -> list[Task]:
 
 
 def get_task(bench: "BenchmarkConfig", task_id: str) -> Task:
+    """One task for a step job: through the kind's finder when it has one (a step must not
+    pay for validating and parsing a whole benchmark file), else from the full table."""
+    if bench.kind in FINDERS:
+        task = FINDERS[bench.kind](tasks_path(bench), task_id)
+        if task is not None:
+            return task
     for task in load_tasks(bench):
         if task.id == task_id:
             return task

@@ -71,3 +71,20 @@ def _task(row: dict, path: Path, where: str) -> Task:
         log_parser=row.get("log_parser") or "pytest",
         extra={k: v for k, v in row.items() if k not in known},
     )
+
+
+def find_task(path: Path, task_id: str) -> Task | None:
+    """The row whose path id is `task_id`, parsing only the lines that mention it.
+
+    For step jobs, which each need one task: no schema validation (the Snakefile validated
+    the file when it built the DAG) and no parsing of the other rows. None when no line
+    mentions the id literally (ids shortened with a hash): then load the whole file.
+    """
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if task_id not in line:
+                continue
+            row = json.loads(line)
+            if isinstance(row, dict) and path_id(str(row.get("instance_id", ""))) == task_id:
+                return _task(row, path, f"{path}:{lineno}")
+    return None
