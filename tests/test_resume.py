@@ -48,7 +48,17 @@ def _first(wd, name):
 
 
 def _harness_started(wd):
-    return lambda: list(wd.glob(".sandbatch/sandboxes/*/tmp/.sandbatch-harness-started"))
+    """The slow task's agent has started (the marker the harness step leaves in its sandbox)."""
+    def started():
+        for d in wd.glob(".sandbatch/sandboxes/*/tmp/.sandbatch-harness-started"):
+            try:
+                meta = json.loads((d.parents[1] / "meta.json").read_text())
+            except (OSError, ValueError):  # being deleted
+                continue
+            if meta["labels"]["sandbatch.task"] == SLOW_TASK:
+                return True
+        return False
+    return started
 
 
 KILL_POINTS = {
