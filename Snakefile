@@ -9,6 +9,7 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 configfile: os.path.join(workflow.basedir, "config", "default.yaml")
+report: "workflow/report/workflow.rst"
 
 
 include: "workflow/rules/common.smk"
@@ -29,8 +30,8 @@ rule all:
 # Whatever a run leaves behind (killed jobs, failed deletes) is deleted by label at the end,
 # successful or not.
 onsuccess:
-    reap_at_exit()
+    finish_run()
 
 
 onerror:
-    reap_at_exit()
+    finish_run()

@@ -1,4 +1,4 @@
-"""`sandbatch`: what lives outside the DAG: validate a config, reap a run's sandboxes."""
+"""`sandbatch`: what lives outside the DAG: validate configs; status, stop, rerun-errors, reap of a run."""
 
 from __future__ import annotations
 
@@ -47,27 +47,65 @@ def _run_config(run: str, results_dir: str):
     return Config.model_validate_json(path.read_text(encoding="utf-8"))
 
 
-def reap_run(cfg) -> list[str]:
-    """Delete every sandbox labelled with the run (idempotent); returns the ids deleted."""
-    import asyncio
-
-    from .sandbox import get_provider
-    from .sandbox.reaper import reap
-    from .steps.sandbox import run_labels
-
-    async def go() -> list[str]:
-        async with get_provider(cfg.sandbox) as provider:
-            return await reap(provider, run_labels(cfg))
-
-    return asyncio.run(go())
-
-
 def cmd_reap(args: argparse.Namespace) -> int:
+    from .cleanup import reap_run
+
     cfg = _run_config(args.run, args.results_dir)
     deleted = reap_run(cfg)
     print(f"reaped {len(deleted)} sandbox(es) of run {cfg.run} on {cfg.sandbox.provider}"
           + (f": {', '.join(deleted)}" if deleted else ""))
     return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    import json
+
+    from .status import collect, render
+
+    st = collect(args.run, args.results_dir, args.directory)
+    if args.json:
+        print(json.dumps(st.as_dict(), indent=2))
+    else:
+        sys.stdout.write(render(st))
+    return 0
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    from .stop import stop
+
+    rep = stop(args.run, args.results_dir, args.directory, grace=args.grace, reap=not args.no_reap)
+    for note in rep.notes:
+        print(f"sandbatch: {note}", file=sys.stderr)
+    if rep.pids:
+        print(f"stopped Snakemake pid {', '.join(map(str, rep.pids))} by {rep.method} in {rep.seconds} s"
+              + (f" ({rep.killed} process(es) needed SIGKILL)" if rep.killed else ""))
+    else:
+        print(f"no Snakemake of run {args.run!r} is running in {Path(args.directory).resolve()}")
+    if rep.locks_removed:
+        print("removed .snakemake/locks")
+    if not args.no_reap:
+        print(f"deleted {len(rep.sandboxes_deleted)} sandbox(es) of run {args.run!r}")
+    return 0
+
+
+def cmd_rerun_errors(args: argparse.Namespace) -> int:
+    from .rerun import rerun_errors
+
+    items = rerun_errors(args.run, args.results_dir, args.directory, args.failure_class or None, args.dry_run)
+    verb = "would redo" if args.dry_run else "will redo"
+    for it in items:
+        print(f"{it.rollout}: {it.failed_phase} failed [{it.failure_class}]; {verb} from {it.restart} "
+              f"(deleted: {', '.join(it.deleted) or 'nothing'})")
+    print(f"{len(items)} rollout(s) with infra_error" + ("" if args.dry_run or not items else
+          "; now run the same snakemake command again"))
+    return 0
+
+
+def _run_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run", help="the run name (results/<run>/)")
+    p.add_argument("--results-dir", default="results", help="directory holding <run>/ (default: results)")
+    p.add_argument("-d", "--directory", default=".", type=Path,
+                   help="the working directory of the run (default: the current one)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -82,6 +120,22 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--run", required=True, help="the run name (results/<run>/)")
     r.add_argument("--results-dir", default="results")
     r.set_defaults(func=cmd_reap)
+    s = sub.add_parser("status", help="progress of a run: steps, resolved so far, failures, ETA")
+    _run_args(s)
+    s.add_argument("--json", action="store_true", help="print JSON for machines")
+    s.set_defaults(func=cmd_status)
+    t = sub.add_parser("stop", help="stop a run's Snakemake (bounded), unlock, delete its sandboxes")
+    _run_args(t)
+    t.add_argument("--grace", type=float, default=20.0,
+                   help="seconds to wait after SIGINT before SIGKILL (default 20)")
+    t.add_argument("--no-reap", action="store_true", help="keep the run's sandboxes")
+    t.set_defaults(func=cmd_stop)
+    r = sub.add_parser("rerun-errors", help="delete the records of infra_error rollouts so the next run redoes them")
+    _run_args(r)
+    r.add_argument("--class", dest="failure_class", action="append", metavar="FAILURE_CLASS",
+                   help="only rollouts of this failure class (repeatable)")
+    r.add_argument("-n", "--dry-run", action="store_true", help="list, delete nothing")
+    r.set_defaults(func=cmd_rerun_errors)
     return p
 
 

@@ -13,7 +13,6 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import yaml
 from pydantic import BaseModel, ConfigDict
 
 from . import SCHEMAS
@@ -142,6 +141,8 @@ class Config(_Model):
 
 @functools.cache
 def load_schema(name: str = "config.schema.yaml") -> dict[str, Any]:
+    import yaml  # not at module level: every step job imports this module, few need YAML
+
     with open(SCHEMAS / name, encoding="utf-8") as fh:
         return yaml.safe_load(fh)
 
@@ -176,6 +177,8 @@ def coerce_strings(data: Any, schema: Mapping[str, Any]) -> Any:
     """
     types = _types_of(schema)
     if isinstance(data, str) and types and "string" not in types:
+        import yaml
+
         try:
             parsed = yaml.safe_load(data)
         except yaml.YAMLError:
@@ -279,6 +282,8 @@ def _check_benchmark(cfg: "Config") -> None:
 # --- loading outside Snakemake (CLI, tests) ---------------------------------------------
 
 def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
+    import yaml
+
     p = Path(path)
     if not p.is_file():
         raise UserError(f"{p}: config file not found; pass an existing YAML file")

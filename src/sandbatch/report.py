@@ -13,20 +13,31 @@ def _pct(rate: dict[str, Any]) -> str:
     return f"{100 * rate['value']:.1f}% ({rate['numerator']}/{rate['denominator']})"
 
 
+def metric_rows(m: dict[str, Any]) -> list[tuple[str, str]]:
+    """The headline metrics as (name, value) rows: one table for report.md, the HTML and RST reports."""
+    return [
+        ("resolved (all rollouts)", _pct(m["resolved_rate"])),
+        ("resolved (excluding infra errors)", _pct(m["resolved_rate_excluding_infra_errors"])),
+        *[(f"pass@{k}", f"{v:.1f}") for k, v in m["pass_at_k"].items()],
+        ("mean reward", str(m["mean_reward"])),
+        ("infra errors", _pct(m["infra_error_rate"])),
+        ("empty patches", str(m["empty_patches"])),
+        ("tokens (total / mean per rollout)", f"{m['tokens']['total']} / {m['tokens']['mean_per_rollout']}"),
+    ]
+
+
+def _subtitle(cfg: Config, m: dict[str, Any]) -> str:
+    return (f"Benchmark `{cfg.benchmark.kind}` ({m['tasks']} tasks x {cfg.repeats} repeats = {m['rollouts']} "
+            f"rollouts), harness `{cfg.harness.name}`, model `{cfg.model.name}`, sandbox `{cfg.sandbox.provider}`.")
+
+
 def markdown(cfg: Config, m: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     title = cfg.aggregate.report_title or f"Run {cfg.run}"
     lines = [
         f"# {title}", "",
-        f"Benchmark `{cfg.benchmark.kind}` ({m['tasks']} tasks x {cfg.repeats} repeats = {m['rollouts']} rollouts), "
-        f"harness `{cfg.harness.name}`, model `{cfg.model.name}`, sandbox `{cfg.sandbox.provider}`.", "",
+        _subtitle(cfg, m), "",
         "| metric | value |", "|---|---|",
-        f"| resolved (all rollouts) | {_pct(m['resolved_rate'])} |",
-        f"| resolved (excluding infra errors) | {_pct(m['resolved_rate_excluding_infra_errors'])} |",
-        *[f"| pass@{k} | {v:.1f} |" for k, v in m["pass_at_k"].items()],
-        f"| mean reward | {m['mean_reward']} |",
-        f"| infra errors | {_pct(m['infra_error_rate'])} |",
-        f"| empty patches | {m['empty_patches']} |",
-        f"| tokens (total / mean per rollout) | {m['tokens']['total']} / {m['tokens']['mean_per_rollout']} |",
+        *[f"| {name} | {value} |" for name, value in metric_rows(m)],
         "",
         "Status: " + ", ".join(f"{k} {v}" for k, v in sorted(m["status_counts"].items())),
     ]
@@ -40,3 +51,49 @@ def markdown(cfg: Config, m: dict[str, Any], rows: list[dict[str, Any]]) -> str:
             f"{r['instance_id']}#{r['repeat']} ({r['failure_class'] or r['status']})" for r in unresolved)]
     lines.append(f"\npass@k counts a rollout correct when reward >= {m['reward_threshold']}.")
     return "\n".join(lines) + "\n"
+
+
+def _rst_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    """An RST grid table (renders in docutils without extensions)."""
+    cells = [header, *rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    rule = lambda ch: "+" + "+".join(ch * (w + 2) for w in widths) + "+"  # noqa: E731
+    line = lambda r: "|" + "|".join(f" {c.ljust(w)} " for c, w in zip(r, widths)) + "|"  # noqa: E731
+    out = [rule("-"), line(header), rule("=")]
+    for r in rows:
+        out += [line(r), rule("-")]
+    return out
+
+
+def rst(cfg: Config, m: dict[str, Any]) -> str:
+    """The metrics table in reStructuredText, included by the Snakemake report's pages."""
+    status = ", ".join(f"{k} {v}" for k, v in sorted(m["status_counts"].items()))
+    failures = ", ".join(f"{k} {v}" for k, v in sorted(m["failure_classes"].items())) or "none"
+    phases = [(p, str(v["p50"]), str(v["p95"])) for p, v in m["durations_s"].items()]
+    lines = [_subtitle(cfg, m).replace("`", "``"), "",
+             *_rst_table(("metric", "value"), [(n, v.replace("|", "/")) for n, v in metric_rows(m)]), "",
+             f"Status: {status}. Failure classes: {failures}.", "",
+             *_rst_table(("phase", "p50 s", "p95 s"), phases), ""]
+    return "\n".join(lines) + "\n"
+
+
+def html(cfg: Config, m: dict[str, Any]) -> str:
+    """A small self-contained HTML page with the metrics table (a result of the Snakemake report)."""
+    from html import escape
+
+    title = escape(cfg.aggregate.report_title or f"Run {cfg.run}")
+    body = "".join(f"<tr><td>{escape(n)}</td><td>{escape(v)}</td></tr>" for n, v in metric_rows(m))
+    phases = "".join(f"<tr><td>{escape(p)}</td><td>{v['p50']}</td><td>{v['p95']}</td></tr>"
+                     for p, v in m["durations_s"].items())
+    status = escape(", ".join(f"{k} {v}" for k, v in sorted(m["status_counts"].items())))
+    failures = escape(", ".join(f"{k} {v}" for k, v in sorted(m["failure_classes"].items())) or "none")
+    return f"""<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>{title}</title>
+<style>body{{font-family:sans-serif;margin:1em}} table{{border-collapse:collapse;margin:.5em 0}}
+td,th{{border:1px solid #ccc;padding:.25em .6em;text-align:left}} th{{background:#f3f3f3}}</style></head>
+<body><h1>{title}</h1><p>{escape(_subtitle(cfg, m).replace("`", ""))}</p>
+<table id="metrics"><tr><th>metric</th><th>value</th></tr>{body}</table>
+<p>Status: {status}. Failure classes: {failures}.</p>
+<table id="durations"><tr><th>phase</th><th>p50 s</th><th>p95 s</th></tr>{phases}</table>
+</body></html>
+"""

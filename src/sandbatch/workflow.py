@@ -13,6 +13,12 @@ from .tasks import TaskRef, select_tasks
 
 def load_run(workflow, config: dict[str, Any]) -> tuple[Config, dict[str, Any], list[TaskRef]]:
     """Validate the merged config and read the task table once; a user error exits in one line."""
+    if workflow.is_main_process:
+        # a killed run leaves locks and half-done jobs behind; the next plain `snakemake` resumes
+        from .owners import recover
+
+        for note in recover():
+            print(note, file=sys.stderr)
     try:
         cfg = parse(config, workflow_sources(workflow, config))
         check_registries(cfg)

@@ -1,3 +1,4 @@
+# Outputs marked report(...) make up `snakemake --report report.html` (captions in workflow/report/).
 rule aggregate:
     input:
         settings=ancient(RUN_SETTINGS),
@@ -10,6 +11,15 @@ rule aggregate:
         metrics=RUN_DIR + "/metrics.json",
         report=RUN_DIR + "/report.md",
         manifest=RUN_DIR + "/manifest.json",
+        metrics_html=report(RUN_DIR + "/report/metrics.html", caption="../report/metrics.rst", category="Metrics"),
+        metrics_rst=RUN_DIR + "/report/metrics.rst",
+        resolved_plot=report(RUN_DIR + "/report/resolved_by_repo.svg", caption="../report/resolved_by_repo.rst",
+                             category="Plots"),
+        durations_plot=report(RUN_DIR + "/report/durations.svg", caption="../report/durations.rst",
+                              category="Plots"),
+        tokens_plot=report(RUN_DIR + "/report/tokens.svg", caption="../report/tokens.rst", category="Plots"),
+        failures_plot=report(RUN_DIR + "/report/failures.svg", caption="../report/failures.rst",
+                             category="Plots"),
     log:
         RUN_DIR + "/logs/aggregate.log",
     localrule: True

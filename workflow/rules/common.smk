@@ -2,6 +2,7 @@
 import shlex
 import sys
 
+from sandbatch.owners import register as register_owner, unregister as unregister_owner
 from sandbatch.workflow import load_run, stamps
 
 CFG, CFG_RAW, TASKS = load_run(workflow, config)
@@ -32,7 +33,7 @@ def rollout_files(name):
 def get_final_outputs():
     """The run's summary files, and every rollout's final records: naming those too means a
     deleted grade.json or response.json is redone even though the summary is newer."""
-    summary = [f"{RUN_DIR}/{name}" for name in ("rollouts.jsonl", "metrics.json", "report.md", "manifest.json")]
+    summary = list(rules.aggregate.output)  # every output: a missing plot is redone too
     return summary + rollout_files("grade.json") + rollout_files("response.json")
 
 
@@ -65,7 +66,7 @@ rule settings:
 
 
 def reap_at_exit():
-    from sandbatch.cli import reap_run
+    from sandbatch.cleanup import reap_run
 
     try:
         deleted = reap_run(CFG)
@@ -74,3 +75,15 @@ def reap_at_exit():
         return
     if deleted:
         print(f"sandbatch: reaped {len(deleted)} sandbox(es) left by run {CFG.run}", file=sys.stderr)
+
+
+def finish_run():
+    """End of a real run, successful or not: release the owner record, delete leftovers."""
+    unregister_owner()
+    reap_at_exit()
+
+
+# Owner record of a real run (see sandbatch.owners): `sandbatch stop` and `sandbatch status`
+# find the run's Snakemake by it, and the next run tells stale locks from live ones.
+onstart:
+    register_owner(CFG.run)

@@ -10,9 +10,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from .. import metrics, report
+from .. import metrics, plots, report
+from ..cleanup import reap_run
 from ..config import Config
-from ..errors import UserError
+from ..errors import InfraError, UserError
 from ..records import (GRADE, HARNESS, PATCH, PATCH_INFO, RESPONSE, SANDBOX, GradeRecord, HarnessRecord,
                        PatchRecord, SandboxRecord, load, now)
 from ..tasks import TaskRef, select_tasks
@@ -58,10 +59,21 @@ def run(cfg: Config, cfg_raw: dict[str, Any]) -> None:
     m = metrics.compute(rows, cfg.grading.reward_threshold)
     write_json(out / "metrics.json", m)
     write_atomic(out / "report.md", report.markdown(cfg, m, rows))
+    # what `snakemake --report` shows: the metrics table and the plots (workflow/rules/aggregate.smk)
+    write_atomic(out / "report" / "metrics.html", report.html(cfg, m))
+    write_atomic(out / "report" / "metrics.rst", report.rst(cfg, m))
+    for name, plot in plots.PLOTS.items():
+        write_atomic(out / "report" / f"{name}.svg", plot(rows))
+    # every rollout is graded: a sandbox of this run still alive belongs to a killed job
+    try:
+        reaped: list[str] | None = reap_run(cfg)
+    except InfraError as exc:  # a provider hiccup must not hide the results; `sandbatch stop` reaps too
+        print(f"sandbatch: aggregate: could not reap leftover sandboxes: {exc}", file=sys.stderr)
+        reaped = None
     starts = [r["started_at"] for r in rows if r["started_at"]]
     write_json(out / "manifest.json", {
         "run": cfg.run, "config": cfg_raw, "started_at": min(starts) if starts else None, "finished_at": now(),
-        "python": sys.version.split()[0], "platform": platform.platform(), "versions": _versions(),
+        "sandboxes_reaped": None if reaped is None else len(reaped), "python": sys.version.split()[0], "platform": platform.platform(), "versions": _versions(),
     })
 
 

@@ -65,3 +65,4 @@ def _task(row: dict, path: Path, where: str) -> Task:
         eval_type=row.get("eval_type"),
         extra={k: v for k, v in row.items() if k not in KNOWN},
     )
+

@@ -1,0 +1,86 @@
+"""`sandbatch rerun-errors`: make the next run redo only the rollouts that ended in infra_error.
+
+It deletes each such rollout's records from the phase that failed onward; the same
+`snakemake` command then redoes exactly those steps (missing outputs) and the aggregate.
+What is redone per failed phase:
+
+- sandbox: everything;
+- harness: the agent run and what follows (sandbox.json stays: a dead sandbox is recreated);
+- patch: also the agent run, because the agent's sandbox is gone by then (the aggregate
+  reaps every sandbox of a finished run);
+- grade: grading only, from the saved patch.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import UserError
+from .records import EVENTS, GRADE, HARNESS, MODEL_CALLS, PATCH, PATCH_INFO, RESPONSE, SANDBOX
+from .status import read_head
+
+# phase -> the files that phase writes
+WRITES: dict[str, tuple[str, ...]] = {
+    "sandbox": (SANDBOX,),
+    "harness": (EVENTS, HARNESS, MODEL_CALLS, RESPONSE),
+    "patch": (PATCH, PATCH_INFO),
+    "grade": (GRADE, "grade.log"),
+}
+PHASES = tuple(WRITES)
+# the phase a rerun starts from when this phase failed
+RESTART = {"sandbox": "sandbox", "harness": "harness", "patch": "harness", "grade": "grade"}
+
+
+@dataclass
+class Rerun:
+    rollout: str  # <task>/<repeat>
+    failed_phase: str
+    failure_class: str | None
+    restart: str
+    deleted: list[str] = field(default_factory=list)
+
+
+def failed_phase(d: Path) -> tuple[str, str | None] | None:
+    """(first phase whose record says infra_error, its failure class), or None."""
+    for phase, name in (("sandbox", SANDBOX), ("harness", HARNESS), ("patch", PATCH_INFO), ("grade", GRADE)):
+        path = d / name
+        if not path.is_file():
+            return None  # not finished: the next run does it anyway
+        head = read_head(path, ("status", "failure_class"))
+        if head.get("status") == "infra_error":
+            return phase, head.get("failure_class")
+    return None
+
+
+def rerun_errors(run: str, results_dir: str = "results", workdir: str | os.PathLike = ".",
+                 classes: list[str] | None = None, dry_run: bool = False) -> list[Rerun]:
+    from .owners import owners
+
+    wd = Path(workdir).resolve()
+    run_dir = wd / results_dir / run
+    if not run_dir.is_dir():
+        raise UserError(f"{run_dir}: no such run directory; check the run name and --results-dir")
+    live = [o for o in owners(wd, prune=False) if o.run in (run, None)]
+    if live and not dry_run:
+        raise UserError(f"a Snakemake (pid {live[0].pid}) is working in {wd}; "
+                        f"wait for it or run `sandbatch stop {run}` first")
+    out: list[Rerun] = []
+    for grade in sorted(run_dir.glob(f"*/*/{GRADE}")):
+        d = grade.parent
+        found = failed_phase(d)
+        if found is None or (classes and found[1] not in classes):
+            continue
+        phase, cls = found
+        start = RESTART[phase]
+        item = Rerun(f"{d.parent.name}/{d.name}", phase, cls, start)
+        for p in PHASES[PHASES.index(start):]:
+            for name in WRITES[p]:
+                path = d / name
+                if path.exists():
+                    item.deleted.append(name)
+                    if not dry_run:
+                        path.unlink()
+        out.append(item)
+    return out

@@ -1,0 +1,107 @@
+"""`snakemake --report` holds the metrics table and the plots, and renders in a real browser.
+
+The browser check needs Debian's `chromium` (scripts/services/chromium.sh installs it).
+"""
+
+import json
+import re
+import shutil
+import struct
+import subprocess
+import zlib
+from xml.etree import ElementTree
+
+import pytest
+
+from ops_util import run
+
+pytestmark = pytest.mark.slow
+CHROMIUM = shutil.which("chromium")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    wd = tmp_path_factory.mktemp("report")
+    done = run(wd, "--config", "benchmark={'limit': 2}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    rep = run(wd, "--config", "benchmark={'limit': 2}", "--report", "report.html")
+    assert rep.returncode == 0, rep.stdout[-3000:] + rep.stderr[-3000:]
+    return wd
+
+
+def test_report_holds_the_metrics_table_and_plots(report):
+    html = (report / "report.html").read_text()
+    assert "resolved (all rollouts)" in html and "100.0% (2/2)" in html
+    for name in ("metrics.html", "resolved_by_repo.svg", "durations.svg", "tokens.svg", "failures.svg"):
+        assert name in html, name
+    plots = report / "results" / "default" / "report"
+    svg = ElementTree.parse(plots / "durations.svg").getroot()
+    texts = {t.text for t in svg.iter("{http://www.w3.org/2000/svg}text")}
+    assert {"sandbox", "harness", "grade", "p50", "p95"} <= texts
+    resolved = ElementTree.parse(plots / "resolved_by_repo.svg").getroot()
+    texts = {t.text for t in resolved.iter("{http://www.w3.org/2000/svg}text")}
+    assert {"smoke/calc", "smoke/textutils", "100%"} <= texts
+    assert "no data" in (plots / "failures.svg").read_text()  # the oracle fails nothing
+    metrics = json.loads((report / "results/default/metrics.json").read_text())
+    assert metrics["resolved"] == 2
+
+
+def _png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:
+    """Decode an 8-bit RGB/RGBA PNG into rows of raw pixel bytes (stdlib only)."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, width = 8, b"", 0
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + length]
+        if kind == b"IHDR":
+            width, height, depth, color = struct.unpack(">IIBB", body[:10])
+            assert depth == 8 and color in (2, 6)
+            bpp = 3 if color == 2 else 4
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    raw, stride, rows, prev = zlib.decompress(idat), width * bpp, [], bytearray(width * bpp)
+    for y in range(height):
+        f, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        for i in range(stride):
+            a = line[i - bpp] if i >= bpp else 0
+            b, c = prev[i], prev[i - bpp] if i >= bpp else 0
+            if f == 1:
+                line[i] = (line[i] + a) & 255
+            elif f == 2:
+                line[i] = (line[i] + b) & 255
+            elif f == 3:
+                line[i] = (line[i] + (a + b) // 2) & 255
+            elif f == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        rows.append(bytes(line))
+        prev = line
+    return width, height, rows
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian chromium is not installed (scripts/services/chromium.sh)")
+def test_report_renders_in_headless_chromium(report, tmp_path):
+    url = (report / "report.html").as_uri()
+    common = [CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000"]
+    dom = subprocess.run([*common, "--dump-dom", url], capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    # the landing page shows the metrics table (outside the scripts that carry the data)
+    visible = re.sub(r"<script\b.*?</script>", "", dom.stdout, flags=re.S)
+    assert "<td>resolved (all rollouts)</td>" in visible, visible[:3000]
+    assert "100.0% (2/2)" in visible
+    assert ">Metrics<" in visible and ">Plots<" in visible
+    shot = tmp_path / "report.png"
+    out = subprocess.run([*common, "--window-size=1280,900", f"--screenshot={shot}", url],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and shot.is_file(), out.stderr[-2000:]
+    width, height, rows = _png_pixels(shot.read_bytes())
+    assert (width, height) == (1280, 900)
+    bpp = len(rows[0]) // width
+    pixels = [row[i:i + 3] for row in rows[::4] for i in range(0, len(row), bpp * 4)]
+    background = max(set(pixels), key=pixels.count)
+    painted = sum(1 for p in pixels if p != background) / len(pixels)
+    assert len(set(pixels)) > 20 and painted > 0.05, (len(set(pixels)), painted)

@@ -1,0 +1,131 @@
+"""A run SIGKILLed at any point resumes with the same command and ends with the same results.
+
+After the kill the stale `.snakemake/locks` are cleared by the next run itself (see
+sandbatch.owners), `rerun-incomplete` (profile) redoes the killed jobs, a step that had
+finished is not done again, an interrupted agent sandbox is replaced instead of reused,
+and the leftover sandboxes of the killed jobs are reaped by the aggregate.
+"""
+
+import json
+import time
+
+import pytest
+
+from ops_util import (fake_git, kill_group, records, run, sandbatch, sandboxes, smoke_rows, stable_rows, start,
+                      wait_for, write_tasks)
+from sandbatch.owners import LOCKS_DIR
+from sandbatch.status import incomplete_outputs
+from workflow_util import rollouts
+
+pytestmark = pytest.mark.slow
+SLOW_TASK = "smoke__calc-1"
+# the steps' declared outputs (grade.log, written while grading, is not one)
+OUTPUTS = {"sandbox.json", "events.jsonl", "harness.json", "model_calls.jsonl", "response.json", "patch.diff",
+           "patch.json", "grade.json"}
+
+
+@pytest.fixture(scope="module")
+def tasks(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tasks")
+    flag = d / "slow-grading"
+    rows = smoke_rows()[:3]
+    # while the flag exists, grading of the first task hangs (the kill point "during grading")
+    rows[0]["test_cmd"] = f"if [ -e {flag} ]; then sleep 300; fi; {rows[0]['test_cmd']}"
+    return write_tasks(d / "tasks.jsonl", rows), flag
+
+
+def _args(tasks_file):
+    return ["--config", f"benchmark={{'tasks': '{tasks_file}'}}"]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, tasks):
+    wd = tmp_path_factory.mktemp("reference")
+    proc = run(wd, *_args(tasks[0]))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return stable_rows(rollouts(wd))
+
+
+def _first(wd, name):
+    return lambda: list(wd.glob(f"results/default/*/0/{name}"))
+
+
+def _harness_started(wd):
+    """The slow task's agent has started (the marker the harness step leaves in its sandbox)."""
+    def started():
+        for d in wd.glob(".sandbatch/sandboxes/*/tmp/.sandbatch-harness-started"):
+            try:
+                meta = json.loads((d.parents[1] / "meta.json").read_text())
+            except (OSError, ValueError):  # being deleted
+                continue
+            if meta["labels"]["sandbatch.task"] == SLOW_TASK:
+                return True
+        return False
+    return started
+
+
+KILL_POINTS = {
+    "after-first-sandbox": lambda wd: _first(wd, "sandbox.json"),
+    "during-harness": lambda wd: _harness_started(wd),
+    "after-first-harness": lambda wd: _first(wd, "harness.json"),
+    "during-grading": lambda wd: lambda: (wd / f"results/default/{SLOW_TASK}/0/patch.json").exists()
+    and sandboxes(wd, "grade"),
+    "after-4-seconds": None,
+}
+
+
+@pytest.mark.parametrize("point", list(KILL_POINTS))
+def test_sigkill_then_same_command_resumes(tmp_path, tasks, reference, point):
+    tasks_file, grading_flag = tasks
+    harness_flag = tmp_path / "slow-harness"
+    flag = {"during-harness": harness_flag, "during-grading": grading_flag}.get(point)
+    if flag:
+        flag.touch()
+    # while its flag exists, the oracle's `git apply` of the first task hangs ("during harness")
+    env = fake_git(tmp_path / "bin", [{"cmd": "apply", "arg": "gold.patch", "sleep": 300,
+                                       "labels": {"task": SLOW_TASK}, "flag": str(harness_flag)}])
+    proc = start(tmp_path, *_args(tasks_file), env=env)
+    try:
+        if KILL_POINTS[point] is None:
+            wait_for(_first(tmp_path, "sandbox.json"), 120, "the first sandbox", proc)
+            time.sleep(4)
+        else:
+            wait_for(KILL_POINTS[point](tmp_path), 120, point, proc)
+    finally:
+        kill_group(proc)
+    if flag:
+        flag.unlink()
+    assert (tmp_path / LOCKS_DIR).is_dir(), "SIGKILL leaves Snakemake's locks behind"
+
+    # what had finished before the kill: records not marked incomplete by Snakemake
+    marked = incomplete_outputs(tmp_path)
+    before = {k: v for k, v in records(tmp_path).items()
+              if str(tmp_path / k) not in marked and k.rsplit("/", 1)[1] in OUTPUTS}
+    done_before = {p.parent for p in tmp_path.glob("results/default/*/0/grade.json")
+                   if (p.parent / "response.json").exists()
+                   and not {str(p), str(p.parent / "response.json")} & marked}
+    status = json.loads(sandbatch("status", "default", "-d", str(tmp_path), "--json").stdout)
+    assert status["done"] == len(done_before)
+    assert status["snakemake"]["running"] is False
+    started_harness = {p.parent.name for p in tmp_path.glob("results/default/*/0/sandbox.json")}
+
+    again = run(tmp_path, *_args(tasks_file), env=env)
+    (tmp_path / "rerun.out").write_text(again.stdout + again.stderr)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "removed stale Snakemake locks" in again.stderr
+
+    after = records(tmp_path)
+    for name, (mtime, content) in before.items():
+        if name.endswith("sandbox.json") and name.replace("sandbox.json", "harness.json") not in before:
+            continue  # the harness had not finished: it may replace a used or dead sandbox
+        assert after[name] == (mtime, content), f"{name} was redone although it had finished"
+    assert stable_rows(rollouts(tmp_path)) == reference
+    assert sandboxes(tmp_path) == [], "the killed jobs' sandboxes were not reaped"
+    manifest = json.loads((tmp_path / "results/default/manifest.json").read_text())
+    if point == "during-harness":
+        handle = json.loads((tmp_path / f"results/default/{SLOW_TASK}/0/sandbox.json").read_text())
+        assert handle["recreated"] == 1, "the half-used agent sandbox was reused"
+        assert manifest["sandboxes_reaped"] >= 0
+    if point == "during-grading":
+        assert manifest["sandboxes_reaped"] >= 1, "the killed grading sandbox was left behind"
+    assert started_harness  # the kill happened after the run had started work

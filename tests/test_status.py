@@ -1,0 +1,68 @@
+"""`sandbatch status` counts what is on disk, and reads no more of a record than it needs."""
+
+import json
+
+import pytest
+
+from ops_util import run, sandbatch
+from sandbatch.status import read_head
+
+
+def test_read_head_reads_leading_fields_and_falls_back_for_the_rest(tmp_path):
+    p = tmp_path / "grade.json"
+    rec = {"status": "ok", "failure_class": None, "error": "x" * 10_000, "duration_s": 1.5,
+           "resolved": True, "test_results": {f"t{i}": "PASSED" for i in range(5000)}}
+    p.write_text(json.dumps(rec, indent=2))
+    assert read_head(p, ("status", "failure_class")) == {"status": "ok", "failure_class": None}
+    # duration_s lies beyond the first 4 KB (after a long error): the whole file is parsed
+    assert read_head(p) == {"status": "ok", "failure_class": None, "duration_s": 1.5, "resolved": True}
+    # a field that is absent is simply missing; other orders and spacing work too
+    q = tmp_path / "other.json"
+    q.write_text('{"resolved":false,"status":"infra_error" , "x": [1, {"y": "}"}]}')
+    assert read_head(q) == {"resolved": False, "status": "infra_error"}
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"status": ')
+    with pytest.raises(ValueError):
+        read_head(bad)
+
+
+def _status(wd, run="default"):
+    out = sandbatch("status", run, "-d", str(wd), "--json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+@pytest.mark.slow
+def test_status_of_a_partial_then_finished_run(tmp_path):
+    done = run(tmp_path, "--until", "patch")
+    assert done.returncode == 0, done.stderr[-3000:]
+    st = _status(tmp_path)
+    assert st["rollouts"] == 5 and st["done"] == 0 and st["resolved"] == 0
+    assert st["steps"]["sandbox"] == {"ok": 5}
+    assert st["steps"]["harness"] == {"ok": 5}
+    assert st["steps"]["patch"] == {"ok": 5}
+    assert st["steps"]["convert"] == {"pending": 5}
+    assert st["steps"]["grade"] == {"pending": 5}
+    assert st["snakemake"]["running"] is False and st["eta_s"] is None
+    assert st["mean_step_s"]["harness"] > 0 and st["mean_step_s"]["grade"] is None
+
+    done = run(tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for victim in sorted(tmp_path.glob("results/default/*/0/grade.json"))[:2]:
+        victim.unlink()
+    st = _status(tmp_path)
+    assert st["done"] == 3 and st["resolved"] == 3 and st["resolved_rate_of_done"] == 1.0
+    assert st["steps"]["grade"] == {"ok": 3, "pending": 2}
+    assert st["steps"]["convert"] == {"ok": 5}
+    assert st["status_counts"] == {"ok": 3} and st["failure_classes"] == {}
+
+    text = sandbatch("status", "default", "-d", str(tmp_path)).stdout
+    assert "done 3/5, resolved 3 (100.0% of done)" in text
+    assert "no Snakemake running" in text
+
+
+def test_status_of_an_unknown_run_is_one_line(tmp_path):
+    out = sandbatch("status", "nope", "-d", str(tmp_path))
+    assert out.returncode == 2
+    assert out.stderr.startswith("sandbatch: error:") and "nope" in out.stderr
+    assert "Traceback" not in out.stderr
