@@ -13,7 +13,7 @@ from .tasks import TaskRef, select_tasks
 
 def load_run(workflow, config: dict[str, Any]) -> tuple[Config, dict[str, Any], list[TaskRef]]:
     """Validate the merged config and read the task table once; a user error exits in one line."""
-    if workflow.is_main_process:
+    if workflow.is_main_process and not workflow.dryrun:
         # a killed run leaves locks and half-done jobs behind; the next plain `snakemake` resumes
         from .owners import recover
 
@@ -40,6 +40,10 @@ def check_registries(cfg: Config) -> None:
         raise UserError(f"harness.name: {cfg.harness.name!r} is not known; choose one of: {', '.join(HARNESSES)}")
     harness = get_harness(cfg.harness.name)
     harness.check_config(harness.merge_config(cfg.harness.config))  # e.g. pool's EULA switch
+    if harness.needs_model and not cfg.model.base_url:
+        raise UserError(f"model.base_url: harness {cfg.harness.name!r} talks to a model but none is set; give the "
+                        "OpenAI-compatible endpoint (e.g. http://host:8000/v1) or name an environment "
+                        "variable holding it in model.base_url_env")
     if cfg.sandbox.provider not in PROVIDERS:
         raise UserError(f"sandbox.provider: {cfg.sandbox.provider!r} is not known; choose one of: {', '.join(PROVIDERS)}")
 

@@ -16,9 +16,10 @@ PYTHON = shlex.quote(sys.executable)
 SCRIPTS = os.path.join(workflow.basedir, "workflow", "scripts")
 
 
-# `concurrency` caps the jobs that hold a sandbox (--resources sandboxes=N on the command line wins)
+# `concurrency` x `nodes` caps the jobs that hold a sandbox, locally and on Slurm
+# (--resources sandboxes=N on the command line wins)
 if "sandboxes" not in workflow.global_resources:
-    workflow.register_resource("sandboxes", CFG.concurrency)
+    workflow.register_resource("sandboxes", CFG.concurrency * CFG.nodes)
 
 
 wildcard_constraints:
