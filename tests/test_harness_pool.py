@@ -8,6 +8,7 @@ event stream, edits the repository, and dumps what it received.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -231,8 +232,11 @@ def test_pool_runs_through_the_workflow(tmp_path):
         assert got["argv"][1:6] == ["exec", "-o", "json", "--sandbox", "disabled"]
         assert "--unsafe-auto-allow" in got["argv"]
         cfg_ = got["config"]
-        assert cfg_["model"]["provider"]["openai"] == {"base_url": "http://127.0.0.1:9/v1", "api_key": "unused",
-                                                       "model_id": "pool-model", "use_streaming": False}
+        openai = cfg_["model"]["provider"]["openai"]
+        # pool talks to its rollout's proxy (never straight to the model) with the proxy's own key
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+/v1", openai["base_url"]) and ":9/" not in openai["base_url"]
+        assert openai["api_key"].startswith("sbx-")
+        assert (openai["model_id"], openai["use_streaming"]) == ("pool-model", False)
         assert cfg_["model"]["max_completion_retries"] == 7 and cfg_["model"]["exit_tool_on_stop"] is True
         assert cfg_["tools"]["shell"] == {"foreground_timeout": "30s"}
         assert cfg_["tools"]["read"] == AGENT_DEFAULT["tools"]["read"]
