@@ -143,7 +143,7 @@ def sandboxes(workdir: Path, role: str | None = None) -> list[Path]:
             labels = json.loads((d / "meta.json").read_text()).get("labels", {})
         except (OSError, ValueError):
             continue
-        if labels.get("sandbatch.role") == role:
+        if labels.get("role") == role:
             out.append(d)
     return out
 

@@ -58,7 +58,7 @@ def _harness_started(wd):
                 meta = json.loads((d.parents[1] / "meta.json").read_text())
             except (OSError, ValueError):  # being deleted
                 continue
-            if meta["labels"]["sandbatch.task"] == SLOW_TASK:
+            if meta["labels"]["task"] == SLOW_TASK:
                 return True
         return False
     return started

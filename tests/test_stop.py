@@ -1,5 +1,6 @@
 """`sandbatch stop` ends a real run within a bounded time and leaves it resumable."""
 
+import getpass
 import json
 import time
 
@@ -65,10 +66,10 @@ def test_stop_without_a_run_unlocks_and_reaps(tmp_path):
     (tmp_path / LOCKS_DIR / "0.input.lock").write_text("x\n")
     left = tmp_path / ".sandbatch/sandboxes/sb-left"
     (left / "work").mkdir(parents=True)
-    (left / "meta.json").write_text(json.dumps({"labels": {"sandbatch.run": "default"}}))
+    (left / "meta.json").write_text(json.dumps({"labels": {"run": "default", "owner": getpass.getuser()}}))
     other = tmp_path / ".sandbatch/sandboxes/sb-other"
     (other / "work").mkdir(parents=True)
-    (other / "meta.json").write_text(json.dumps({"labels": {"sandbatch.run": "another"}}))
+    (other / "meta.json").write_text(json.dumps({"labels": {"run": "another", "owner": getpass.getuser()}}))
     out = sandbatch("stop", "default", "-d", str(tmp_path))
     assert out.returncode == 0, out.stderr
     assert "no Snakemake" in out.stdout and "removed .snakemake/locks" in out.stdout
