@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -63,3 +64,11 @@ def items_of(response: dict[str, Any], kind: str) -> list[dict[str, Any]]:
 def leftover_sandboxes(tmp: Path) -> list[str]:
     root = tmp / "sandboxes"
     return sorted(p.name for p in root.iterdir()) if root.is_dir() else []
+
+
+def sleeper(path: Path) -> Path:
+    """A stand-in `opencode` that prints one event and then hangs (answers --version)."""
+    path.write_text("#!/bin/sh\necho '{\"type\":\"step_start\",\"part\":{}}'\n"
+                    "[ \"$1\" = --version ] && exit 0\nexec sleep 300\n")
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return path

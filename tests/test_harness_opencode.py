@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import stat
 from pathlib import Path
 
 import pytest
 
-from harness_support import items_of, leftover_sandboxes, rollout, run_context, run_workflow, smoke_config
+from harness_support import items_of, leftover_sandboxes, rollout, run_context, run_workflow, sleeper, smoke_config
 from sandbatch.errors import UserError
 from sandbatch.harness import get_harness
 from sandbatch.harness.opencode import DEFAULT_PERMISSION
@@ -183,13 +182,6 @@ def test_real_opencode_resolves_smoke_tasks(tmp_path, tmp_path_factory, scripted
     assert any("bash" in json.dumps(r["body"].get("tools")) for r in chat)
     assert leftover_sandboxes(tmp_path) == []
     print(f"\nopencode via npm, 2 tasks: workflow {took:.1f} s; (install s, agent s) per task: {timings}")
-
-
-def sleeper(path: Path) -> Path:
-    path.write_text("#!/bin/sh\necho '{\"type\":\"step_start\",\"part\":{}}'\n"
-                    "[ \"$1\" = --version ] && exit 0\nexec sleep 300\n")
-    path.chmod(path.stat().st_mode | stat.S_IEXEC)
-    return path
 
 
 @pytest.mark.slow

@@ -547,13 +547,18 @@ async def run_command(request: web.Request) -> web.StreamResponse:
 
     pinger = asyncio.create_task(keepalive())
     try:
-        pumps = asyncio.gather(pump(proc.stdout, "stdout"), pump(proc.stderr, "stderr"))
+        async def finish() -> int:
+            await asyncio.gather(pump(proc.stdout, "stdout"), pump(proc.stderr, "stderr"))
+            return await proc.wait()
+
+        # the timeout bounds the process, not only its output (a command that redirects its
+        # output closes the pipes long before it ends)
+        done = asyncio.ensure_future(finish())
         try:
-            await asyncio.wait_for(asyncio.shield(pumps), timeout=timeout_ms / 1000 if timeout_ms else None)
+            rc = await asyncio.wait_for(asyncio.shield(done), timeout=timeout_ms / 1000 if timeout_ms else None)
         except asyncio.TimeoutError:
             _killpg(proc)
-            await pumps
-        rc = await proc.wait()
+            rc = await done
         if rc < 0:
             rc = -1  # killed by a signal: execd (Go's ExitCode) reports -1
         if rc == 0:
