@@ -53,7 +53,7 @@ for i, r in enumerate(RULES):
         continue
     if r.get("arg") and not any(r["arg"] in a for a in sys.argv[2:]):
         continue
-    if any(labels.get("sandbatch." + k) != v for k, v in r.get("labels", {{}}).items()):
+    if any(labels.get(k) != v for k, v in r.get("labels", {{}}).items()):
         continue
     if "sleep" in r:
         time.sleep(r["sleep"])
