@@ -11,7 +11,6 @@ Snakemake metadata, which keeps the comparison symmetric. Prints wall time and C
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import subprocess

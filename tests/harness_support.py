@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import json
 import stat
 import time
@@ -72,3 +74,16 @@ def sleeper(path: Path) -> Path:
                     "[ \"$1\" = --version ] && exit 0\nexec sleep 300\n")
     path.chmod(path.stat().st_mode | stat.S_IEXEC)
     return path
+
+
+@contextlib.contextmanager
+def scripted_model_server(script: dict[str, Any]):
+    """The scripted model serving `script` on 127.0.0.1: yields (base URL, the model app)."""
+    from sandbatch.scripted_model import Script, ScriptedModel
+
+    app = ScriptedModel(Script.from_dict(script))
+    server = app.serve()
+    try:
+        yield f"http://127.0.0.1:{server.port}/v1", app
+    finally:
+        server.stop()

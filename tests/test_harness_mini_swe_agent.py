@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness_support import items_of, leftover_sandboxes, rollout, run_context, run_workflow, smoke_config
+from harness_support import (items_of, leftover_sandboxes, rollout, run_context, run_workflow,
+                             scripted_model_server, smoke_config)
 from sandbatch.errors import UserError
 from sandbatch.harness import get_harness
 from sandbatch.sandbox.base import SandboxSpec
@@ -157,12 +158,8 @@ SCRIPT = {
 
 @pytest.fixture
 def scripted_model():
-    from sandbatch.scripted_model import Script, ScriptedModel
-
-    app = ScriptedModel(Script.from_dict(SCRIPT))
-    server = app.serve()
-    yield f"http://127.0.0.1:{server.port}/v1", app
-    server.stop()
+    with scripted_model_server(SCRIPT) as served:
+        yield served
 
 
 @pytest.mark.slow

@@ -49,7 +49,7 @@ class HarnessStep(Step):
         return sandbox
 
     async def run(self) -> None:
-        ctx, cfg = self.ctx, self.ctx.cfg
+        ctx = self.ctx
         handle = load(SandboxRecord, ctx.path(SANDBOX))
         if handle.failed_infra:
             return self._write(Outcome(events=[], exit_code=None, status="infra_error",

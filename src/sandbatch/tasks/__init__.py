@@ -12,7 +12,6 @@ import functools
 import hashlib
 import importlib
 import json
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
