@@ -182,7 +182,8 @@ def test_real_opencode_resolves_smoke_tasks(tmp_path, tmp_path_factory, scripted
 
 
 @pytest.mark.slow
-def test_hanging_opencode_is_stopped_at_its_timeout(tmp_path):
+def test_hanging_opencode_is_stopped_at_its_timeout(tmp_path, monkeypatch):
+    monkeypatch.setenv("SANDBATCH_PROGRESS_EVERY", "1")
     # uploaded as a user's own opencode binary would be
     harness = {"name": "opencode", "config": {"install": {"method": "upload", "source": str(sleeper(tmp_path / "oc"))}}}
     cfg = smoke_config(tmp_path, harness, ["smoke__calc-1"], model={"name": "m", "base_url": "http://127.0.0.1:9/v1"},
@@ -193,4 +194,8 @@ def test_hanging_opencode_is_stopped_at_its_timeout(tmp_path):
     assert 2.5 < h["agent_s"] < 30
     assert rollout(run_dir, "smoke__calc-1", "events.jsonl") == [{"type": "step_start", "part": {}}]
     assert rollout(run_dir, "smoke__calc-1", "grade.json")["reward"] == 0.0
+    # the long phase logged its progress while it ran
+    log = (run_dir / "smoke__calc-1" / "0" / "logs" / "harness.log").read_text()
+    assert "opencode smoke__calc-1/0: agent started" in log and "agent running for" in log
+    assert "agent finished: timeout" in log
     assert leftover_sandboxes(tmp_path) == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import sys
 import time
 
 from ..errors import InfraError
@@ -17,6 +18,16 @@ from .common import Step
 from .sandbox import create_prepared, fill
 
 STARTED_MARK = ".sandbatch-harness-started"
+# seconds between progress lines of a long install or agent run
+PROGRESS_EVERY = float(os.environ.get("SANDBATCH_PROGRESS_EVERY", "60"))
+
+
+def _count_lines(path) -> int:
+    try:
+        with open(path, "rb") as fh:
+            return sum(1 for _ in fh)
+    except OSError:
+        return 0
 
 
 class HarnessStep(Step):
@@ -89,14 +100,42 @@ class HarnessStep(Step):
             model=cfg.model, model_url=model_url, api_key=api_key, timeouts=ctx.timeouts, rollout_dir=ctx.dir)
         t0 = time.monotonic()
         try:
-            await asyncio.wait_for(self.harness.install(sandbox, run_ctx), ctx.scaled(cfg.timeouts.install))
+            async with self._progress("install"):
+                await asyncio.wait_for(self.harness.install(sandbox, run_ctx), ctx.scaled(cfg.timeouts.install))
         except asyncio.TimeoutError:
             raise InfraError(f"installing {self.harness.name} took longer than "
                              f"{ctx.scaled(cfg.timeouts.install):.0f} s", "harness_install") from None
         install_s = time.monotonic() - t0
-        outcome = await self.harness.run(sandbox, run_ctx)
+        async with self._progress("agent"):
+            outcome = await self.harness.run(sandbox, run_ctx)
         outcome.install_s = install_s
+        self._log(f"agent finished: {outcome.status} (exit {outcome.exit_code}), {len(outcome.events)} events")
         return outcome
+
+    def _log(self, message: str) -> None:
+        """A progress line in the step's log (results/<run>/<task>/<repeat>/logs/harness.log)."""
+        stamp = time.strftime("%H:%M:%S")
+        print(f"[{stamp}] {self.harness.name} {self.ctx.task_id}/{self.ctx.repeat}: {message}",
+              file=sys.stderr, flush=True)
+
+    @contextlib.asynccontextmanager
+    async def _progress(self, phase: str):
+        """Log the start of a long phase, then a line every PROGRESS_EVERY seconds until it ends."""
+        t0 = time.monotonic()
+        self._log(f"{phase} started")
+
+        async def beat() -> None:
+            while True:
+                await asyncio.sleep(PROGRESS_EVERY)
+                calls = _count_lines(self.ctx.path(MODEL_CALLS))
+                self._log(f"{phase} running for {time.monotonic() - t0:.0f} s, {calls} model calls so far")
+
+        ticker = asyncio.ensure_future(beat())
+        try:
+            yield
+        finally:
+            ticker.cancel()
+        self._log(f"{phase} done in {time.monotonic() - t0:.1f} s")
 
     def _write(self, outcome: Outcome, error: str | None = None) -> None:
         ctx = self.ctx
