@@ -78,7 +78,9 @@ KILL_POINTS = {
 def test_sigkill_then_same_command_resumes(tmp_path, tasks, reference, point):
     tasks_file, grading_flag = tasks
     harness_flag = tmp_path / "slow-harness"
-    flag = {"during-harness": harness_flag, "during-grading": grading_flag}.get(point)
+    # "after-4-seconds" holds grading too, so the run is surely still going when killed
+    flag = {"during-harness": harness_flag, "during-grading": grading_flag,
+            "after-4-seconds": grading_flag}.get(point)
     if flag:
         flag.touch()
     # while its flag exists, the oracle's `git apply` of the first task hangs ("during harness")

@@ -3,9 +3,11 @@ import shlex
 import sys
 
 from sandbatch.owners import register as register_owner, unregister as unregister_owner
+from sandbatch.steps.forkserver import StepServer
 from sandbatch.workflow import load_run, stamps
 
 CFG, CFG_RAW, TASKS = load_run(workflow, config)
+STEP_SERVER = StepServer()
 STAMPS = stamps(CFG_RAW)
 RUN_DIR = str(CFG.run_dir)
 ROLLOUT = RUN_DIR + "/{task}/{repeat}"
@@ -80,11 +82,16 @@ def reap_at_exit():
 
 def finish_run():
     """End of a real run, successful or not: release the owner record, delete leftovers."""
+    STEP_SERVER.stop()
     unregister_owner()
     reap_at_exit()
 
 
 # Owner record of a real run (see sandbatch.owners): `sandbatch stop` and `sandbatch status`
 # find the run's Snakemake by it, and the next run tells stale locks from live ones.
+# Local runs get a step server (sandbatch.steps.forkserver): each step job then costs a
+# fork instead of a Python start-up with every import.
 onstart:
     register_owner(CFG.run)
+    if workflow.local_exec and not workflow.touch:
+        STEP_SERVER.start(CFG)

@@ -1,7 +1,6 @@
 """Workflow step 'convert' (see sandbatch.steps.convert); runs standalone too: --help."""
 import sys
 
-from sandbatch.steps.common import main
-from sandbatch.steps.convert import ConvertStep
+from sandbatch.steps.client import run_step
 
-sys.exit(main(ConvertStep))
+sys.exit(run_step("convert"))

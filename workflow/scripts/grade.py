@@ -1,7 +1,6 @@
 """Workflow step 'grade' (see sandbatch.steps.grade); runs standalone too: --help."""
 import sys
 
-from sandbatch.steps.common import main
-from sandbatch.steps.grade import GradeStep
+from sandbatch.steps.client import run_step
 
-sys.exit(main(GradeStep))
+sys.exit(run_step("grade"))

@@ -1,7 +1,6 @@
 """Workflow step 'harness' (see sandbatch.steps.harness); runs standalone too: --help."""
 import sys
 
-from sandbatch.steps.common import main
-from sandbatch.steps.harness import HarnessStep
+from sandbatch.steps.client import run_step
 
-sys.exit(main(HarnessStep))
+sys.exit(run_step("harness"))

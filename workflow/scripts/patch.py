@@ -1,7 +1,6 @@
 """Workflow step 'patch' (see sandbatch.steps.patch); runs standalone too: --help."""
 import sys
 
-from sandbatch.steps.common import main
-from sandbatch.steps.patch import PatchStep
+from sandbatch.steps.client import run_step
 
-sys.exit(main(PatchStep))
+sys.exit(run_step("patch"))

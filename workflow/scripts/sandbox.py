@@ -1,7 +1,6 @@
 """Workflow step 'sandbox' (see sandbatch.steps.sandbox); runs standalone too: --help."""
 import sys
 
-from sandbatch.steps.common import main
-from sandbatch.steps.sandbox import SandboxStep
+from sandbatch.steps.client import run_step
 
-sys.exit(main(SandboxStep))
+sys.exit(run_step("sandbox"))

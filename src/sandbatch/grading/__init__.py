@@ -21,11 +21,15 @@ if TYPE_CHECKING:
 class Grader:
     target: str  # "module:function", an async function (GradeContext) -> GradeRecord
     grades_empty_patch: bool  # False: an empty patch is "empty", not run (SWE-bench's convention)
+    preload: tuple[str, ...] = ()  # the heavy modules it imports lazily, for the step server
 
 
 # task.family -> grader
 GRADERS: dict[str, Grader] = {
-    "swebench": Grader("sandbatch.grading.swebench:grade", grades_empty_patch=False),
+    "swebench": Grader("sandbatch.grading.swebench:grade", grades_empty_patch=False, preload=(
+        "swebench.harness.constants", "swebench.harness.grading", "swebench.harness.log_parsers",
+        "swebench.harness.test_spec.test_spec", "swebench.harness.test_spec.create_scripts",
+        "swebench.harness.utils")),
     "swebench_pro": Grader("sandbatch.grading.swebench_pro:grade", grades_empty_patch=False),
     # the verifier decides: state outside the diff, or an agent sandbox, may still pass
     "terminal_bench": Grader("sandbatch.grading.terminal_bench:grade", grades_empty_patch=True),

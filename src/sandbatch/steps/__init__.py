@@ -1,1 +1,24 @@
-"""One module per workflow step; each is called by a thin script in workflow/scripts/."""
+"""One module per workflow step; each is called by a thin script in workflow/scripts/.
+
+Kept free of imports: the step scripts import this package first, and a script whose work
+goes to the step server (sandbatch.steps.forkserver) must start in milliseconds.
+"""
+
+# step name -> "module:class"
+STEPS: dict[str, str] = {
+    "sandbox": "sandbatch.steps.sandbox:SandboxStep",
+    "harness": "sandbatch.steps.harness:HarnessStep",
+    "convert": "sandbatch.steps.convert:ConvertStep",
+    "patch": "sandbatch.steps.patch:PatchStep",
+    "grade": "sandbatch.steps.grade:GradeStep",
+}
+
+
+def run_here(step: str, argv: list[str] | None = None) -> int:
+    """Run a step in this process (the step server's children call this too)."""
+    import importlib
+
+    from .common import main
+
+    module, _, cls = STEPS[step].partition(":")
+    return main(getattr(importlib.import_module(module), cls), argv)

@@ -36,7 +36,12 @@ class StepContext:
 
     @cached_property
     def cfg(self) -> Config:
-        return Config.model_validate_json(self.config_path.read_text(encoding="utf-8"))
+        try:
+            text = self.config_path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise UserError(f"--config {self.config_path}: {exc.strerror}; pass the run's settings file, "
+                            "results/<run>/_settings/run.json (the workflow writes it)") from None
+        return Config.model_validate_json(text)
 
     @cached_property
     def provider(self) -> Provider:

@@ -19,7 +19,6 @@ from .sandbox import create_prepared, fill
 
 STARTED_MARK = ".sandbatch-harness-started"
 # seconds between progress lines of a long install or agent run
-PROGRESS_EVERY = float(os.environ.get("SANDBATCH_PROGRESS_EVERY", "60"))
 
 
 def _count_lines(path) -> int:
@@ -120,13 +119,14 @@ class HarnessStep(Step):
 
     @contextlib.asynccontextmanager
     async def _progress(self, phase: str):
-        """Log the start of a long phase, then a line every PROGRESS_EVERY seconds until it ends."""
+        """Log the start of a long phase, then a line every `every` seconds until it ends."""
         t0 = time.monotonic()
+        every = float(os.environ.get("SANDBATCH_PROGRESS_EVERY", "60"))  # read per step: the step server forks
         self._log(f"{phase} started")
 
         async def beat() -> None:
             while True:
-                await asyncio.sleep(PROGRESS_EVERY)
+                await asyncio.sleep(every)
                 calls = _count_lines(self.ctx.path(MODEL_CALLS))
                 self._log(f"{phase} running for {time.monotonic() - t0:.0f} s, {calls} model calls so far")
 

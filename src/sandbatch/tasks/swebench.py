@@ -13,6 +13,7 @@ from .base import Task, parse_list
 from .jsonl import resolve_repo_dir, scan_tasks, task_at
 
 SCHEMA = "tasks/swebench.schema.yaml"
+FAMILY = "swebench"  # the grader family of every task this loader makes
 WORKDIR = "/testbed"
 KNOWN = {"instance_id", "repo", "base_commit", "problem_statement", "patch", "test_patch", "FAIL_TO_PASS",
          "PASS_TO_PASS", "version", "image", "workdir", "repo_dir", "test_cmd", "log_parser", "eval_script",
@@ -46,7 +47,7 @@ def _task(row: dict, path: Path, where: str) -> Task:
     return Task(
         id=path_id(iid),
         instance_id=iid,
-        family="swebench",
+        family=FAMILY,
         repo=row.get("repo") or "",
         base_commit=row.get("base_commit"),
         problem_statement=row["problem_statement"],

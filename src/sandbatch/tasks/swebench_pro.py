@@ -18,6 +18,7 @@ from .base import Task, parse_list
 from .jsonl import resolve_repo_dir, scan_tasks, task_at
 
 SCHEMA = "tasks/swebench_pro.schema.yaml"
+FAMILY = "swebench_pro"  # the grader family of every task this loader makes
 IMAGE_REPO = "jefzda/sweap-images"
 WORKDIR = "/app"
 # some images set ENTRYPOINT /bin/bash, which would exit at once under a keep-alive command
@@ -70,7 +71,7 @@ def _task(row: dict, path: Path, where: str) -> Task:
     return Task(
         id=path_id(iid),
         instance_id=iid,
-        family="swebench_pro",
+        family=FAMILY,
         repo=row.get("repo") or "",
         base_commit=row.get("base_commit"),
         problem_statement=row["problem_statement"],

@@ -20,6 +20,7 @@ from ..ids import path_id
 from .base import Task, schema_error, validator
 
 SCHEMA = "tasks/terminal_bench.schema.yaml"
+FAMILY = "terminal_bench"  # the grader family of every task this loader makes
 WORKDIR = "/app"
 KEEP_ALIVE = ["/bin/sh", "-c", "sleep infinity"]
 
@@ -112,7 +113,7 @@ def read(root: Path, name: str) -> Task:
     return Task(
         id=path_id(name),
         instance_id=name,
-        family="terminal_bench",
+        family=FAMILY,
         repo=str(meta.get("metadata", {}).get("category") or ""),
         problem_statement=prompt,
         prompt=prompt,

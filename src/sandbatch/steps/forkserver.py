@@ -1,0 +1,278 @@
+"""The step server: one per local run, every step module imported once, a fork per step.
+
+Started by the Snakefile's `onstart` (local executor only; a Slurm job's steps run in their
+own processes) as a child of Snakemake, so its CPU counts in the run's process tree and it
+ends with the run: stopped by `finish_run`, or by the kernel's parent-death signal when
+Snakemake itself is killed. It listens on an abstract Unix socket (no file to clean up;
+only this user's processes are served, checked with SO_PEERCRED).
+
+Per request (see sandbatch.steps.client) it forks; the child takes the client's stdio
+descriptors, working directory, environment and umask, tells the client its pid, runs the
+step exactly as the script would, and sends the exit code. When the client goes away
+without a word (its job was killed), the child gets SIGTERM, so the step's cleanup (delete
+the sandbox it holds) runs as it would have in the job's own process.
+
+The server imports but never starts anything that cannot cross a fork: no event loop, no
+threads, no connections.
+
+    python -m sandbatch.steps.forkserver NAME MODULE...   # serve until SIGTERM
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+import traceback
+import uuid
+from typing import Iterable
+
+from . import STEPS, run_here
+from .client import ENV
+
+DISABLE = "SANDBATCH_NO_STEP_SERVER"  # set (to anything) to run every step in its own job process
+CLIENT_GRACE = 60.0  # seconds a step gets to clean up after its client vanished
+SHUTDOWN_WAIT = 10.0  # seconds the server waits for running steps when told to stop
+PR_SET_PDEATHSIG = 1
+
+
+def preload_modules(cfg) -> list[str]:
+    """What the steps of this run import: every step, its provider, harness and grader."""
+    from ..grading import GRADERS
+    from ..harness import HARNESSES
+    from ..sandbox import PROVIDERS
+    from ..tasks import BENCHMARKS
+
+    modules = [target.partition(":")[0] for target in STEPS.values()]
+    modules.append(PROVIDERS[cfg.sandbox.provider].partition(":")[0])
+    modules.append(HARNESSES[cfg.harness.name].partition(":")[0])
+    loader = BENCHMARKS[cfg.benchmark.kind]
+    modules.append(loader)
+    family = getattr(importlib.import_module(loader), "FAMILY", None)
+    if family in GRADERS:
+        grader = GRADERS[family]
+        modules += [grader.target.partition(":")[0], *grader.preload]
+    return list(dict.fromkeys(modules))
+
+
+class StepServer:
+    """The Snakemake side: start the server as a child, point the jobs at it, stop it."""
+
+    def __init__(self):
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, cfg) -> None:
+        if os.environ.get(DISABLE) or self.proc is not None:
+            return
+        name = f"sandbatch-steps-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        self.proc = subprocess.Popen([sys.executable, "-m", __name__, name, *preload_modules(cfg)],
+                                     stdin=subprocess.DEVNULL)
+        # until it listens, steps would run by themselves: a moment's wait, once per run
+        deadline = time.monotonic() + 10
+        while self.proc.poll() is None and time.monotonic() < deadline:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+                if probe.connect_ex("\0" + name) == 0:
+                    break
+            time.sleep(0.01)
+        os.environ[ENV] = name  # the jobs Snakemake spawns from now on inherit it
+
+    def stop(self) -> None:
+        os.environ.pop(ENV, None)
+        if self.proc is None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(SHUTDOWN_WAIT + 5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+
+# --- server --------------------------------------------------------------------------------
+
+def serve(name: str, modules: Iterable[str]) -> int:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the steps; the run stops us
+    stopping = False
+
+    def stop(_signum, _frame):
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    _die_with_parent()
+    # listen first: a step that starts meanwhile waits in the backlog for the imports it
+    # would otherwise do itself
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind("\0" + name)
+    listener.listen(1024)
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # the step will report it properly when it runs
+            print(f"sandbatch: step server: cannot preload {module}: {exc}", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    children: set[int] = set()
+    while not stopping:
+        _reap(children)
+        try:
+            ready, _, _ = select.select([listener], [], [], 0.2)
+        except InterruptedError:
+            continue
+        if not ready:
+            continue
+        try:
+            conn, _ = listener.accept()
+        except OSError:
+            continue
+        pid = _start(listener, conn)
+        if pid:
+            children.add(pid)
+    listener.close()  # new clients run their steps themselves
+    deadline = time.monotonic() + SHUTDOWN_WAIT
+    while children and time.monotonic() < deadline:
+        _reap(children)
+        time.sleep(0.05)
+    return 0
+
+
+def _die_with_parent() -> None:
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() == 1:  # the parent died before the line above
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _reap(children: set[int]) -> None:
+    for pid in list(children):
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            done = pid
+        if done:
+            children.discard(pid)
+
+
+def _recv_request(conn: socket.socket) -> tuple[dict, list[int]]:
+    """The client's stdin/stdout/stderr descriptors and its JSON request."""
+    head, ancdata, _, _ = conn.recvmsg(5, socket.CMSG_SPACE(3 * 4))
+    fds: list[int] = []
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds += struct.unpack(f"{len(data) // 4}i", data[: len(data) // 4 * 4])
+    try:
+        if len(head) != 5 or head[:1] != b"S" or len(fds) != 3:
+            raise ValueError("malformed request")
+        size = struct.unpack("!I", head[1:])[0]
+        body = bytearray()
+        while len(body) < size:
+            chunk = conn.recv(min(1 << 20, size - len(body)))
+            if not chunk:
+                raise ValueError("truncated request")
+            body += chunk
+        return json.loads(body), fds
+    except ValueError:
+        for fd in fds:
+            os.close(fd)
+        raise
+
+
+def _start(listener: socket.socket, conn: socket.socket) -> int | None:
+    """Fork the step of one request; the child never returns."""
+    try:
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        _pid, uid, _gid = struct.unpack("3i", creds)
+        if uid != os.getuid():
+            conn.close()
+            return None
+        conn.settimeout(30)
+        request, fds = _recv_request(conn)
+        conn.settimeout(None)
+    except (OSError, ValueError):
+        conn.close()
+        return None
+    pid = os.fork()
+    if pid == 0:
+        listener.close()
+        _child(conn, fds, request)  # never returns
+    for fd in fds:
+        os.close(fd)
+    conn.close()
+    return pid
+
+
+def _child(conn: socket.socket, fds: list[int], request: dict) -> None:
+    code = 1
+    finished = threading.Event()
+    try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        os.chdir(request["cwd"])
+        os.umask(int(request["umask"]))
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.environ.pop(ENV, None)  # the step's own children never come back here
+        sys.argv = [f"{request['step']}.py", *request["argv"]]
+        conn.sendall(f"pid {os.getpid()}\n".encode())
+        threading.Thread(target=_watch_client, args=(conn, finished), daemon=True).start()
+        code = run_here(request["step"], request["argv"])
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except KeyboardInterrupt:
+        code = 130
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except Exception:
+            pass
+        finished.set()
+        try:
+            conn.sendall(f"exit {code}\n".encode())
+        except OSError:
+            pass
+        os._exit(code & 0xFF if code >= 0 else 1)
+
+
+def _watch_client(conn: socket.socket, finished: threading.Event) -> None:
+    """The client never sends after its request: EOF means its job was killed."""
+    try:
+        while conn.recv(1):
+            pass
+    except OSError:
+        pass
+    if finished.is_set():
+        return
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(CLIENT_GRACE)
+    os._exit(143)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if not args:
+        print(__doc__.strip().splitlines()[-1].strip(), file=sys.stderr)
+        return 2
+    return serve(args[0], args[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
