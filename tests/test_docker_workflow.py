@@ -1,5 +1,6 @@
 """The smoke benchmark end to end through the workflow on the docker provider."""
 
+import json
 import subprocess
 
 import pytest
@@ -18,6 +19,31 @@ def test_oracle_resolves_smoke_in_containers_and_leaves_none(tmp_path, docker_en
     rows = rollouts(tmp_path, run)
     assert len(rows) == sum(1 for l in SMOKE_TASKS.read_text().splitlines() if l.strip())
     assert all(r["resolved"] for r in rows), [(r["instance_id"], r["failure_class"]) for r in rows]
+    left = subprocess.run([docker_engine, "ps", "-aq", "--filter", f"label=sandbatch.run={run}"],
+                          capture_output=True, text=True, check=True).stdout.split()
+    assert left == []
+
+
+def test_terminal_bench_oracle_in_containers(tmp_path, docker_engine, docker_base_image):
+    """Terminal-Bench tasks: solve.sh, then test.sh in a fresh container; both reward files
+    (reward.txt, reward.json) are read from the container; a task without one is an infra
+    error, never a 0."""
+    run = f"tb-{tmp_path.name}"[:40]
+    tasks = REPO / "tests" / "fixtures" / "bench" / "terminal_bench"
+    ids = ["hello-world", "json-reward", "no-reward"]
+    # the fixtures name images that cannot be pulled here: run them all on the base image
+    rewrites = [{"prefix": f"ghcr.io/example/tb-{i}:20251031", "replace": docker_base_image} for i in ids]
+    config = tmp_path / "tb.yaml"
+    config.write_text(json.dumps({
+        "run": run, "harness": {"name": "oracle"}, "retries": 0,
+        "benchmark": {"kind": "terminal_bench", "tasks": str(tasks), "instance_ids": ids},
+        "sandbox": {"provider": "docker", "image_rewrites": rewrites}}))
+    proc = snakemake(tmp_path, "--configfile", str(config))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {r["instance_id"]: r for r in rollouts(tmp_path, run)}
+    assert rows["hello-world"]["reward"] == 1.0 and rows["hello-world"]["resolved"]
+    assert rows["json-reward"]["reward"] == 1.0 and rows["json-reward"]["resolved"]
+    assert rows["no-reward"]["failure_class"] == "grading_no_reward" and not rows["no-reward"]["resolved"]
     left = subprocess.run([docker_engine, "ps", "-aq", "--filter", f"label=sandbatch.run={run}"],
                           capture_output=True, text=True, check=True).stdout.split()
     assert left == []
