@@ -123,6 +123,20 @@ def test_exec_timeout_kills_the_whole_command(spec):
     run(go())
 
 
+def test_commands_keep_the_containers_path(spec):
+    """A command runs with the PATH the container was given (image ENV or the spec), as on
+    OpenSandbox: no login shell resets it from /etc/profile."""
+    async def go():
+        sb = await DockerProvider().create(spec(env={"PATH": "/opt/tool/bin:/usr/bin:/bin"}))
+        try:
+            res = await sb.exec("echo $PATH", timeout=30)
+            assert res.stdout.strip() == "/opt/tool/bin:/usr/bin:/bin"
+        finally:
+            await sb.delete()
+
+    run(go())
+
+
 def test_upload_download_binary_safe(spec):
     data = bytes(range(256)) * 64 + b"\x00\xff\xfe not utf-8 \x80\n"
 

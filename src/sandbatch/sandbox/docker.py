@@ -198,7 +198,9 @@ class DockerSandbox(Sandbox):
         env: dict[str, str] | None = None,
         stdin: bytes | None = None,
     ) -> ExecResult:
-        argv = ["bash", "-lc", command] if isinstance(command, str) else list(command)
+        # `bash -c` as OpenSandbox's execd and the local provider run it: a login shell would
+        # read /etc/profile, which resets the PATH the image's ENV set (conda, ~/.local/bin)
+        argv = ["bash", "-c", command] if isinstance(command, str) else list(command)
         mark = uuid.uuid4().hex
         env = {**(env or {}), EXEC_MARK: mark}
         args = ["exec", "-w", cwd or self.workdir]
