@@ -21,6 +21,7 @@ threads, no connections.
 from __future__ import annotations
 
 import ctypes
+import gc
 import importlib
 import json
 import os
@@ -122,6 +123,7 @@ def serve(name: str, modules: Iterable[str]) -> int:
             print(f"sandbatch: step server: cannot preload {module}: {exc}", file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
+    gc.freeze()  # the children's collections leave the imported objects' pages shared
     children: set[int] = set()
     while not stopping:
         _reap(children)
