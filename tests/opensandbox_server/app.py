@@ -40,6 +40,7 @@ import asyncio
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import time
@@ -209,6 +210,11 @@ class State:
         alternatives = "|".join(re.escape(p) for p in sorted(self.mapped_prefixes, key=len, reverse=True))
         pattern = re.compile(rf"(?<![\w./-])({alternatives})(?=[/\s'\";:)|&<>`$]|$)")
         return pattern.sub(lambda m: str(rec.fs) + m.group(1), text)
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _killpg(proc) -> None:
@@ -679,6 +685,8 @@ async def control_stats(request: web.Request) -> web.Response:
         "created_total": state.created_total,
         "deleted_total": state.deleted_total,
         "server_cpu_s": time.process_time(),
+        # the processes of finished commands (with in_thread(): every child of the process)
+        "commands_cpu_s": _children_cpu(),
     })
 
 
