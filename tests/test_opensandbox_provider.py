@@ -657,6 +657,20 @@ def test_only_the_provider_module_imports_the_sdk():
 
 
 def test_standin_runs_as_a_subprocess_too(tmp_path):
+    async def body(p):
+        sb = await p.create(spec())
+        try:
+            res = await sb.exec("echo out; echo err >&2; exit 3", timeout=10)
+            assert (res.exit_code, res.stdout, res.stderr) == (3, "out\n", "err\n")
+            res = await sb.exec("sleep 30", timeout=0.5)  # killed by the stand-in, reaped through its watcher
+            assert res.timed_out and res.exit_code == -1
+        finally:
+            await sb.delete()
+
     with StandIn.in_subprocess(tmp_path) as server:
         assert server.stats()["live"] == 0
         server.configure(latency={"lifecycle": 0.01})
+        cpu0 = server.stats()["commands_cpu_s"]
+        run(body, server)
+        stats = server.stats()
+        assert stats["live"] == 0 and stats["commands_cpu_s"] > cpu0
