@@ -380,7 +380,7 @@ def test_connection_dropped_on_reuse_is_retried_for_idempotent_calls(server):
         finally:
             await sb.delete()
 
-    run(body, server, connection={"max_connections": 16})  # one pool, so connections get reused
+    run(body, server)
     fired = server.stats()["faults_fired"]
     assert fired == {"get:drop_on_reuse": 1, "list:drop_on_reuse": 1, "download:status": 2, "upload:status": 2}
 

@@ -18,11 +18,10 @@ of the SDK, and why:
   client-side asyncio deadline, because the SDK's stream has no read timeout.
 - A dead sandbox (deleted, expired, OOM-killed, failed) surfaces as SandboxGone.
 - Idempotent requests (get, list, delete, downloads) are retried by the SDK's transport.
-- One HTTP connection pool would serve every sandbox, but httpx's pool bookkeeping costs
-  grow with the number of connections it holds, so sandboxes are spread over several
-  small pools sharing `max_connections`. Keep-alive expiry stays below the server's so a
-  reused connection is not one the server is closing ("Server disconnected without
-  sending a response").
+- The SDK's HTTP clients send through one aiohttp connection pool of `max_connections`
+  (sandbox/opensandbox_http.py): httpx's own transport took most of the client's CPU at
+  a few dozen sandboxes at once. Keep-alive expiry stays below the server's so a reused
+  connection is not one the server is closing ("Server disconnected").
 - SDK telemetry is off (OPENSANDBOX_DISABLE_METRICS=1 and `disable_metrics`).
 
 Command output arrives as lines (execd splits on CR/LF and drops the terminators); the
@@ -67,6 +66,7 @@ from ..config import load_schema  # noqa: E402
 from ..errors import UserError  # noqa: E402
 from ..ids import LABEL_MAX, label_value  # noqa: E402
 from ..util import deep_merge  # noqa: E402
+from .opensandbox_http import AiohttpTransport  # noqa: E402
 from .base import (  # noqa: E402
     ExecResult,
     Provider,
@@ -82,7 +82,6 @@ log = logging.getLogger(__name__)
 
 TMPDIR = "/tmp/sandbatch"
 CREATE_LABEL = "sandbatch-create"  # one value per create() call: finds that call's strays
-POOL_CONNECTIONS = 16  # connections per HTTP pool (see the module docstring)
 PAGE_SIZE = 200  # the server's maximum
 
 _STATES: dict[str, State] = {
@@ -340,54 +339,39 @@ class OpenSandboxProvider(Provider):
         key_env = conn.get("api_key_env")
         self._api_key = os.environ.get(key_env) if key_env else None
         self._key_env = key_env
-        self._configs: list[ConnectionConfig] | None = None
-        self._next_config = itertools.count()
-        self._managers: list[SandboxManager | None] = []
-        self._transports: list[httpx.AsyncBaseTransport] = []
+        self._connection: ConnectionConfig | None = None
+        self._manager: SandboxManager | None = None
+        self._transport: httpx.AsyncBaseTransport | None = None
 
     # connection plumbing -------------------------------------------------------------------
-    def _config(self, transport: httpx.AsyncBaseTransport) -> ConnectionConfig:
-        conn = self.options["connection"]
-        return ConnectionConfig(
-            domain=conn["domain"], protocol=conn["protocol"], api_key=self._api_key,
-            request_timeout=timedelta(seconds=conn["request_timeout"]), transport=transport,
-            use_server_proxy=conn["use_server_proxy"], disable_metrics=True,
-        )
-
-    def _transport(self, connections: int) -> httpx.AsyncBaseTransport:
-        conn = self.options["connection"]
-        inner = httpx.AsyncHTTPTransport(limits=httpx.Limits(
-            max_connections=connections, max_keepalive_connections=connections,
-            keepalive_expiry=conn["keep_alive_expiry"]))
-        policy = RetryPolicy(
-            max_retries=self.ops["retries"],
-            initial_backoff=timedelta(seconds=self.ops["backoff_initial"]),
-            max_backoff=timedelta(seconds=self.ops["backoff_max"]),
-            retryable_status_codes_idempotent=frozenset({429, 500, 502, 503, 504}),
-        )
-        transport = RetryAsyncTransport(inner, policy, owns_inner=True)
-        self._transports.append(transport)
-        return transport
-
-    def _shard(self) -> int:
-        """Index of the next connection pool, round robin."""
-        if self._configs is None:
-            total = max(1, int(self.options["connection"]["max_connections"]))
-            pools = max(1, -(-total // POOL_CONNECTIONS))
-            self._configs = [self._config(self._transport(-(-total // pools))) for _ in range(pools)]
-            self._managers = [None] * pools
-        return next(self._next_config) % len(self._configs)
-
-    def _sandbox_config(self) -> ConnectionConfig:
-        shard = self._shard()
-        return self._configs[shard]
+    def _config(self) -> ConnectionConfig:
+        """The SDK's connection settings, with the one transport every SDK client shares."""
+        if self._connection is None:
+            conn = self.options["connection"]
+            # https: httpx's trust settings (certifi, or SSL_CERT_FILE / SSL_CERT_DIR), read
+            # once; plain http never opens TLS and keeps aiohttp's default
+            tls = httpx.create_ssl_context() if conn["protocol"] == "https" else None
+            inner = AiohttpTransport(max_connections=max(1, int(conn["max_connections"])),
+                                     keepalive_expiry=conn["keep_alive_expiry"], ssl_context=tls)
+            policy = RetryPolicy(
+                max_retries=self.ops["retries"],
+                initial_backoff=timedelta(seconds=self.ops["backoff_initial"]),
+                max_backoff=timedelta(seconds=self.ops["backoff_max"]),
+                retryable_status_codes_idempotent=frozenset({429, 500, 502, 503, 504}),
+            )
+            self._transport = RetryAsyncTransport(inner, policy, owns_inner=True)
+            self._connection = ConnectionConfig(
+                domain=conn["domain"], protocol=conn["protocol"], api_key=self._api_key,
+                request_timeout=timedelta(seconds=conn["request_timeout"]), transport=self._transport,
+                use_server_proxy=conn["use_server_proxy"], disable_metrics=True,
+            )
+        return self._connection
 
     async def manager(self) -> SandboxManager:
-        """A lifecycle client on the next pool (calls not tied to one sandbox spread too)."""
-        shard = self._shard()
-        if self._managers[shard] is None:
-            self._managers[shard] = await SandboxManager.create(self._configs[shard])
-        return self._managers[shard]
+        """The lifecycle client for calls not tied to one sandbox object."""
+        if self._manager is None:
+            self._manager = await SandboxManager.create(self._config())
+        return self._manager
 
     def _api_error(self, what: str, exc: BaseException, failure_class: str = "sandbox_api") -> SandboxError:
         status = _status(exc)
@@ -423,7 +407,7 @@ class OpenSandboxProvider(Provider):
         for attempt in range(cfg["retries"] + 1):
             try:
                 sdk = await asyncio.wait_for(
-                    SdkSandbox.create(spec.image, connection_config=self._sandbox_config(), **kwargs),
+                    SdkSandbox.create(spec.image, connection_config=self._config(), **kwargs),
                     attempt_deadline)
                 break
             except (SandboxException, asyncio.TimeoutError) as exc:
@@ -477,7 +461,7 @@ class OpenSandboxProvider(Provider):
             raise SandboxGone(f"sandbox {sandbox_id} {state}")
         try:
             sdk = await SdkSandbox.connect(
-                sandbox_id, connection_config=self._sandbox_config(),
+                sandbox_id, connection_config=self._config(),
                 connect_timeout=timedelta(seconds=self.options["create"]["ready_timeout"]), skip_health_check=True)
         except SandboxException as exc:
             if _status(exc) == 404:
@@ -525,11 +509,11 @@ class OpenSandboxProvider(Provider):
             raise self._api_error(f"cannot delete sandbox {sandbox_id}", exc) from exc
 
     async def aclose(self) -> None:
-        for transport in self._transports:
-            await transport.aclose()
-        self._transports.clear()
-        self._configs = None
-        self._managers = []
+        if self._transport is not None:
+            await self._transport.aclose()
+        self._transport = None
+        self._connection = None
+        self._manager = None
 
 
 __all__ = ["OpenSandboxProvider", "OpenSandboxSandbox", "backoff", "default_options", "metadata_for"]
