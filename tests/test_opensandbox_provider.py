@@ -273,8 +273,9 @@ def test_list_pages_renew_and_metadata_patch(server, monkeypatch):
         sandboxes = [r.sandbox for r in results]
         listed = sorted(i.id for i in await p.list(labels))
         first = sandboxes[0]
-        renewed = await first.sdk.renew(timedelta(hours=5))
-        await first.sdk.patch_metadata({"task": None, "extra": "yes"})
+        manager = await p.manager()  # the SDK's own lifecycle client
+        renewed = await manager.renew_sandbox(first.id, timedelta(hours=5))
+        await manager.patch_sandbox_metadata(first.id, {"task": None, "extra": "yes"})
         patched = await p.list({**labels, "extra": "yes"})
         deleted = await reap(p, labels)
         return sorted(sb.id for sb in sandboxes), listed, renewed, patched, deleted, first.id
@@ -484,6 +485,33 @@ def test_probe_waits_for_execd(server):
 
     run(body, server, operations={"exec_retries": 0})
     assert server.stats()["faults_fired"]["exec:status"] == 4
+
+
+def test_create_waits_for_the_endpoint_and_looks_up_execd_only(server):
+    server.add_fault(op="endpoint", action="status", status=404, code="KUBERNETES::POD_IP_NOT_AVAILABLE", count=2)
+
+    async def body(p):
+        sb = await p.create(spec())
+        await sb.delete()
+
+    run(body, server)
+    stats = server.stats()
+    assert stats["faults_fired"] == {"endpoint:status": 2} and stats["created_total"] == 1
+    assert stats["requests"]["endpoint"] == 3  # two unpublished, then execd's (no egress sidecar lookup)
+
+
+def test_endpoint_failure_deletes_the_created_sandbox(server):
+    server.add_fault(op="endpoint", action="status", status=503, count=50)
+
+    async def body(p):
+        with pytest.raises(SandboxError, match="cannot create a sandbox") as err:
+            await p.create(spec())
+        return err.value
+
+    err = run(body, server, create={"retries": 1})
+    assert err.failure_class == "sandbox_create"
+    stats = server.stats()
+    assert stats["created_total"] == 2 and stats["deleted_total"] == 2 and stats["live"] == 0
 
 
 # --- labels and auth ---------------------------------------------------------------------------

@@ -24,6 +24,8 @@ bounded number of times on one operation:
       the sandbox exists server-side (visible to list, or only after the delay when
       "visible" is false) while the POST hangs: the leak case when the client times out
   {"op": "exec", "action": "status", "status": 502, "count": 3}   execd not bound yet
+  {"op": "endpoint", "action": "status", "status": 404, "code": "KUBERNETES::POD_IP_NOT_AVAILABLE"}
+      the sandbox has no address yet (the error body's code; INJECTED_FAULT unless given)
   {"op": "exec", "action": "cut", "count": 1}   the stream breaks after the command started
   {"op": "delete", "action": "gone", "count": 1}   deletes, then answers 404 (expired meanwhile)
   {"op": "*", "action": "drop_on_reuse", "count": 1}   close a kept-alive connection unanswered
@@ -141,6 +143,7 @@ class Rule:
     action: str
     count: int = 1
     status: int = 500
+    code: str = "INJECTED_FAULT"
     retry_after: float | None = None
     seconds: float = 0.0
     visible: bool = True
@@ -270,7 +273,7 @@ async def faults_middleware(request: web.Request, handler):
 
 def _status_fault(rule: Rule) -> web.Response:
     headers = {"Retry-After": str(int(rule.retry_after))} if rule.retry_after is not None else None
-    return _error(rule.status, "INJECTED_FAULT", f"injected HTTP {rule.status}", headers)
+    return _error(rule.status, rule.code, f"injected HTTP {rule.status}", headers)
 
 
 # --- lifecycle --------------------------------------------------------------------------------
