@@ -571,12 +571,17 @@ async def run_command(request: web.Request) -> web.StreamResponse:
         if rc < 0:
             rc = -1  # killed by a signal: execd (Go's ExitCode) reports -1
         if rc == 0:
-            await send(_event("execution_complete", execution_time=int((time.monotonic() - started) * 1000)))
+            last = _event("execution_complete", execution_time=int((time.monotonic() - started) * 1000))
         else:
-            await send(_event("error", error={"ename": "CommandExecError", "evalue": str(rc),
-                                              "traceback": [f"exit status {rc}"]}))
+            last = _event("error", error={"ename": "CommandExecError", "evalue": str(rc),
+                                          "traceback": [f"exit status {rc}"]})
+        pinger.cancel()
         if state.exec_close_delay:
+            await send(last)
             await asyncio.sleep(state.exec_close_delay)
+        else:
+            async with lock:
+                await resp.write_eof(last)  # the last event and the stream's end in one write
     finally:
         pinger.cancel()
         # a client that went away kills its command, as execd does
