@@ -39,6 +39,7 @@ provider per event loop and `aclose()` it.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import os
@@ -66,7 +67,7 @@ from opensandbox.internal.readiness import ReadinessBudget  # noqa: E402
 from opensandbox.manager import SandboxManager  # noqa: E402
 from opensandbox.models.execd import ExecutionHandlers, RunCommandOpts  # noqa: E402
 from opensandbox.models.sandboxes import NetworkPolicy, SandboxEndpoint, SandboxFilter, SandboxImageSpec  # noqa: E402
-from opensandbox.services import Sandboxes  # noqa: E402
+from opensandbox.services import Commands, Filesystem, Sandboxes  # noqa: E402
 from opensandbox.transport import RetryAsyncTransport, RetryPolicy  # noqa: E402
 
 from ..config import load_schema  # noqa: E402
@@ -179,12 +180,19 @@ class OpenSandboxSandbox(Sandbox):
         self.provider = provider
         self.id = sandbox_id
         self.spec = spec
-        # the SDK's clients of this sandbox's execd (the rest of its Sandbox object goes unused)
-        factory = AdapterFactory(provider._config())
-        self.commands = factory.create_command_service(execd)
-        self.files = factory.create_filesystem_service(execd)
+        self.execd = execd
         self.workdir = spec.workdir
         self.tmpdir = TMPDIR
+
+    # the SDK's clients of this sandbox's execd, each made when first used (a sandbox that
+    # only runs commands never builds the files client)
+    @functools.cached_property
+    def commands(self) -> Commands:
+        return AdapterFactory(self.provider._config()).create_command_service(self.execd)
+
+    @functools.cached_property
+    def files(self) -> Filesystem:
+        return AdapterFactory(self.provider._config()).create_filesystem_service(self.execd)
 
     # commands ----------------------------------------------------------------------------
     async def exec(self, command, *, timeout, cwd=None, env=None, stdin=None) -> ExecResult:
