@@ -690,7 +690,7 @@ def test_standin_runs_as_a_subprocess_too(tmp_path):
         try:
             res = await sb.exec("echo out; echo err >&2; exit 3", timeout=10)
             assert (res.exit_code, res.stdout, res.stderr) == (3, "out\n", "err\n")
-            res = await sb.exec("sleep 30", timeout=0.5)  # killed by the stand-in, reaped through its watcher
+            res = await sb.exec("sleep 30", timeout=0.5)  # killed by the stand-in, then reaped
             assert res.timed_out and res.exit_code == -1
         finally:
             await sb.delete()

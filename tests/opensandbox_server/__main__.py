@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import signal
 import sys
 import tempfile
@@ -54,21 +53,5 @@ async def main() -> None:
     await runner.cleanup()
 
 
-def use_pidfd_child_watcher() -> None:
-    """Wait for commands through pidfds, as Python 3.12+ does by default where it can.
-
-    3.11's default watcher starts a thread per command and blocks the event loop until
-    that thread runs; a pidfd is one more file descriptor on the loop.
-    """
-    if sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"):
-        return
-    try:
-        os.close(os.pidfd_open(os.getpid()))
-    except OSError:  # kernel without pidfds (before 5.3) or blocked by seccomp
-        return
-    asyncio.set_child_watcher(asyncio.PidfdChildWatcher())
-
-
 if __name__ == "__main__":
-    use_pidfd_child_watcher()
     asyncio.run(main())
