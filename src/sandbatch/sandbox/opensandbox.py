@@ -414,7 +414,8 @@ class OpenSandboxProvider(Provider):
 
         What the SDK's Sandbox.create does, less what the provider never uses: it would
         also look up the egress sidecar's endpoint (one more request per sandbox) and
-        build a client for each of execd's other APIs.
+        build a client for each of execd's other APIs. No health check either: create()
+        probes the sandbox with a real command.
         """
         created = await self._sandboxes().create_sandbox(spec=SandboxImageSpec(image=spec.image), **request)
         try:
@@ -450,7 +451,7 @@ class OpenSandboxProvider(Provider):
             entrypoint=list(spec.entrypoint or SDK_DEFAULT_ENTRYPOINT),
             network_policy=None if spec.allow_internet else NetworkPolicy(default_action="deny", egress=[]),
             extensions=extensions or {}, volumes=None,
-        )  # no health check: the probe below checks readiness with a real command
+        )
         attempt_deadline = self.options["connection"]["request_timeout"] * 2 + cfg["ready_timeout"] + 10
         maybe_strays = False
         sandbox = None
