@@ -702,3 +702,37 @@ def test_standin_runs_as_a_subprocess_too(tmp_path):
         run(body, server)
         stats = server.stats()
         assert stats["live"] == 0 and stats["commands_cpu_s"] > cpu0
+
+
+def test_standin_command_cancelled_while_starting_leaves_no_process():
+    import os
+
+    import psutil
+    from opensandbox_server.app import PIDFDS, _Process
+
+    if not PIDFDS:
+        pytest.skip("no pidfds here: the stand-in starts commands with asyncio")
+    marker_arg = "31.25"  # a sleep nobody else runs
+
+    def ours() -> list[psutil.Process]:
+        found = []
+        for child in psutil.Process().children():
+            try:
+                if child.cmdline() == ["sleep", marker_arg] or child.status() == psutil.STATUS_ZOMBIE:
+                    found.append(child)
+            except psutil.NoSuchProcess:
+                pass
+        return found
+
+    before = {p.pid for p in ours()}
+
+    async def main():
+        start = asyncio.ensure_future(_Process.start(["sleep", marker_arg], "/", {"PATH": os.environ["PATH"]}))
+        await asyncio.sleep(0)  # the process is being started on a worker thread
+        start.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await start
+        await asyncio.sleep(1)  # the start has long finished: its process is killed and reaped
+        return [p.pid for p in ours() if p.pid not in before]
+
+    assert asyncio.run(main()) == []

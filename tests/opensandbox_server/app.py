@@ -248,13 +248,13 @@ class _Process:
     stand-in was serving. Offers what run_command uses of asyncio.subprocess.Process.
     """
 
-    def __init__(self, popen: subprocess.Popen, exited: asyncio.Future):
+    def __init__(self, popen: subprocess.Popen, loop: asyncio.AbstractEventLoop):
+        self._popen = popen
         self.pid = popen.pid
         self.returncode: int | None = None
         self.stdout = asyncio.StreamReader()
         self.stderr = asyncio.StreamReader()
-        self._exited = exited
-        exited.add_done_callback(lambda f: setattr(self, "returncode", f.result()))
+        self._exited = loop.create_future()
 
     @classmethod
     async def start(cls, args: list[str], cwd: str, env: dict[str, str]):
@@ -272,26 +272,25 @@ class _Process:
             spawn.add_done_callback(lambda f: f.cancelled() or f.exception() or _discard(f.result(), loop))
             raise
         try:
-            fd = os.pidfd_open(popen.pid)
+            pidfd = os.pidfd_open(popen.pid)
         except OSError:
             _discard(popen, loop)
             raise
-        exited = loop.create_future()
-
-        def on_exit() -> None:
-            loop.remove_reader(fd)
-            os.close(fd)
-            exited.set_result(popen.wait())  # it has exited: this only reaps it
-
-        loop.add_reader(fd, on_exit)
-        self = cls(popen, exited)
+        self = cls(popen, loop)
+        loop.add_reader(pidfd, self._on_exit, loop, pidfd)
         try:
             for reader, pipe in ((self.stdout, popen.stdout), (self.stderr, popen.stderr)):
                 await loop.connect_read_pipe(lambda reader=reader: asyncio.StreamReaderProtocol(reader), pipe)
         except BaseException:
-            _killpg(self)  # reaped by on_exit
+            _killpg(self)  # then reaped by _on_exit
             raise
         return self
+
+    def _on_exit(self, loop: asyncio.AbstractEventLoop, pidfd: int) -> None:
+        loop.remove_reader(pidfd)
+        os.close(pidfd)
+        self.returncode = self._popen.wait()  # it has exited: this only reaps it
+        self._exited.set_result(self.returncode)
 
     async def wait(self) -> int:
         return await asyncio.shield(self._exited)
