@@ -273,8 +273,9 @@ def test_list_pages_renew_and_metadata_patch(server, monkeypatch):
         sandboxes = [r.sandbox for r in results]
         listed = sorted(i.id for i in await p.list(labels))
         first = sandboxes[0]
-        renewed = await first.sdk.renew(timedelta(hours=5))
-        await first.sdk.patch_metadata({"task": None, "extra": "yes"})
+        manager = await p.manager()  # the SDK's own lifecycle client
+        renewed = await manager.renew_sandbox(first.id, timedelta(hours=5))
+        await manager.patch_sandbox_metadata(first.id, {"task": None, "extra": "yes"})
         patched = await p.list({**labels, "extra": "yes"})
         deleted = await reap(p, labels)
         return sorted(sb.id for sb in sandboxes), listed, renewed, patched, deleted, first.id
@@ -380,7 +381,7 @@ def test_connection_dropped_on_reuse_is_retried_for_idempotent_calls(server):
         finally:
             await sb.delete()
 
-    run(body, server, connection={"max_connections": 16})  # one pool, so connections get reused
+    run(body, server)
     fired = server.stats()["faults_fired"]
     assert fired == {"get:drop_on_reuse": 1, "list:drop_on_reuse": 1, "download:status": 2, "upload:status": 2}
 
@@ -484,6 +485,33 @@ def test_probe_waits_for_execd(server):
 
     run(body, server, operations={"exec_retries": 0})
     assert server.stats()["faults_fired"]["exec:status"] == 4
+
+
+def test_create_waits_for_the_endpoint_and_looks_up_execd_only(server):
+    server.add_fault(op="endpoint", action="status", status=404, code="KUBERNETES::POD_IP_NOT_AVAILABLE", count=2)
+
+    async def body(p):
+        sb = await p.create(spec())
+        await sb.delete()
+
+    run(body, server)
+    stats = server.stats()
+    assert stats["faults_fired"] == {"endpoint:status": 2} and stats["created_total"] == 1
+    assert stats["requests"]["endpoint"] == 3  # two unpublished, then execd's (no egress sidecar lookup)
+
+
+def test_endpoint_failure_deletes_the_created_sandbox(server):
+    server.add_fault(op="endpoint", action="status", status=503, count=50)
+
+    async def body(p):
+        with pytest.raises(SandboxError, match="cannot create a sandbox") as err:
+            await p.create(spec())
+        return err.value
+
+    err = run(body, server, create={"retries": 1})
+    assert err.failure_class == "sandbox_create"
+    stats = server.stats()
+    assert stats["created_total"] == 2 and stats["deleted_total"] == 2 and stats["live"] == 0
 
 
 # --- labels and auth ---------------------------------------------------------------------------
@@ -657,6 +685,54 @@ def test_only_the_provider_module_imports_the_sdk():
 
 
 def test_standin_runs_as_a_subprocess_too(tmp_path):
+    async def body(p):
+        sb = await p.create(spec())
+        try:
+            res = await sb.exec("echo out; echo err >&2; exit 3", timeout=10)
+            assert (res.exit_code, res.stdout, res.stderr) == (3, "out\n", "err\n")
+            res = await sb.exec("sleep 30", timeout=0.5)  # killed by the stand-in, then reaped
+            assert res.timed_out and res.exit_code == -1
+        finally:
+            await sb.delete()
+
     with StandIn.in_subprocess(tmp_path) as server:
         assert server.stats()["live"] == 0
         server.configure(latency={"lifecycle": 0.01})
+        cpu0 = server.stats()["commands_cpu_s"]
+        run(body, server)
+        stats = server.stats()
+        assert stats["live"] == 0 and stats["commands_cpu_s"] > cpu0
+
+
+def test_standin_command_cancelled_while_starting_leaves_no_process():
+    import os
+
+    import psutil
+    from opensandbox_server.app import PIDFDS, _Process
+
+    if not PIDFDS:
+        pytest.skip("no pidfds here: the stand-in starts commands with asyncio")
+    marker_arg = "31.25"  # a sleep nobody else runs
+
+    def ours() -> list[psutil.Process]:
+        found = []
+        for child in psutil.Process().children():
+            try:
+                if child.cmdline() == ["sleep", marker_arg] or child.status() == psutil.STATUS_ZOMBIE:
+                    found.append(child)
+            except psutil.NoSuchProcess:
+                pass
+        return found
+
+    before = {p.pid for p in ours()}
+
+    async def main():
+        start = asyncio.ensure_future(_Process.start(["sleep", marker_arg], "/", {"PATH": os.environ["PATH"]}))
+        await asyncio.sleep(0)  # the process is being started on a worker thread
+        start.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await start
+        await asyncio.sleep(1)  # the start has long finished: its process is killed and reaped
+        return [p.pid for p in ours() if p.pid not in before]
+
+    assert asyncio.run(main()) == []

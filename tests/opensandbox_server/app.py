@@ -24,6 +24,8 @@ bounded number of times on one operation:
       the sandbox exists server-side (visible to list, or only after the delay when
       "visible" is false) while the POST hangs: the leak case when the client times out
   {"op": "exec", "action": "status", "status": 502, "count": 3}   execd not bound yet
+  {"op": "endpoint", "action": "status", "status": 404, "code": "KUBERNETES::POD_IP_NOT_AVAILABLE"}
+      the sandbox has no address yet (the error body's code; INJECTED_FAULT unless given)
   {"op": "exec", "action": "cut", "count": 1}   the stream breaks after the command started
   {"op": "delete", "action": "gone", "count": 1}   deletes, then answers 404 (expired meanwhile)
   {"op": "*", "action": "drop_on_reuse", "count": 1}   close a kept-alive connection unanswered
@@ -37,11 +39,14 @@ info files_delete ping, or "*" / "lifecycle" / "execd" for groups.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import re
+import resource
 import shutil
 import signal
+import subprocess
 import time
 import uuid
 import weakref
@@ -140,6 +145,7 @@ class Rule:
     action: str
     count: int = 1
     status: int = 500
+    code: str = "INJECTED_FAULT"
     retry_after: float | None = None
     seconds: float = 0.0
     visible: bool = True
@@ -211,11 +217,91 @@ class State:
         return pattern.sub(lambda m: str(rec.fs) + m.group(1), text)
 
 
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _killpg(proc) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _pidfds_work() -> bool:
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+        return True
+    except (AttributeError, OSError):  # not Linux >= 5.3, or blocked by seccomp
+        return False
+
+
+PIDFDS = _pidfds_work()
+
+
+class _Process:
+    """A command's process, started on a worker thread and awaited through a pidfd.
+
+    Starting a process holds the starting thread until the child has exec'd, over a
+    millisecond each on busy cores; from the event loop that stalled every request the
+    stand-in was serving. Offers what run_command uses of asyncio.subprocess.Process.
+    """
+
+    def __init__(self, popen: subprocess.Popen, loop: asyncio.AbstractEventLoop):
+        self._popen = popen
+        self.pid = popen.pid
+        self.returncode: int | None = None
+        self.stdout = asyncio.StreamReader()
+        self.stderr = asyncio.StreamReader()
+        self._exited = loop.create_future()
+
+    @classmethod
+    async def start(cls, args: list[str], cwd: str, env: dict[str, str]):
+        if not PIDFDS:
+            return await asyncio.create_subprocess_exec(
+                *args, cwd=cwd, env=env, stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True)
+        loop = asyncio.get_running_loop()
+        spawn = loop.run_in_executor(None, functools.partial(
+            subprocess.Popen, args, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True))
+        try:
+            popen = await asyncio.shield(spawn)
+        except asyncio.CancelledError:  # the request went away: its process must not outlive it
+            spawn.add_done_callback(lambda f: f.cancelled() or f.exception() or _discard(f.result(), loop))
+            raise
+        try:
+            pidfd = os.pidfd_open(popen.pid)
+        except OSError:
+            _discard(popen, loop)
+            raise
+        self = cls(popen, loop)
+        loop.add_reader(pidfd, self._on_exit, loop, pidfd)
+        try:
+            for reader, pipe in ((self.stdout, popen.stdout), (self.stderr, popen.stderr)):
+                await loop.connect_read_pipe(lambda reader=reader: asyncio.StreamReaderProtocol(reader), pipe)
+        except BaseException:
+            _killpg(self)  # then reaped by _on_exit
+            raise
+        return self
+
+    def _on_exit(self, loop: asyncio.AbstractEventLoop, pidfd: int) -> None:
+        loop.remove_reader(pidfd)
+        os.close(pidfd)
+        self.returncode = self._popen.wait()  # it has exited: this only reaps it
+        self._exited.set_result(self.returncode)
+
+    async def wait(self) -> int:
+        return await asyncio.shield(self._exited)
+
+
+def _discard(popen: subprocess.Popen, loop: asyncio.AbstractEventLoop) -> None:
+    """Kill a process nobody will read from, and reap it off the event loop."""
+    _killpg(popen)
+    popen.stdout.close()
+    popen.stderr.close()
+    loop.run_in_executor(None, popen.wait)
 
 
 # --- middleware: auth, latency, faults, request counting ---------------------------------
@@ -264,7 +350,7 @@ async def faults_middleware(request: web.Request, handler):
 
 def _status_fault(rule: Rule) -> web.Response:
     headers = {"Retry-After": str(int(rule.retry_after))} if rule.retry_after is not None else None
-    return _error(rule.status, "INJECTED_FAULT", f"injected HTTP {rule.status}", headers)
+    return _error(rule.status, rule.code, f"injected HTTP {rule.status}", headers)
 
 
 # --- lifecycle --------------------------------------------------------------------------------
@@ -513,10 +599,7 @@ async def run_command(request: web.Request) -> web.StreamResponse:
         return resp
 
     started = time.monotonic()
-    proc = await asyncio.create_subprocess_exec(
-        *args, cwd=str(cwd), env=env, stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
-    )
+    proc = await _Process.start(args, str(cwd), env)
     state.commands[text] = state.commands.get(text, 0) + 1
     per = state.commands_per_sandbox.setdefault(rec.id, {})
     per[text] = per.get(text, 0) + 1
@@ -562,12 +645,17 @@ async def run_command(request: web.Request) -> web.StreamResponse:
         if rc < 0:
             rc = -1  # killed by a signal: execd (Go's ExitCode) reports -1
         if rc == 0:
-            await send(_event("execution_complete", execution_time=int((time.monotonic() - started) * 1000)))
+            last = _event("execution_complete", execution_time=int((time.monotonic() - started) * 1000))
         else:
-            await send(_event("error", error={"ename": "CommandExecError", "evalue": str(rc),
-                                              "traceback": [f"exit status {rc}"]}))
+            last = _event("error", error={"ename": "CommandExecError", "evalue": str(rc),
+                                          "traceback": [f"exit status {rc}"]})
+        pinger.cancel()
         if state.exec_close_delay:
+            await send(last)
             await asyncio.sleep(state.exec_close_delay)
+        else:
+            async with lock:
+                await resp.write_eof(last)  # the last event and the stream's end in one write
     finally:
         pinger.cancel()
         # a client that went away kills its command, as execd does
@@ -679,6 +767,8 @@ async def control_stats(request: web.Request) -> web.Response:
         "created_total": state.created_total,
         "deleted_total": state.deleted_total,
         "server_cpu_s": time.process_time(),
+        # the processes of finished commands (with in_thread(): every child of the process)
+        "commands_cpu_s": _children_cpu(),
     })
 
 

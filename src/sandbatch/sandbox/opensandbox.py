@@ -9,6 +9,10 @@ of the SDK, and why:
   deleted; `sandbatch.sandbox.reaper.reap` sweeps whatever is left by label.
 - Creates are retried with jittered exponential backoff on 5xx, 429 (Retry-After
   honoured) and connection errors; the SDK never retries a POST on a status code.
+- A sandbox is made from the SDK's parts: its lifecycle service creates the sandbox and
+  finds execd's endpoint, its execd clients run commands and move files. The SDK's
+  Sandbox.create would also look up the egress sidecar's endpoint and build clients for
+  APIs the provider never calls, about a fifth of the client's CPU per sandbox.
 - After create a probe command must print the expected output before the deadline
   (it also makes the scratch directory); a sandbox that fails it is deleted.
 - Commands: a 502/503 or a refused connection before the stream starts means execd did
@@ -18,11 +22,10 @@ of the SDK, and why:
   client-side asyncio deadline, because the SDK's stream has no read timeout.
 - A dead sandbox (deleted, expired, OOM-killed, failed) surfaces as SandboxGone.
 - Idempotent requests (get, list, delete, downloads) are retried by the SDK's transport.
-- One HTTP connection pool would serve every sandbox, but httpx's pool bookkeeping costs
-  grow with the number of connections it holds, so sandboxes are spread over several
-  small pools sharing `max_connections`. Keep-alive expiry stays below the server's so a
-  reused connection is not one the server is closing ("Server disconnected without
-  sending a response").
+- The SDK's HTTP clients send through one aiohttp connection pool of `max_connections`
+  (sandbox/opensandbox_http.py): httpx's own transport took about half the client's CPU at
+  a few dozen sandboxes at once. Keep-alive expiry stays below the server's so a reused
+  connection is not one the server is closing ("Server disconnected").
 - SDK telemetry is off (OPENSANDBOX_DISABLE_METRICS=1 and `disable_metrics`).
 
 Command output arrives as lines (execd splits on CR/LF and drops the terminators); the
@@ -36,6 +39,7 @@ provider per event loop and `aclose()` it.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import os
@@ -50,23 +54,27 @@ from typing import Any
 os.environ.setdefault("OPENSANDBOX_DISABLE_METRICS", "1")  # before the SDK is imported
 
 import httpx  # noqa: E402  (the SDK's own HTTP client)
-from opensandbox import Sandbox as SdkSandbox  # noqa: E402
+from opensandbox.adapters.factory import AdapterFactory  # noqa: E402
 from opensandbox.config import ConnectionConfig  # noqa: E402
+from opensandbox.constants import DEFAULT_EXECD_PORT  # noqa: E402
 from opensandbox.exceptions import (  # noqa: E402
     InvalidArgumentException,
     SandboxApiException,
     SandboxException,
     SandboxRateLimitException,
 )
+from opensandbox.internal.readiness import ReadinessBudget  # noqa: E402
 from opensandbox.manager import SandboxManager  # noqa: E402
 from opensandbox.models.execd import ExecutionHandlers, RunCommandOpts  # noqa: E402
-from opensandbox.models.sandboxes import NetworkPolicy, SandboxFilter  # noqa: E402
+from opensandbox.models.sandboxes import NetworkPolicy, SandboxEndpoint, SandboxFilter, SandboxImageSpec  # noqa: E402
+from opensandbox.services import Commands, Filesystem, Sandboxes  # noqa: E402
 from opensandbox.transport import RetryAsyncTransport, RetryPolicy  # noqa: E402
 
 from ..config import load_schema  # noqa: E402
 from ..errors import UserError  # noqa: E402
 from ..ids import LABEL_MAX, label_value  # noqa: E402
 from ..util import deep_merge  # noqa: E402
+from .opensandbox_http import AiohttpTransport  # noqa: E402
 from .base import (  # noqa: E402
     ExecResult,
     Provider,
@@ -82,8 +90,10 @@ log = logging.getLogger(__name__)
 
 TMPDIR = "/tmp/sandbatch"
 CREATE_LABEL = "sandbatch-create"  # one value per create() call: finds that call's strays
-POOL_CONNECTIONS = 16  # connections per HTTP pool (see the module docstring)
 PAGE_SIZE = 200  # the server's maximum
+# what the SDK's Sandbox.create sends when no entrypoint or resource limits are given
+SDK_DEFAULT_ENTRYPOINT = ("tail", "-f", "/dev/null")
+SDK_DEFAULT_RESOURCE = {"cpu": "1", "memory": "2Gi"}
 
 _STATES: dict[str, State] = {
     "running": "running", "pending": "pending", "pausing": "stopped", "paused": "stopped",
@@ -166,13 +176,23 @@ def _describe(exc: BaseException) -> str:
 # --- the sandbox ---------------------------------------------------------------------------
 
 class OpenSandboxSandbox(Sandbox):
-    def __init__(self, provider: "OpenSandboxProvider", sdk: SdkSandbox, spec: SandboxSpec):
+    def __init__(self, provider: "OpenSandboxProvider", sandbox_id: str, execd: SandboxEndpoint, spec: SandboxSpec):
         self.provider = provider
-        self.id = sdk.id
+        self.id = sandbox_id
         self.spec = spec
-        self.sdk = sdk
+        self.execd = execd
         self.workdir = spec.workdir
         self.tmpdir = TMPDIR
+
+    # the SDK's clients of this sandbox's execd, each made when first used (a sandbox that
+    # only runs commands never builds the files client)
+    @functools.cached_property
+    def commands(self) -> Commands:
+        return AdapterFactory(self.provider._config()).create_command_service(self.execd)
+
+    @functools.cached_property
+    def files(self) -> Filesystem:
+        return AdapterFactory(self.provider._config()).create_filesystem_service(self.execd)
 
     # commands ----------------------------------------------------------------------------
     async def exec(self, command, *, timeout, cwd=None, env=None, stdin=None) -> ExecResult:
@@ -190,7 +210,7 @@ class OpenSandboxSandbox(Sandbox):
                                    retries=self.provider.ops["exec_retries"])
         finally:
             if stdin_path is not None:
-                await self._quiet(self.sdk.files.delete_files([stdin_path]))
+                await self._quiet(self.files.delete_files([stdin_path]))
 
     async def _run(self, text: str, *, timeout: float, cwd: str | None, env: dict[str, str] | None,
                    retries: int) -> ExecResult:
@@ -211,7 +231,7 @@ class OpenSandboxSandbox(Sandbox):
             start = time.monotonic()
             try:
                 execution = await asyncio.wait_for(
-                    self.sdk.commands.run(text, opts=opts, handlers=handlers),
+                    self.commands.run(text, opts=opts, handlers=handlers),
                     timeout=timeout + ops["exec_grace"],
                 )
             except asyncio.TimeoutError:
@@ -275,7 +295,7 @@ class OpenSandboxSandbox(Sandbox):
         for attempt in range(ops["retries"] + 1):
             try:
                 # execd takes the mode as octal digits written as a decimal number
-                await asyncio.wait_for(self.sdk.files.write_file(path, data, mode=int(oct(mode)[2:])),
+                await asyncio.wait_for(self.files.write_file(path, data, mode=int(oct(mode)[2:])),
                                        ops["timeout"])
                 return
             except (SandboxException, asyncio.TimeoutError) as exc:
@@ -290,7 +310,7 @@ class OpenSandboxSandbox(Sandbox):
 
     async def download(self, path: str) -> bytes:
         try:
-            return await asyncio.wait_for(self.sdk.files.read_bytes(path), self.provider.ops["timeout"])
+            return await asyncio.wait_for(self.files.read_bytes(path), self.provider.ops["timeout"])
         except (SandboxException, asyncio.TimeoutError) as exc:
             if _status(exc) == 404:
                 raise SandboxError(f"{path}: no such file in sandbox {self.id}", "sandbox_file") from None
@@ -340,54 +360,70 @@ class OpenSandboxProvider(Provider):
         key_env = conn.get("api_key_env")
         self._api_key = os.environ.get(key_env) if key_env else None
         self._key_env = key_env
-        self._configs: list[ConnectionConfig] | None = None
-        self._next_config = itertools.count()
-        self._managers: list[SandboxManager | None] = []
-        self._transports: list[httpx.AsyncBaseTransport] = []
+        self._connection: ConnectionConfig | None = None
+        self._manager: SandboxManager | None = None
+        self._lifecycle: Sandboxes | None = None
+        self._transport: httpx.AsyncBaseTransport | None = None
 
     # connection plumbing -------------------------------------------------------------------
-    def _config(self, transport: httpx.AsyncBaseTransport) -> ConnectionConfig:
-        conn = self.options["connection"]
-        return ConnectionConfig(
-            domain=conn["domain"], protocol=conn["protocol"], api_key=self._api_key,
-            request_timeout=timedelta(seconds=conn["request_timeout"]), transport=transport,
-            use_server_proxy=conn["use_server_proxy"], disable_metrics=True,
-        )
-
-    def _transport(self, connections: int) -> httpx.AsyncBaseTransport:
-        conn = self.options["connection"]
-        inner = httpx.AsyncHTTPTransport(limits=httpx.Limits(
-            max_connections=connections, max_keepalive_connections=connections,
-            keepalive_expiry=conn["keep_alive_expiry"]))
-        policy = RetryPolicy(
-            max_retries=self.ops["retries"],
-            initial_backoff=timedelta(seconds=self.ops["backoff_initial"]),
-            max_backoff=timedelta(seconds=self.ops["backoff_max"]),
-            retryable_status_codes_idempotent=frozenset({429, 500, 502, 503, 504}),
-        )
-        transport = RetryAsyncTransport(inner, policy, owns_inner=True)
-        self._transports.append(transport)
-        return transport
-
-    def _shard(self) -> int:
-        """Index of the next connection pool, round robin."""
-        if self._configs is None:
-            total = max(1, int(self.options["connection"]["max_connections"]))
-            pools = max(1, -(-total // POOL_CONNECTIONS))
-            self._configs = [self._config(self._transport(-(-total // pools))) for _ in range(pools)]
-            self._managers = [None] * pools
-        return next(self._next_config) % len(self._configs)
-
-    def _sandbox_config(self) -> ConnectionConfig:
-        shard = self._shard()
-        return self._configs[shard]
+    def _config(self) -> ConnectionConfig:
+        """The SDK's connection settings, with the one transport every SDK client shares."""
+        if self._connection is None:
+            conn = self.options["connection"]
+            # https: httpx's trust settings (certifi, or SSL_CERT_FILE / SSL_CERT_DIR), read
+            # once; plain http never opens TLS and keeps aiohttp's default
+            tls = httpx.create_ssl_context() if conn["protocol"] == "https" else None
+            inner = AiohttpTransport(max_connections=max(1, int(conn["max_connections"])),
+                                     keepalive_expiry=conn["keep_alive_expiry"], ssl_context=tls)
+            policy = RetryPolicy(
+                max_retries=self.ops["retries"],
+                initial_backoff=timedelta(seconds=self.ops["backoff_initial"]),
+                max_backoff=timedelta(seconds=self.ops["backoff_max"]),
+                retryable_status_codes_idempotent=frozenset({429, 500, 502, 503, 504}),
+            )
+            self._transport = RetryAsyncTransport(inner, policy, owns_inner=True)
+            self._connection = ConnectionConfig(
+                domain=conn["domain"], protocol=conn["protocol"], api_key=self._api_key,
+                request_timeout=timedelta(seconds=conn["request_timeout"]), transport=self._transport,
+                use_server_proxy=conn["use_server_proxy"], disable_metrics=True,
+            )
+        return self._connection
 
     async def manager(self) -> SandboxManager:
-        """A lifecycle client on the next pool (calls not tied to one sandbox spread too)."""
-        shard = self._shard()
-        if self._managers[shard] is None:
-            self._managers[shard] = await SandboxManager.create(self._configs[shard])
-        return self._managers[shard]
+        """The lifecycle client for calls not tied to one sandbox object."""
+        if self._manager is None:
+            self._manager = await SandboxManager.create(self._config())
+        return self._manager
+
+    def _sandboxes(self) -> Sandboxes:
+        """The SDK's lifecycle service, for creating sandboxes and finding their endpoints."""
+        if self._lifecycle is None:
+            self._lifecycle = AdapterFactory(self._config()).create_sandbox_service()
+        return self._lifecycle
+
+    async def _execd_endpoint(self, sandbox_id: str) -> SandboxEndpoint:
+        """Where the sandbox's execd listens, waiting (as the SDK does) until it is published."""
+        budget = ReadinessBudget(timedelta(seconds=self.options["create"]["ready_timeout"]),
+                                 timedelta(milliseconds=200))
+        use_proxy = self.options["connection"]["use_server_proxy"]
+        return await budget.endpoint(
+            lambda: self._sandboxes().get_sandbox_endpoint(sandbox_id, DEFAULT_EXECD_PORT, use_proxy))
+
+    async def _launch(self, spec: SandboxSpec, request: dict[str, Any]) -> OpenSandboxSandbox:
+        """One create call and one endpoint lookup; a sandbox whose endpoint fails is deleted.
+
+        What the SDK's Sandbox.create does, less what the provider never uses: it would
+        also look up the egress sidecar's endpoint (one more request per sandbox) and
+        build a client for each of execd's other APIs. No health check either: create()
+        probes the sandbox with a real command.
+        """
+        created = await self._sandboxes().create_sandbox(spec=SandboxImageSpec(image=spec.image), **request)
+        try:
+            execd = await self._execd_endpoint(created.id)
+        except BaseException:
+            await asyncio.shield(self._delete_quietly(created.id))
+            raise
+        return OpenSandboxSandbox(self, created.id, execd, spec)
 
     def _api_error(self, what: str, exc: BaseException, failure_class: str = "sandbox_api") -> SandboxError:
         status = _status(exc)
@@ -407,24 +443,21 @@ class OpenSandboxProvider(Provider):
         resource = {k: str(v) for k, v in (cfg["resources"] or {}).items()}
         resource.update({k: v for k, v in (("cpu", spec.resources.cpu), ("memory", spec.resources.memory)) if v})
         extensions = {"imagePullPolicy": cfg["image_pull_policy"]} if cfg.get("image_pull_policy") else None
-        kwargs = dict(
+        request = dict(
             timeout=timedelta(seconds=max(60, int(spec.ttl_seconds))),
-            ready_timeout=timedelta(seconds=cfg["ready_timeout"]),
-            env=dict(spec.env), metadata=metadata, resource=resource,
+            env=dict(spec.env), metadata=metadata,
+            resource=resource or dict(SDK_DEFAULT_RESOURCE),
             resource_requests=dict(cfg["resource_requests"]) if cfg.get("resource_requests") else None,
-            entrypoint=list(spec.entrypoint) if spec.entrypoint else None,
+            entrypoint=list(spec.entrypoint or SDK_DEFAULT_ENTRYPOINT),
             network_policy=None if spec.allow_internet else NetworkPolicy(default_action="deny", egress=[]),
-            extensions=extensions,
-            skip_health_check=True,  # the probe below checks readiness with a real command
+            extensions=extensions or {}, volumes=None,
         )
         attempt_deadline = self.options["connection"]["request_timeout"] * 2 + cfg["ready_timeout"] + 10
         maybe_strays = False
-        sdk = None
+        sandbox = None
         for attempt in range(cfg["retries"] + 1):
             try:
-                sdk = await asyncio.wait_for(
-                    SdkSandbox.create(spec.image, connection_config=self._sandbox_config(), **kwargs),
-                    attempt_deadline)
+                sandbox = await asyncio.wait_for(self._launch(spec, request), attempt_deadline)
                 break
             except (SandboxException, asyncio.TimeoutError) as exc:
                 status = _status(exc)
@@ -444,7 +477,6 @@ class OpenSandboxProvider(Provider):
                 delay = backoff(attempt, cfg["backoff_initial"], cfg["backoff_max"], _retry_after(exc))
                 log.warning("create from %s failed (%s); retry in %.1fs", spec.image, _describe(exc), delay)
                 await asyncio.sleep(delay)
-        sandbox = OpenSandboxSandbox(self, sdk, spec)
         try:
             if maybe_strays:  # an earlier attempt may have come up late
                 await self._delete_strays(nonce, keep=sandbox.id)
@@ -476,14 +508,12 @@ class OpenSandboxProvider(Provider):
             state = "does not exist" if info is None else f"is {info.status.state}"
             raise SandboxGone(f"sandbox {sandbox_id} {state}")
         try:
-            sdk = await SdkSandbox.connect(
-                sandbox_id, connection_config=self._sandbox_config(),
-                connect_timeout=timedelta(seconds=self.options["create"]["ready_timeout"]), skip_health_check=True)
+            execd = await self._execd_endpoint(sandbox_id)
         except SandboxException as exc:
             if _status(exc) == 404:
                 raise SandboxGone(f"sandbox {sandbox_id} no longer exists") from exc
             raise self._api_error(f"cannot connect to sandbox {sandbox_id}", exc) from exc
-        return OpenSandboxSandbox(self, sdk, spec)
+        return OpenSandboxSandbox(self, sandbox_id, execd, spec)
 
     async def info(self, sandbox_id: str):
         """The SDK's SandboxInfo, or None when the server does not know the sandbox."""
@@ -525,11 +555,12 @@ class OpenSandboxProvider(Provider):
             raise self._api_error(f"cannot delete sandbox {sandbox_id}", exc) from exc
 
     async def aclose(self) -> None:
-        for transport in self._transports:
-            await transport.aclose()
-        self._transports.clear()
-        self._configs = None
-        self._managers = []
+        if self._transport is not None:
+            await self._transport.aclose()
+        self._transport = None
+        self._connection = None
+        self._manager = None
+        self._lifecycle = None
 
 
 __all__ = ["OpenSandboxProvider", "OpenSandboxSandbox", "backoff", "default_options", "metadata_for"]
