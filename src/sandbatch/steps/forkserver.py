@@ -199,7 +199,7 @@ def _start(listener: socket.socket, conn: socket.socket) -> int | None:
         if uid != os.getuid():
             conn.close()
             return None
-        conn.settimeout(30)
+        conn.settimeout(5)  # clients send at once; a stuck one must not hold the others up long
         request, fds = _recv_request(conn)
         conn.settimeout(None)
     except (OSError, ValueError):
