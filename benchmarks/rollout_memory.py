@@ -52,7 +52,7 @@ def sample(task: str, server: bool) -> tuple[dict[str, float], dict[str, float],
         sm = psutil.Process(proc.pid)
         step_peak: dict[str, float] = defaultdict(float)
         tree_peak: dict[str, float] = defaultdict(float)
-        sm_peak = server_peak = 0.0
+        sm_peak = server_peak = forked_rss_peak = 0.0
         while proc.poll() is None:
             try:
                 sm_peak = max(sm_peak, sm.memory_info().rss)
@@ -74,6 +74,7 @@ def sample(task: str, server: bool) -> tuple[dict[str, float], dict[str, float],
                 try:
                     if k.ppid() in servers:  # a forked step: its pages are the server's until written
                         mem = k.memory_full_info().uss
+                        forked_rss_peak = max(forked_rss_peak, k.memory_info().rss)
                         own += mem
                     else:
                         mem = k.memory_info().rss
@@ -90,7 +91,7 @@ def sample(task: str, server: bool) -> tuple[dict[str, float], dict[str, float],
             time.sleep(0.02)
         if proc.returncode != 0:
             raise SystemExit("the run failed")
-    return step_peak, tree_peak, sm_peak, server_peak
+    return step_peak, tree_peak, sm_peak, server_peak, forked_rss_peak
 
 
 def main() -> int:
@@ -100,7 +101,7 @@ def main() -> int:
     mb = 1024 * 1024
     worst = {}
     for server in (True, False):
-        step_peak, tree_peak, sm_peak, server_peak = sample(a.task, server)
+        step_peak, tree_peak, sm_peak, server_peak, forked_rss = sample(a.task, server)
         title = "with the step server" if server else "without it (SANDBATCH_NO_STEP_SERVER=1)"
         print(title)
         print(f"  {'step':10s}{'step MB':>12s}{'all job processes MB':>24s}")
@@ -108,7 +109,8 @@ def main() -> int:
             if s in step_peak:
                 print(f"  {s:10s}{step_peak[s] / mb:12.1f}{tree_peak[s] / mb:24.1f}")
         worst[server] = max(tree_peak.values()) / mb
-        extra = f"; the step server (once per run): {server_peak / mb:.1f} MB" if server else ""
+        extra = (f"; the step server (once per run): {server_peak / mb:.1f} MB; a forked step's RSS, "
+                 f"which counts the pages it shares with the server: {forked_rss / mb:.1f} MB" if server else "")
         print(f"  peak of one rollout's job processes: {worst[server]:.1f} MB (target <= 80); "
               f"Snakemake itself: {sm_peak / mb:.1f} MB{extra}")
     print(f"ratio with/without the step server: {worst[True] / worst[False]:.2f}")
