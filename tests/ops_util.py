@@ -132,18 +132,19 @@ def wait_for(cond: Callable[[], object], timeout: float, what: str, proc: subpro
     raise AssertionError(f"timed out after {timeout} s waiting for: {what}")
 
 
-def sandboxes(workdir: Path, role: str | None = None) -> list[Path]:
+def sandboxes(workdir: Path, role: str | None = None, task: str | None = None) -> list[Path]:
+    """The local provider's sandbox directories, optionally those of one role and task."""
     root = workdir / ".sandbatch" / "sandboxes"
     out = []
     for d in sorted(root.glob("*")) if root.is_dir() else []:
-        if role is None:
+        if role is None and task is None:
             out.append(d)
             continue
         try:
             labels = json.loads((d / "meta.json").read_text()).get("labels", {})
         except (OSError, ValueError):
             continue
-        if labels.get("role") == role:
+        if role in (None, labels.get("role")) and task in (None, labels.get("task")):
             out.append(d)
     return out
 

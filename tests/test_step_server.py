@@ -4,6 +4,7 @@ signals; a killed job still cleans up; without a server a step runs in its own p
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -12,7 +13,7 @@ import uuid
 import psutil
 import pytest
 
-from ops_util import SNAKEMAKE, run, smoke_rows, start, wait_for, write_tasks
+from ops_util import SNAKEMAKE, run, sandboxes, smoke_rows, start, wait_for, write_tasks
 from workflow_util import REPO
 
 SERVER_MODULE = "sandbatch.steps.forkserver"
@@ -23,7 +24,6 @@ DELEGATE = ("import sys; from sandbatch.steps.client import delegate; sys.argv[0
 
 def _serve(name: str) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-m", SERVER_MODULE, name, "sandbatch.steps.convert"])
-    import socket
 
     def up():
         with socket.socket(socket.AF_UNIX) as s:
@@ -60,11 +60,11 @@ def test_a_step_goes_to_the_server_with_its_stdio_and_exit_code(tmp_path):
     assert _client(None, "--help").returncode == 99
 
 
-def _server_of(snakemake: psutil.Process) -> psutil.Process:
-    for p in snakemake.children():
-        if SERVER_MODULE in " ".join(p.cmdline()):
-            return p
-    raise AssertionError("no step server under Snakemake")
+def _server_of(snakemake: psutil.Process) -> psutil.Process | None:
+    try:
+        return next((p for p in snakemake.children() if SERVER_MODULE in " ".join(p.cmdline())), None)
+    except psutil.NoSuchProcess:
+        return None
 
 
 @pytest.mark.slow
@@ -83,8 +83,9 @@ def test_killed_job_step_cleans_up_and_the_rerun_completes(tmp_path):
     proc = start(tmp_path, *args)
     try:
         sm = psutil.Process(proc.pid)
-        server = wait_for(lambda: _server_of_or_none(sm), 60, "the step server", proc)
-        sandbox = wait_for(lambda: _grading_sandbox(tmp_path), 120, "a grading sandbox", proc)
+        server = wait_for(lambda: _server_of(sm), 60, "the step server", proc)
+        found = wait_for(lambda: sandboxes(tmp_path, "grade", "smoke__calc-1"), 120, "a grading sandbox", proc)
+        sandbox = found[0]
         client = next(p for p in sm.children(recursive=True)
                       if any(a.endswith("workflow/scripts/grade.py") for a in p.cmdline())
                       and "smoke__calc-1" in p.cmdline())
@@ -108,25 +109,6 @@ def test_killed_job_step_cleans_up_and_the_rerun_completes(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     rollouts = [json.loads(l) for l in (tmp_path / "results/default/rollouts.jsonl").read_text().splitlines()]
     assert len(rollouts) == 2 and all(r["resolved"] for r in rollouts)
-
-
-def _server_of_or_none(sm: psutil.Process):
-    try:
-        return _server_of(sm)
-    except (AssertionError, psutil.NoSuchProcess):
-        return None
-
-
-def _grading_sandbox(workdir):
-    root = workdir / ".sandbatch" / "sandboxes"
-    for d in sorted(root.glob("*")) if root.is_dir() else []:
-        try:
-            labels = json.loads((d / "meta.json").read_text()).get("labels", {})
-        except (OSError, ValueError):
-            continue
-        if labels.get("role") == "grade" and labels.get("task") == "smoke__calc-1":
-            return d
-    return None
 
 
 def test_no_step_server_when_disabled(tmp_path):
