@@ -1,7 +1,8 @@
 """Fixtures for tests that need a real Docker engine and the local base image.
 
 Import the fixtures into a test module (`from docker_fixtures import docker_engine, ...`).
-They skip, with the reason and the fix, when no engine answers or the image is missing;
+They skip, with the reason and the fix, when no engine answers or the image is missing (and
+fail under SANDBATCH_REQUIRE_SERVICES=1, see services.py);
 `bash scripts/services/docker.sh && bash scripts/build-base-image.sh` provides both.
 """
 
@@ -15,6 +16,8 @@ import uuid
 from pathlib import Path
 
 import pytest
+
+from services import missing
 
 BASE_IMAGE = os.environ.get("SANDBATCH_BASE_IMAGE", "sandbatch/base:bookworm")
 
@@ -38,15 +41,15 @@ def docker_engine() -> str:
     """The docker CLI, once `docker info` answers; skips otherwise."""
     cli = shutil.which("docker")
     if cli is None:
-        pytest.skip("no docker CLI on PATH; run `bash scripts/services/docker.sh` (as root)")
+        missing("no docker CLI on PATH; run `bash scripts/services/docker.sh` (as root)")
     try:
         res = subprocess.run([cli, "info", "--format", "{{.ServerVersion}}"],
                              capture_output=True, text=True, timeout=60)
     except subprocess.TimeoutExpired:
-        pytest.skip("no Docker engine: `docker info` hung for 60 s")
+        missing("no Docker engine: `docker info` hung for 60 s")
     if res.returncode != 0:
         why = _startup_failure()
-        pytest.skip(f"no Docker engine (scripts/services/docker.sh: {why})" if why else
+        missing(f"no Docker engine (scripts/services/docker.sh: {why})" if why else
                     f"no Docker engine: `docker info` failed ({_last_line(res.stderr)}); "
                     "run `bash scripts/services/docker.sh` (as root)")
     return cli
@@ -58,7 +61,7 @@ def docker_base_image(docker_engine: str) -> str:
     res = subprocess.run([docker_engine, "image", "inspect", "--format", "{{.Id}}", BASE_IMAGE],
                          capture_output=True, text=True, timeout=60)
     if res.returncode != 0:
-        pytest.skip(f"base image {BASE_IMAGE} is missing; run `bash scripts/build-base-image.sh`")
+        missing(f"base image {BASE_IMAGE} is missing; run `bash scripts/build-base-image.sh`")
     return BASE_IMAGE
 
 

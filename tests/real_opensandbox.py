@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from services import need
+
 URL = os.environ.get("SANDBATCH_TEST_OPENSANDBOX_URL", "http://127.0.0.1:18080")
 KEY = os.environ.get("SANDBATCH_TEST_OPENSANDBOX_KEY", "opensandbox-test-key")
 
@@ -45,7 +47,5 @@ def unavailable() -> str | None:
 
 @pytest.fixture(scope="session")
 def real_opensandbox() -> RealServer:
-    why = unavailable()
-    if why is not None:
-        pytest.skip(why)
+    need(unavailable())
     return RealServer(URL, KEY)

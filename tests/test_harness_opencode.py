@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from services import need_program
 from harness_support import (items_of, leftover_sandboxes, rollout, run_context, run_workflow,
                              scripted_model_server, sleeper, smoke_config)
 from sandbatch.errors import UserError
@@ -136,8 +137,8 @@ def scripted_model():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which("npm") is None, reason="needs node/npm (CI has them)")
 def test_real_opencode_resolves_smoke_tasks(tmp_path, tmp_path_factory, scripted_model, monkeypatch):
+    need_program("npm", "run scripts/services/node.sh (as root)")
     url, model = scripted_model
     monkeypatch.setenv("SCRIPTED_UPSTREAM_KEY", "sk-upstream-secret-42")
     npm_cache = tmp_path_factory.getbasetemp() / "npm-cache"  # shared by the sandboxes of this session

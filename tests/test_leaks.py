@@ -73,7 +73,6 @@ class OpenSandboxBackend:
 
 @pytest.fixture
 def standin(tmp_path_factory):
-    pytest.importorskip("aiohttp", reason="the stand-in server needs the test extra: pip install -e .[test]")
     from opensandbox_server import StandIn
 
     server = StandIn.in_thread(tmp_path_factory.mktemp("standin"))

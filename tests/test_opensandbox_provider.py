@@ -14,8 +14,6 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-pytest.importorskip("opensandbox")
-pytest.importorskip("aiohttp")
 
 from opensandbox_server import StandIn  # noqa: E402
 

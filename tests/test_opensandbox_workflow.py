@@ -5,7 +5,6 @@ import json
 
 import pytest
 
-pytest.importorskip("aiohttp", reason="the stand-in server needs the test extra: pip install -e .[test]")
 
 from opensandbox_server import StandIn  # noqa: E402
 from workflow_util import SMOKE_TASKS, metrics, rollouts, snakemake, write_config  # noqa: E402

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from sandbatch.config import parse
+from services import need_program
 from sandbatch.proxy import ModelProxy, drop_cache_control, proxy_hosts, split_path, summarize_usage
 from sandbatch.proxy.core import retry_after
 from sandbatch.proxy.httpserver import Response, ServerThread, StreamingResponse, json_response
@@ -664,9 +665,9 @@ def test_bad_script_is_a_user_error(tmp_path):
         Script.from_dict({"tasks": {"re:(": []}})
 
 
-@pytest.mark.skipif(__import__("shutil").which("node") is None, reason="node is not installed")
 def test_node_fetch_client_through_the_proxy(scripted, out, tmp_path):
     """Another HTTP stack (Node's undici, as the JS agents use) against our server: keep-alive + SSE."""
+    need_program("node", "run scripts/services/node.sh (as root)")
     import subprocess
 
     js = tmp_path / "client.mjs"

@@ -14,6 +14,7 @@ from xml.etree import ElementTree
 import pytest
 
 from ops_util import run
+from services import need
 
 pytestmark = pytest.mark.slow
 CHROMIUM = shutil.which("chromium")
@@ -83,8 +84,8 @@ def _png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:
     return width, height, rows
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="Debian chromium is not installed (scripts/services/chromium.sh)")
 def test_report_renders_in_headless_chromium(report, tmp_path):
+    need(None if CHROMIUM else "Debian chromium is not installed; run scripts/services/chromium.sh (as root)")
     url = (report / "report.html").as_uri()
     common = [CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000"]
     dom = subprocess.run([*common, "--dump-dom", url], capture_output=True, text=True, timeout=120)

@@ -10,13 +10,18 @@ from pathlib import Path
 import pytest
 import yaml
 
+from services import need
 from slurm_util import jobs_seen_since, slurm_unavailable, wait_for_job
 
 REPO = Path(__file__).resolve().parents[1]
 SERVICE = REPO / "scripts" / "services" / "slurm.sh"
 
-_reason = slurm_unavailable()
-pytestmark = pytest.mark.skipif(_reason is not None, reason=f"Slurm not usable here: {_reason}")
+
+
+@pytest.fixture(autouse=True)
+def _slurm():
+    why = slurm_unavailable()
+    need(why and f"Slurm not usable here: {why}")
 
 
 def sbatch(tmp_path: Path, command: str) -> str:

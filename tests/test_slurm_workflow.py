@@ -4,6 +4,7 @@ import time
 
 import pytest
 
+from services import need
 from slurm_util import jobs_seen_since, slurm_unavailable
 from workflow_util import rollouts, snakemake
 
@@ -11,9 +12,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_one_slurm_job_per_rollout_and_the_aggregate_stays_local(tmp_path):
-    why = slurm_unavailable()
-    if why:
-        pytest.skip(why)
+    need(slurm_unavailable())
     t0 = time.time()
     proc = snakemake(tmp_path, "--workflow-profile", "slurm", "--slurm-init-seconds-before-status-checks", "5",
                      "--config", "run=slurm", "concurrency=2", "benchmark={'limit': 3}", timeout=900)
