@@ -80,6 +80,16 @@ def reap_at_exit():
         print(f"sandbatch: reaped {len(deleted)} sandbox(es) left by run {CFG.run}", file=sys.stderr)
 
 
+def claim_instance():
+    """The run instance's identity (sandbatch.instance), made once per working directory and run
+    before any job starts: its sandboxes carry it, and reaping selects by it."""
+    from sandbatch.instance import claim
+
+    _, note = claim(RUN_DIR)
+    if note:
+        print(note, file=sys.stderr)
+
+
 def finish_run():
     """End of a real run, successful or not: release the owner record, delete leftovers."""
     STEP_SERVER.stop()
@@ -93,5 +103,6 @@ def finish_run():
 # fork instead of a Python start-up with every import.
 onstart:
     register_owner(CFG.run)
+    claim_instance()
     if workflow.local_exec and not workflow.touch:
         STEP_SERVER.start(CFG)

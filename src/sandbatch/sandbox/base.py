@@ -47,6 +47,11 @@ class ExecResult(BaseModel):
         return self.exit_code == 0 and not self.timed_out
 
 
+# exit statuses of a command ended by SIGKILL / SIGTERM (128 + n from a shell or docker exec,
+# -n from a direct child): when the sandbox itself was killed, stopped or deleted, that is an
+# infrastructure failure, never the command's own result, so providers check the sandbox then
+KILLED_EXIT_CODES = frozenset({137, 143, -9, -15})
+
 State = Literal["running", "pending", "stopped", "gone", "unknown"]
 
 
@@ -105,6 +110,13 @@ class Sandbox(abc.ABC):
 
     async def delete(self) -> None:
         await self.provider.delete(self.id)
+
+    async def ensure_alive(self, during: str) -> None:
+        """SandboxGone unless the sandbox still runs: what a step read from a sandbox that was
+        killed or deleted under it (by an operator, a reaper, the TTL) is not the agent's result."""
+        state = await self.status()
+        if state in ("gone", "stopped"):
+            raise SandboxGone(f"sandbox {self.id} is {state} after {during}; its results are discarded")
 
     def map_path(self, path: str) -> str:
         """Where an absolute path of the task's image (/logs/verifier, /tests, the image's

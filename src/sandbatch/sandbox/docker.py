@@ -45,7 +45,7 @@ from typing import Any, Sequence
 from pydantic import BaseModel
 
 from ..errors import InfraError, UserError
-from .base import ExecResult, Provider, Sandbox, SandboxError, SandboxGone, SandboxInfo, SandboxSpec, State
+from .base import KILLED_EXIT_CODES, ExecResult, Provider, Sandbox, SandboxError, SandboxGone, SandboxInfo, SandboxSpec, State
 
 # Mirrors the defaults of `sandbox.docker` in schemas/config.schema.yaml (a test keeps the
 # two equal); used when the provider is built without a validated config (tests, scripts).
@@ -233,9 +233,12 @@ class DockerSandbox(Sandbox):
             io_done.cancel()
             raise
         code = proc.returncode if proc.returncode is not None else -1
-        if not timed_out and code != 0 and _GONE.search(err.decode("utf-8", "replace")):
-            await self._raise_gone("cannot run a command", err)
         stderr = err.decode("utf-8", "replace")
+        if not timed_out and (code in KILLED_EXIT_CODES or (code != 0 and (_GONE.search(stderr)
+                                                                         or _ENGINE.search(stderr)))):
+            # killed, or the CLI could not reach the container: whether the sandbox (or the
+            # engine) is the cause is asked of the engine, not read from what the command printed
+            await self._raise_gone(f"command ended with exit {code}", err)
         if not timed_out and code == 137 and await self._oom_kills() > 0:
             # 137 = SIGKILL; say so when the kernel's OOM killer sent it (the container lives on)
             if stderr and not stderr.endswith("\n"):

@@ -68,6 +68,8 @@ class LocalSandbox(Sandbox):
         except asyncio.CancelledError:
             _killpg(proc.pid)
             raise
+        if proc.returncode != 0:
+            self._check()  # a command that failed because its sandbox was deleted under it: infrastructure
         return ExecResult(
             exit_code=-1 if timed_out else proc.returncode,
             stdout=out.decode("utf-8", "replace"),

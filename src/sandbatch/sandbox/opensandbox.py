@@ -76,6 +76,7 @@ from ..ids import LABEL_MAX, label_value  # noqa: E402
 from ..util import deep_merge  # noqa: E402
 from .opensandbox_http import AiohttpTransport  # noqa: E402
 from .base import (  # noqa: E402
+    KILLED_EXIT_CODES,
     ExecResult,
     Provider,
     Sandbox,
@@ -258,7 +259,7 @@ class OpenSandboxSandbox(Sandbox):
                 detail = execution.error.value if execution.error else "the stream ended without an exit status"
                 raise SandboxError(f"sandbox {self.id}: command did not complete ({detail})", "sandbox_exec")
             timed_out = code == -1 and duration >= timeout * 0.95
-            if code == -1 and not timed_out:
+            if not timed_out and (code == -1 or code in KILLED_EXIT_CODES):
                 await self._raise_if_gone(None)  # killed by a signal: maybe the whole sandbox died
             return ExecResult(exit_code=code, stdout=_join(stdout), stderr=_join(stderr), timed_out=timed_out,
                               duration_s=duration)

@@ -53,6 +53,7 @@ class GradeStep(Step):
                                         timeout=timeout, log_path=str(ctx.path("grade.log")),
                                         in_agent_sandbox=in_agent)),
                 timeout)
+            await sandbox.ensure_alive("grading")
         except asyncio.TimeoutError:
             raise InfraError(f"grading took longer than {timeout:.0f} s", "grade_timeout") from None
         except (InfraError, asyncio.CancelledError):

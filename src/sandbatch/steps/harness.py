@@ -69,6 +69,7 @@ class HarnessStep(Step):
         try:
             async with self._model_endpoint() as (model_url, api_key):
                 outcome = await self._run_agent(sandbox, model_url, api_key)
+            await sandbox.ensure_alive("the agent run")
         except BaseException:
             # interrupted or failed: nobody else will clean this sandbox up in time
             await asyncio.shield(sandbox.delete())

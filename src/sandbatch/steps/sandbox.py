@@ -7,6 +7,7 @@ import getpass
 
 from ..errors import InfraError
 from ..ids import label_value
+from ..instance import ensure_instance, read_instance
 from ..records import SANDBOX, SandboxRecord
 from ..sandbox import Sandbox, SandboxError, SandboxSpec, rewrite_image
 from ..sandbox.base import Resources
@@ -15,9 +16,21 @@ from ..tasks.settings import resources_for
 from .common import Step, StepContext
 
 
-def run_labels(cfg) -> dict[str, str]:
-    """The labels that find every sandbox of a run (providers may prefix the keys)."""
-    return {"run": label_value(cfg.run), "owner": label_value(cfg.sandbox.owner or getpass.getuser())}
+def run_labels(cfg, instance: str | None = None) -> dict[str, str]:
+    """The labels every sandbox of this run instance carries (providers may prefix the keys).
+
+    `instance` (sandbatch.instance) is what selects them: `run` and `owner` repeat across
+    working directories. Steps make the id if the run has none yet (started by hand).
+    """
+    return {"run": label_value(cfg.run), "owner": label_value(cfg.sandbox.owner or getpass.getuser()),
+            "instance": instance or ensure_instance(cfg.run_dir)}
+
+
+def selector(cfg) -> dict[str, str] | None:
+    """The labels that select exactly this run instance's sandboxes; None when it never
+    started here (it has no id, so no sandbox can be its)."""
+    instance = read_instance(cfg.run_dir)
+    return None if instance is None else {"run": label_value(cfg.run), "instance": instance}
 
 
 def build_spec(ctx: StepContext, role: str) -> SandboxSpec:
