@@ -98,3 +98,10 @@ def test_is_snakemake():
     assert owners.is_snakemake(["snakemake"])
     assert not owners.is_snakemake(["python", "-m", "pytest", "tests/test_snakemake.py"])
     assert not owners.is_snakemake(["python", "/x/bin/sandbatch", "stop", "snakemake"])
+    assert owners.is_snakemake(["/usr/bin/python3.11", "-u", "-X", "dev", "/x/bin/snakemake"])
+    # wrappers that fork the real Snakemake are not it
+    for wrapper in (["timeout", "600"], ["srun", "-t", "10"], ["nohup"], ["nice", "-n", "5"], ["stdbuf", "-oL"],
+                    ["env", "A=1"]):
+        assert not owners.is_snakemake([*wrapper, "/x/bin/snakemake", "--cores", "2"]), wrapper
+        assert not owners.is_snakemake([*wrapper, "python", "-m", "snakemake"]), wrapper
+    assert not owners.is_snakemake(["python", "-c", "import snakemake"])

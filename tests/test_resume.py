@@ -7,15 +7,19 @@ and the leftover sandboxes of the killed jobs are reaped by the aggregate.
 """
 
 import json
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from ops_util import (fake_git, kill_group, records, run, sandbatch, sandboxes, smoke_rows, stable_rows, start,
                       wait_for, write_tasks)
-from sandbatch.owners import LOCKS_DIR
+from sandbatch.owners import LOCKS_DIR, scan
+from sandbatch.stop import kill_tree
 from sandbatch.status import incomplete_outputs
-from workflow_util import rollouts
+from workflow_util import REPO, rollouts
 
 pytestmark = pytest.mark.slow
 SLOW_TASK = "smoke__calc-1"
@@ -110,6 +114,8 @@ def test_sigkill_then_same_command_resumes(tmp_path, tasks, reference, point):
     assert status["done"] == len(done_before)
     assert status["snakemake"]["running"] is False
     started_harness = {p.parent.name for p in tmp_path.glob("results/default/*/0/sandbox.json")}
+    slow_handle = tmp_path / f"results/default/{SLOW_TASK}/0/sandbox.json"
+    used_id = json.loads(slow_handle.read_text())["sandbox_id"] if point == "during-harness" else None
 
     again = run(tmp_path, *_args(tasks_file), env=env)
     (tmp_path / "rerun.out").write_text(again.stdout + again.stderr)
@@ -127,7 +133,42 @@ def test_sigkill_then_same_command_resumes(tmp_path, tasks, reference, point):
     if point == "during-harness":
         handle = json.loads((tmp_path / f"results/default/{SLOW_TASK}/0/sandbox.json").read_text())
         assert handle["recreated"] == 1, "the half-used agent sandbox was reused"
-        assert manifest["sandboxes_reaped"] >= 0
+        assert used_id and handle["sandbox_id"] != used_id
+        assert not (tmp_path / ".sandbatch" / "sandboxes" / used_id).exists(), "the half-used sandbox was left"
+    assert isinstance(manifest["sandboxes_reaped"], int)
     if point == "during-grading":
         assert manifest["sandboxes_reaped"] >= 1, "the killed grading sandbox was left behind"
     assert started_harness  # the kill happened after the run had started work
+
+
+@pytest.mark.parametrize("wrapper", ["timeout", "nohup", "srun"])
+def test_sigkill_under_a_wrapper_then_same_command_resumes(tmp_path, tasks, reference, wrapper):
+    """`timeout 600 snakemake ...` (and nohup, srun) killed with -9, then the same command:
+    the wrapper of the new run names snakemake in its argv but is not a live Snakemake."""
+    tasks_file, grading_flag = tasks
+    if wrapper == "srun":
+        from slurm_util import slurm_unavailable
+        from services import need
+
+        need(slurm_unavailable())
+    prefix = {"timeout": ["timeout", "600"], "nohup": ["nohup"], "srun": ["srun", "-t", "15", "-c", "2"]}[wrapper]
+    cmd = [*prefix, str(Path(sys.executable).parent / "snakemake"), "-s", str(REPO / "Snakefile"), "--cores", "2",
+           "-d", str(tmp_path), *_args(tasks_file)]
+    grading_flag.touch()
+    try:
+        with open(tmp_path / "snakemake.out", "ab") as out:
+            proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            wait_for(lambda: sandboxes(tmp_path, "grade"), 300, "grading", proc)
+        finally:
+            kill_group(proc)
+            # under srun Snakemake is no child of the killed srun: kill it (and its jobs) by itself
+            kill_tree(scan(tmp_path))
+    finally:
+        grading_flag.unlink()
+    assert (tmp_path / LOCKS_DIR).is_dir()
+    again = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "removed stale Snakemake locks" in again.stderr
+    assert stable_rows(rollouts(tmp_path)) == reference
+    assert sandboxes(tmp_path) == []

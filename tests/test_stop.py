@@ -7,6 +7,7 @@ import time
 import pytest
 
 from ops_util import run, sandbatch, sandboxes, smoke_rows, start, wait_for, write_tasks
+from sandbatch.instance import read_instance
 from sandbatch.owners import LOCKS_DIR, scan
 
 pytestmark = pytest.mark.slow
@@ -67,14 +68,21 @@ def test_stop_without_a_run_unlocks_and_reaps(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     (tmp_path / LOCKS_DIR).mkdir(parents=True)
     (tmp_path / LOCKS_DIR / "0.input.lock").write_text("x\n")
-    left = tmp_path / ".sandbatch/sandboxes/sb-left"
-    (left / "work").mkdir(parents=True)
-    (left / "meta.json").write_text(json.dumps({"labels": {"run": "default", "owner": getpass.getuser()}}))
-    other = tmp_path / ".sandbatch/sandboxes/sb-other"
-    (other / "work").mkdir(parents=True)
-    (other / "meta.json").write_text(json.dumps({"labels": {"run": "another", "owner": getpass.getuser()}}))
+    instance = read_instance(tmp_path / "results" / "default")
+    assert instance
+
+    def leftover(name, **labels):
+        d = tmp_path / ".sandbatch/sandboxes" / name
+        (d / "work").mkdir(parents=True)
+        (d / "meta.json").write_text(json.dumps({"labels": {"owner": getpass.getuser(), **labels}}))
+        return d
+
+    left = leftover("sb-left", run="default", instance=instance)
+    other = leftover("sb-other", run="another", instance=instance)
+    # the same run name and user, from another working directory (another instance)
+    twin = leftover("sb-twin", run="default", instance="0123456789abcdef")
     out = sandbatch("stop", "default", "-d", str(tmp_path))
     assert out.returncode == 0, out.stderr
     assert "no Snakemake" in out.stdout and "removed .snakemake/locks" in out.stdout
     assert "deleted 1 sandbox" in out.stdout
-    assert not left.exists() and other.exists()
+    assert not left.exists() and other.exists() and twin.exists()

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import sys
@@ -103,9 +104,34 @@ def _alive(pid: int, create_time: float | None) -> bool:
         return False
 
 
+_PYTHON = re.compile(r"python[0-9.]*$")
+_VALUE_OPTIONS = {"-X", "-W", "-Q"}  # Python options that take the next argument
+
+
 def is_snakemake(cmdline: list[str]) -> bool:
-    """`snakemake ...`, `python .../bin/snakemake ...` and `python -m snakemake ...`."""
-    return any(os.path.basename(a) == "snakemake" for a in cmdline[:3])
+    """The Snakemake process itself, by what it runs: Python running the `snakemake` entry
+    script (what `snakemake ...` becomes) or `python -m snakemake`. A wrapper that merely names
+    snakemake among its arguments (`timeout 600 snakemake`, `srun snakemake`) is not one: it
+    forks the real Snakemake, and counting it made a resumed run under a wrapper see its own
+    wrapper as a live run. (`nohup`, `nice`, `env`, `stdbuf` exec, so they become Python.)"""
+    if not cmdline:
+        return False
+    if os.path.basename(cmdline[0]) == "snakemake":
+        return True
+    if not _PYTHON.match(os.path.basename(cmdline[0])):
+        return False
+    i = 1
+    while i < len(cmdline):
+        arg = cmdline[i]
+        if arg == "-m":
+            return cmdline[i + 1:i + 2] == ["snakemake"]
+        if arg == "-c":
+            return False
+        if arg.startswith("-"):
+            i += 2 if arg in _VALUE_OPTIONS else 1
+            continue
+        return os.path.basename(arg) == "snakemake"
+    return False
 
 
 def scan(workdir: str | os.PathLike) -> list[int]:

@@ -22,6 +22,36 @@ from ..util import read_json, write_json
 from .base import ExecResult, Provider, Sandbox, SandboxError, SandboxGone, SandboxInfo, SandboxSpec, State
 
 
+# what a local sandbox inherits from the step's environment (see LocalSandbox._env)
+PASSED_ENV = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "USER", "LOGNAME")
+
+
+def host_path() -> list[str]:
+    """The host's PATH without the runner's virtualenv (an agent's `pip install` must not land there)."""
+    venv = os.path.realpath(sys.prefix)
+    return [d for d in os.environ.get("PATH", "").split(os.pathsep)
+            if d and not (sys.prefix != sys.base_prefix and os.path.realpath(d).startswith(venv + os.sep))]
+
+
+def make_python(target: Path) -> None:
+    """A virtualenv of the sandbox's own at `target` that also sees the runner's installed
+    packages (read-only, through a .pth file): the smoke tasks' `python3 -m pytest` works, and
+    `pip install` lands in the sandbox. Written by hand: `python -m venv` costs ~1 s of CPU."""
+    import site
+    import sysconfig
+
+    base = Path(getattr(sys, "_base_executable", sys.executable))
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    (target / "bin").mkdir(parents=True)
+    for name in ("python", "python3", f"python{version}"):
+        (target / "bin" / name).symlink_to(base)
+    (target / "pyvenv.cfg").write_text(f"home = {base.parent}\ninclude-system-site-packages = false\n"
+                                       f"version = {sys.version.split()[0]}\n")
+    purelib = Path(sysconfig.get_path("purelib", vars={"base": str(target), "platbase": str(target)}))
+    purelib.mkdir(parents=True)
+    (purelib / "_sandbatch_runner.pth").write_text("".join(p + "\n" for p in site.getsitepackages()))
+
+
 class LocalSandbox(Sandbox):
     def __init__(self, provider: "LocalProvider", sandbox_id: str, spec: SandboxSpec):
         self.provider = provider
@@ -36,11 +66,17 @@ class LocalSandbox(Sandbox):
             raise SandboxGone(f"local sandbox {self.id} no longer exists ({self.root})")
 
     def _env(self, extra: dict[str, str] | None) -> dict[str, str]:
-        env = dict(os.environ)
-        # the interpreter that runs the workflow (and its pytest) comes first on PATH
-        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-        env["HOME"] = self.tmpdir
-        env["TMPDIR"] = self.tmpdir
+        """A minimal environment, nothing of the step's own (model keys, SANDBATCH_* settings,
+        the runner's virtualenv): PATH = the sandbox's Python, then the host's PATH without the
+        runner's venv; HOME, TMPDIR and XDG directories under the sandbox; the locale and
+        terminal variables; then the spec's and the command's own variables."""
+        env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
+        env.setdefault("LANG", "C.UTF-8")
+        env["PATH"] = os.pathsep.join([str(self.root / "python" / "bin"), *host_path()])
+        tmp = Path(self.tmpdir)
+        env.update(HOME=self.tmpdir, TMPDIR=self.tmpdir, XDG_CONFIG_HOME=str(tmp / ".config"),
+                   XDG_CACHE_HOME=str(tmp / ".cache"), XDG_DATA_HOME=str(tmp / ".local" / "share"),
+                   XDG_STATE_HOME=str(tmp / ".local" / "state"))
         env.update(self.spec.env)
         env.update(extra or {})
         return env
@@ -133,6 +169,7 @@ class LocalProvider(Provider):
         try:
             Path(sb.workdir).mkdir(parents=True)
             Path(sb.tmpdir).mkdir(parents=True)
+            make_python(sb.root / "python")
             expires = datetime.now(timezone.utc) + timedelta(seconds=spec.ttl_seconds)
             write_json(sb.root / "meta.json", {"labels": spec.labels, "expires_at": expires.isoformat()})
         except OSError as exc:
