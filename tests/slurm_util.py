@@ -26,6 +26,7 @@ class SlurmJob:
     state: str
     submitted: float  # epoch seconds (Slurm reports whole seconds)
     comment: str = ""  # the executor plugin writes rule_<rule or group>[_wildcards_<...>]
+    ended: float | None = None  # epoch seconds (whole), once the job has ended
 
 
 def _run(*cmd: str, timeout: float = 15) -> subprocess.CompletedProcess:
@@ -57,6 +58,13 @@ def _epoch(stamp: str) -> float:
     return datetime.fromisoformat(stamp).timestamp()
 
 
+def _end(stamp: str) -> float | None:
+    try:
+        return _epoch(stamp)
+    except ValueError:  # "N/A", "Unknown", or empty while running
+        return None
+
+
 def _jobcomp_path() -> Path | None:
     out = _run("scontrol", "show", "config").stdout
     for line in out.splitlines():
@@ -67,13 +75,14 @@ def _jobcomp_path() -> Path | None:
 
 
 def _from_squeue() -> dict[str, SlurmJob]:
-    out = _run("squeue", "--states=all", "--noheader", "--format=%i|%T|%V|%j|%k").stdout
+    out = _run("squeue", "--states=all", "--noheader", "--format=%i|%T|%V|%e|%j|%k").stdout
     jobs = {}
     for line in out.splitlines():
-        parts = line.split("|", 4)
-        if len(parts) == 5:
-            jid, state, submitted, name, comment = (p.strip() for p in parts)
-            jobs[jid] = SlurmJob(jid, name, state, _epoch(submitted), "" if comment == "(null)" else comment)
+        parts = line.split("|", 5)
+        if len(parts) == 6:
+            jid, state, submitted, ended, name, comment = (p.strip() for p in parts)
+            jobs[jid] = SlurmJob(jid, name, state, _epoch(submitted), "" if comment == "(null)" else comment,
+                                 _end(ended) if state in FINAL_STATES else None)
     return jobs
 
 
@@ -86,7 +95,8 @@ def _from_jobcomp() -> dict[str, SlurmJob]:
         fields = dict(kv.split("=", 1) for kv in line.split() if "=" in kv)
         if "JobId" in fields and "SubmitTime" in fields:
             jobs[fields["JobId"]] = SlurmJob(fields["JobId"], fields.get("Name", ""),
-                                             fields.get("JobState", ""), _epoch(fields["SubmitTime"]))
+                                             fields.get("JobState", ""), _epoch(fields["SubmitTime"]),
+                                             ended=_end(fields.get("EndTime", "")))
     return jobs
 
 

@@ -59,12 +59,12 @@ def test_retry_then_infra_error_then_rerun_errors(tmp_path):
     assert st["steps"]["grade"] == {"ok": 1, "infra_error": 2}
     assert sandboxes(tmp_path) == []
 
+    before = records(tmp_path)
     listed = sandbatch("rerun-errors", "default", "-d", str(tmp_path), "-n")
     assert listed.returncode == 0, listed.stderr
     assert f"{BROKEN}/0: sandbox failed [sandbox_prepare]; would redo from sandbox" in listed.stdout
     assert f"{BAD_GRADER}/0: grade failed [sandbox_prepare]; would redo from grade" in listed.stdout
     assert "2 rollout(s) with infra_error" in listed.stdout
-    before = records(tmp_path)
     assert records(tmp_path) == before  # a dry run deletes nothing
 
     done = sandbatch("rerun-errors", "default", "-d", str(tmp_path))

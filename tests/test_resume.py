@@ -151,7 +151,9 @@ def test_sigkill_under_a_wrapper_then_same_command_resumes(tmp_path, tasks, refe
         from services import need
 
         need(slurm_unavailable())
-    prefix = {"timeout": ["timeout", "600"], "nohup": ["nohup"], "srun": ["srun", "-t", "15", "-c", "2"]}[wrapper]
+    job = f"sandbatch-test-{tmp_path.name}"[:60]
+    prefix = {"timeout": ["timeout", "600"], "nohup": ["nohup"],
+              "srun": ["srun", "-J", job, "-t", "15", "-c", "2"]}[wrapper]
     cmd = [*prefix, str(Path(sys.executable).parent / "snakemake"), "-s", str(REPO / "Snakefile"), "--cores", "2",
            "-d", str(tmp_path), *_args(tasks_file)]
     grading_flag.touch()
@@ -162,8 +164,11 @@ def test_sigkill_under_a_wrapper_then_same_command_resumes(tmp_path, tasks, refe
             wait_for(lambda: sandboxes(tmp_path, "grade"), 300, "grading", proc)
         finally:
             kill_group(proc)
-            # under srun Snakemake is no child of the killed srun: kill it (and its jobs) by itself
+            # under srun Snakemake is no child of the killed srun: kill it (and its jobs) by itself,
+            # and end the allocation the dead srun held (as a lost node's would end)
             kill_tree(scan(tmp_path))
+            if wrapper == "srun":
+                subprocess.run(["scancel", "-n", job], check=False, timeout=60)
     finally:
         grading_flag.unlink()
     assert (tmp_path / LOCKS_DIR).is_dir()

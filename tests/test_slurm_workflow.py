@@ -30,6 +30,9 @@ def test_one_slurm_job_per_rollout_and_the_aggregate_stays_local(tmp_path):
     assert not [j for j in jobs_seen_since(t0) if "aggregate" in j.comment or "settings" in j.comment]
     log = proc.stdout + proc.stderr
     assert "localrule aggregate" in log
-    # concurrency=2: never more than two rollouts submitted before the first finished
-    first_two = sorted(j.submitted for j in jobs)
-    assert first_two[2] > first_two[0], "the third rollout did not wait for a free slot"
+    # concurrency=2: the third rollout is submitted only once one of the first two has ended
+    # (Slurm's times are whole seconds: "after" reads as >= at that resolution)
+    first, second, third = sorted(jobs, key=lambda j: (j.submitted, int(j.id.split("_")[0])))[:3]
+    ends = [j.ended for j in (first, second) if j.ended is not None]
+    assert ends, f"no end time for the first two jobs: {first}, {second}"
+    assert third.submitted >= min(ends), f"the third rollout did not wait for a free slot: {first, second, third}"

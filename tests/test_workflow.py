@@ -75,6 +75,8 @@ def test_grading_settings_rerun_grades_and_aggregate_never_the_agent(oracle_run)
 
 
 def test_aggregate_settings_rerun_only_the_aggregate(oracle_run):
+    # whatever grading settings an earlier test left: bring the run to a known state first
+    _ok(snakemake(oracle_run, "--config", "grading={'reward_threshold': 0.5}"))
     per_rollout = mtimes(oracle_run, "*/0/*")
     _ok(snakemake(oracle_run, "--config", "grading={'reward_threshold': 0.5}",
                   "aggregate={'report_title': 'Smoke check'}"))
