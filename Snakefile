@@ -23,7 +23,7 @@ include: "workflow/rules/aggregate.smk"
 
 rule all:
     input:
-        get_final_outputs(),
+        final_outputs_after_recovery,
     default_target: True
 
 

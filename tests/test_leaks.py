@@ -166,7 +166,7 @@ def test_sigkilled_run_leaves_no_sandbox(tmp_path, backend, recovery):
     assert len(rollouts(tmp_path, backend.run)) == TASKS
     assert read(rollout / "harness.json")["status"] == "timeout"
     # the half-used sandbox was replaced, not reused, and deleted on the way
-    assert read(rollout / "sandbox.json")["recreated"] == 1
+    assert read(rollout / "harness.json")["sandbox"]["recreated"] == 1
     assert backend.live() == []
 
 

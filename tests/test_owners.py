@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from sandbatch import owners
-from sandbatch.owners import INCOMPLETE_DIR, LOCKS_DIR, OWNERS_DIR, recover
+from sandbatch.owners import INCOMPLETE_DIR, LOCKS_DIR, OWNERS_DIR, locked, recover
 
 
 def _lock(wd):
@@ -51,7 +51,7 @@ def test_dead_owner_locks_and_interrupted_outputs_are_cleared(tmp_path):
     notes = recover(tmp_path)
     assert any("removed stale Snakemake locks" in n for n in notes)
     assert any("2 output(s) of interrupted jobs" in n and "1 partial file(s)" in n for n in notes)
-    assert not (tmp_path / LOCKS_DIR).exists() and not done.exists()
+    assert not locked(tmp_path) and not done.exists()
     assert not list((tmp_path / INCOMPLETE_DIR).iterdir())
     assert not rec.exists()  # the dead owner's record is pruned
 
@@ -73,7 +73,7 @@ def test_live_owner_keeps_everything(tmp_path):
         proc.wait()
     # a reused pid (other start time) does not count as the owner
     _record(tmp_path, os.getppid(), create_time=1.0)
-    assert recover(tmp_path) and not (tmp_path / LOCKS_DIR).exists()
+    assert recover(tmp_path) and not locked(tmp_path)
 
 
 def test_owner_on_another_host_keeps_locks_and_says_so(tmp_path):

@@ -16,7 +16,7 @@ import pytest
 
 from ops_util import (fake_git, kill_group, records, run, sandbatch, sandboxes, smoke_rows, stable_rows, start,
                       wait_for, write_tasks)
-from sandbatch.owners import LOCKS_DIR, scan
+from sandbatch.owners import LOCKS_DIR, locked, scan
 from sandbatch.stop import kill_tree
 from sandbatch.status import incomplete_outputs
 from workflow_util import REPO, rollouts
@@ -101,7 +101,7 @@ def test_sigkill_then_same_command_resumes(tmp_path, tasks, reference, point):
         kill_group(proc)
     if flag:
         flag.unlink()
-    assert (tmp_path / LOCKS_DIR).is_dir(), "SIGKILL leaves Snakemake's locks behind"
+    assert locked(tmp_path), "SIGKILL leaves Snakemake's locks behind"
 
     # what had finished before the kill: records not marked incomplete by Snakemake
     marked = incomplete_outputs(tmp_path)
@@ -124,15 +124,14 @@ def test_sigkill_then_same_command_resumes(tmp_path, tasks, reference, point):
 
     after = records(tmp_path)
     for name, (mtime, content) in before.items():
-        if name.endswith("sandbox.json") and name.replace("sandbox.json", "harness.json") not in before:
-            continue  # the harness had not finished: it may replace a used or dead sandbox
+        # sandbox.json too: a harness step that replaces a used or dead sandbox records that itself
         assert after[name] == (mtime, content), f"{name} was redone although it had finished"
     assert stable_rows(rollouts(tmp_path)) == reference
     assert sandboxes(tmp_path) == [], "the killed jobs' sandboxes were not reaped"
     manifest = json.loads((tmp_path / "results/default/manifest.json").read_text())
     if point == "during-harness":
-        handle = json.loads((tmp_path / f"results/default/{SLOW_TASK}/0/sandbox.json").read_text())
-        assert handle["recreated"] == 1, "the half-used agent sandbox was reused"
+        handle = json.loads((tmp_path / f"results/default/{SLOW_TASK}/0/harness.json").read_text())["sandbox"]
+        assert handle and handle["recreated"] == 1, "the half-used agent sandbox was reused"
         assert used_id and handle["sandbox_id"] != used_id
         assert not (tmp_path / ".sandbatch" / "sandboxes" / used_id).exists(), "the half-used sandbox was left"
     assert isinstance(manifest["sandboxes_reaped"], int)
@@ -161,7 +160,7 @@ def test_sigkill_under_a_wrapper_then_same_command_resumes(tmp_path, tasks, refe
         with open(tmp_path / "snakemake.out", "ab") as out:
             proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            wait_for(lambda: sandboxes(tmp_path, "grade"), 300, "grading", proc)
+            wait_for(KILL_POINTS["during-grading"](tmp_path), 300, "grading", proc)
         finally:
             kill_group(proc)
             # under srun Snakemake is no child of the killed srun: kill it (and its jobs) by itself,
@@ -171,7 +170,7 @@ def test_sigkill_under_a_wrapper_then_same_command_resumes(tmp_path, tasks, refe
                 subprocess.run(["scancel", "-n", job], check=False, timeout=60)
     finally:
         grading_flag.unlink()
-    assert (tmp_path / LOCKS_DIR).is_dir()
+    assert locked(tmp_path)
     again = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "removed stale Snakemake locks" in again.stderr

@@ -8,7 +8,7 @@ import pytest
 
 from ops_util import run, sandbatch, sandboxes, smoke_rows, start, wait_for, write_tasks
 from sandbatch.instance import read_instance
-from sandbatch.owners import LOCKS_DIR, scan
+from sandbatch.owners import LOCKS_DIR, locked, scan
 
 pytestmark = pytest.mark.slow
 GRACE = 10
@@ -45,7 +45,7 @@ def test_stop_during_grading_then_rerun_completes(tmp_path, sigint):
         if proc.poll() is None:
             proc.kill()
     assert scan(tmp_path) == []
-    assert not (tmp_path / LOCKS_DIR).exists()
+    assert not locked(tmp_path)
     assert sandboxes(tmp_path) == []
     assert not (tmp_path / "results/default/smoke__calc-1/0/grade.json").exists()
     status = json.loads(sandbatch("status", "default", "-d", str(tmp_path), "--json").stdout)

@@ -11,8 +11,9 @@ Snakemake's lock files (`.snakemake/locks/`) name files, not processes: after a 
   time; besides the records, the process table is scanned for `snakemake` processes whose
   working directory is this one (that covers the seconds between taking the locks and
   `onstart`, and runs started without sandbatch);
-- at parse time (main process only, so also for `snakemake -n`), when no Snakemake but
-  this one works here and no record names another host, `recover` removes the locks and
+- when a run that executes jobs builds its DAG (sandbatch.workflow.recover_before_run; never
+  a dry run), if no Snakemake but this one works here and no record names another host,
+  `recover` removes the locks and
   the outputs of interrupted jobs (see there). A record from another host (shared
   filesystem) keeps everything: this host cannot see that process, and the message says
   to run `snakemake --unlock` once it is known to be gone.
@@ -182,7 +183,12 @@ def locked(workdir: str | os.PathLike = ".") -> bool:
 def remove_locks(workdir: str | os.PathLike = ".") -> bool:
     """What `snakemake --unlock` does; True if there was something to remove."""
     had = locked(workdir)
-    shutil.rmtree(Path(workdir) / LOCKS_DIR, ignore_errors=True)
+    # the files only: Snakemake made the directory when it started and writes its locks there
+    for lock in (Path(workdir) / LOCKS_DIR).glob("*"):
+        if lock.is_dir():
+            shutil.rmtree(lock, ignore_errors=True)
+        else:
+            lock.unlink(missing_ok=True)
     return had
 
 
@@ -213,7 +219,7 @@ def recover(workdir: str | os.PathLike = ".") -> list[str]:
     those jobs as missing outputs. (Snakemake's own `--rerun-incomplete` forces such a job
     but, in 9.27, then skips everything downstream of it that reads it as `ancient()` and
     everything that depends on that: a resumed run would stop after one job.)
-    Cheap when there is nothing to do (two directory listings): it runs at every parse.
+    Cheap when there is nothing to do (two directory listings): it runs at every real run.
     Returns one-line notes for the user.
     """
     wd = Path(workdir)

@@ -84,6 +84,9 @@ class HarnessRecord(Record):
     events: int = 0
     unknown_events: int = 0
     metadata: dict[str, Any] = Field(default_factory=dict)
+    # the agent's sandbox when this step replaced the one in sandbox.json (used by an
+    # interrupted attempt, or dead): a step never rewrites an upstream step's output
+    sandbox: SandboxRecord | None = None
 
 
 class PatchRecord(Record):
@@ -91,6 +94,12 @@ class PatchRecord(Record):
     files: list[str] = Field(default_factory=list)
     empty: bool = True
     sandbox_deleted: bool = False
+    kept_sandbox: SandboxRecord | None = None  # the agent's sandbox, left alive to grade in it
+
+
+def agent_handle(sandbox: SandboxRecord, harness: HarnessRecord) -> SandboxRecord:
+    """The sandbox the agent ran in: the harness step's replacement, else the sandbox step's."""
+    return harness.sandbox or sandbox
 
 
 class GradeRecord(Record):

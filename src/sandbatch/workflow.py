@@ -11,14 +11,29 @@ from .errors import UserError
 from .tasks import TaskRef, select_tasks
 
 
-def load_run(workflow, config: dict[str, Any]) -> tuple[Config, dict[str, Any], list[TaskRef]]:
-    """Validate the merged config and read the task table once; a user error exits in one line."""
-    if workflow.is_main_process and not workflow.dryrun:
-        # a killed run leaves locks and half-done jobs behind; the next plain `snakemake` resumes
+def executes_jobs(workflow) -> bool:
+    """This invocation runs jobs: the main process of a real run. Not a dry run, `--touch`, nor
+    one that executes nothing at all (`--unlock`, `--report`, `--list-rules`: no executor).
+    Known only once Snakemake executes (it sets the executor after reading the Snakefile)."""
+    return (workflow.is_main_process and workflow.executor_plugin is not None
+            and not workflow.dryrun and not workflow.touch)
+
+
+def recover_before_run(workflow) -> None:
+    """The one point where a run repairs what a killed run left behind (sandbatch.owners.recover:
+    stale locks, outputs of interrupted jobs). Called from the input function of the default
+    target `all` (workflow/rules/common.smk): Snakemake evaluates it while it builds the DAG,
+    after it knows whether it executes and before it checks outputs and takes its locks.
+    Reading the Snakefile, a dry run, `--touch` or a report change nothing on disk."""
+    if executes_jobs(workflow):
         from .owners import recover
 
         for note in recover():
             print(note, file=sys.stderr)
+
+
+def load_run(workflow, config: dict[str, Any]) -> tuple[Config, dict[str, Any], list[TaskRef]]:
+    """Validate the merged config and read the task table once; a user error exits in one line."""
     try:
         cfg = parse(config, workflow_sources(workflow, config))
         check_registries(cfg)

@@ -4,7 +4,7 @@ import sys
 
 from sandbatch.owners import register as register_owner, unregister as unregister_owner
 from sandbatch.steps.forkserver import StepServer
-from sandbatch.workflow import load_run, stamps
+from sandbatch.workflow import load_run, recover_before_run, stamps
 
 CFG, CFG_RAW, TASKS = load_run(workflow, config)
 STEP_SERVER = StepServer()
@@ -38,6 +38,14 @@ def get_final_outputs():
     deleted grade.json or response.json is redone even though the summary is newer."""
     summary = list(rules.aggregate.output)  # every output: a missing plot is redone too
     return summary + rollout_files("grade.json") + rollout_files("response.json")
+
+
+def final_outputs_after_recovery(wildcards):
+    """Input function of the default target `all`, and the explicit recovery point after a crash
+    (stale locks, half-written outputs; see sandbatch.workflow.recover_before_run): only a run
+    that executes jobs gets there, never `-n`, `--touch`, `--unlock` or `--report`."""
+    recover_before_run(workflow)
+    return get_final_outputs()
 
 
 def step_command(step):

@@ -21,8 +21,8 @@ class GradeStep(Step):
     name = "grade"
     retry_in_process = True
 
-    async def _agent_sandbox(self) -> tuple[Sandbox, str]:
-        handle = load(SandboxRecord, self.ctx.path(SANDBOX))
+    async def _agent_sandbox(self, info: PatchRecord) -> tuple[Sandbox, str]:
+        handle = info.kept_sandbox or load(SandboxRecord, self.ctx.path(SANDBOX))  # records of older runs
         try:
             sandbox = await self.ctx.provider.connect(handle.sandbox_id, handle.spec)
         except SandboxGone:
@@ -43,7 +43,7 @@ class GradeStep(Step):
                                           report={"patch_is_None": False, "patch_exists": False,
                                                   "patch_successfully_applied": False, "resolved": False}))
         if in_agent:
-            sandbox, base_ref = await self._agent_sandbox()
+            sandbox, base_ref = await self._agent_sandbox(info)
         else:
             sandbox, base_ref = await create_prepared(ctx, build_spec(ctx, "grade"))
         timeout = ctx.scaled(ctx.timeouts.grade)

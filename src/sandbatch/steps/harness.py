@@ -35,13 +35,15 @@ class HarnessStep(Step):
     def __init__(self, ctx):
         super().__init__(ctx)
         self.harness: Harness = get_harness(ctx.cfg.harness.name)
+        self.replacement: SandboxRecord | None = None
 
     def _record(self, **kw) -> HarnessRecord:
         return HarnessRecord(harness=self.harness.name,
                              version=self.ctx.cfg.harness.version or self.harness.default_version, **kw)
 
     async def _sandbox(self, handle: SandboxRecord) -> Sandbox:
-        """The recorded sandbox if it is alive and unused, else a fresh one (recorded anew)."""
+        """The recorded sandbox if it is alive and unused, else a fresh one, recorded in this
+        step's own harness.json (`sandbox`), never in sandbox.json (an upstream output)."""
         provider = self.ctx.provider
         try:
             sandbox = await provider.connect(handle.sandbox_id, handle.spec)
@@ -55,7 +57,7 @@ class HarnessStep(Step):
         sandbox, base_ref = await create_prepared(self.ctx, handle.spec)
         handle = fill(handle.model_copy(), sandbox, base_ref)
         handle.recreated += 1
-        handle.save(self.ctx.path(SANDBOX))
+        self.replacement = handle
         return sandbox
 
     async def run(self) -> None:
@@ -147,7 +149,7 @@ class HarnessStep(Step):
                            exit_code=outcome.exit_code, timed_out=outcome.timed_out,
                            stderr_tail=outcome.stderr_tail, install_s=round(outcome.install_s, 3),
                            agent_s=round(outcome.agent_s, 3), events=len(outcome.events),
-                           metadata=outcome.metadata)
+                           metadata=outcome.metadata, sandbox=self.replacement)
         self.stamp(rec).save(ctx.path(HARNESS))
 
     def fail(self, exc: InfraError) -> None:

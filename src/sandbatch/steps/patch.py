@@ -5,7 +5,8 @@ from __future__ import annotations
 import shlex
 
 from ..errors import InfraError
-from ..records import HARNESS, PATCH, PATCH_INFO, SANDBOX, HarnessRecord, PatchRecord, SandboxRecord, load
+from ..records import (HARNESS, PATCH, PATCH_INFO, SANDBOX, HarnessRecord, PatchRecord, SandboxRecord, agent_handle,
+                       load)
 from ..sandbox import SandboxError
 from ..tasks.settings import grades_in_agent_sandbox
 from ..util import write_atomic
@@ -27,8 +28,8 @@ class PatchStep(Step):
 
     async def run(self) -> None:
         ctx = self.ctx
-        handle = load(SandboxRecord, ctx.path(SANDBOX))
         harness = load(HarnessRecord, ctx.path(HARNESS))
+        handle = agent_handle(load(SandboxRecord, ctx.path(SANDBOX)), harness)
         if handle.failed_infra or harness.failed_infra:
             failed = handle if handle.failed_infra else harness
             if handle.sandbox_id:
@@ -48,11 +49,13 @@ class PatchStep(Step):
             data += b"\n"
         files = [f for f in result.stdout.splitlines() if f.strip()]
         # the agent sandbox is done: the grader works in a fresh one (unless the task is
-        # graded in the agent's own sandbox; the grade step deletes it then)
+        # graded in the agent's own sandbox; the grade step deletes it then). The records
+        # first: that narrows the window in which a kill leaves neither (a lost delete is the reaper's)
         keep = grades_in_agent_sandbox(ctx.cfg, ctx.task)
+        self._write(data, PatchRecord(bytes=len(data), files=files, empty=not data.strip(), sandbox_deleted=not keep,
+                                      kept_sandbox=handle if keep else None))
         if not keep:
             await sandbox.delete()
-        self._write(data, PatchRecord(bytes=len(data), files=files, empty=not data.strip(), sandbox_deleted=not keep))
 
     def _write(self, data: bytes, rec: PatchRecord) -> None:
         write_atomic(self.ctx.path(PATCH), data)
