@@ -4,6 +4,7 @@ a Terminal-Bench run of the real workflow with the oracle harness scores every t
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -161,6 +162,9 @@ def test_a_missing_variable_is_named_in_one_line_by_validate_and_plan(missing, m
     assert not (tmp_path / "results").exists()
     ok = validate(str(path), "--config", *tasks, env=clean_env())
     assert ok.returncode == 0, ok.stderr
+    # the proxy address is derived toward the server (here on this host): never loopback
+    advertise = re.search(r"^# the sandboxes reach the model proxy at (\S+)$", ok.stderr, re.M).group(1)
+    assert not ipaddress.ip_address(advertise).is_loopback
 
 
 def test_pool_binary_variable_replaces_the_installer(tmp_path):

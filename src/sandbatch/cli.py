@@ -1,4 +1,5 @@
-"""`sandbatch`: what lives outside the DAG: validate configs, fetch task files; status, stop, rerun-errors, reap of a run."""
+"""`sandbatch`: what lives outside the DAG: validate configs, fetch task files; status, stop,
+rerun-errors, reap of a run."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ def _overrides(pairs: list[str]) -> dict:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from .config import load
+    from .harness import get_harness
     from .tasks import load_tasks
     from .workflow import check_images, check_registries
 
@@ -35,6 +37,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
     check_images(cfg, lambda: tasks)
     yaml.safe_dump(cfg.model_dump(mode="json"), sys.stdout, sort_keys=False)
     print(f"# ok: {len(tasks)} tasks x {cfg.repeats} repeats = {len(tasks) * cfg.repeats} rollouts", file=sys.stderr)
+    if get_harness(cfg.harness.name).needs_model and cfg.model.proxy.enabled:
+        from .proxy import proxy_hosts
+
+        advertise = proxy_hosts(cfg.sandbox.provider, cfg.model.proxy, cfg.sandbox.service())[1]
+        print(f"# the sandboxes reach the model proxy at {advertise}", file=sys.stderr)
     return 0
 
 

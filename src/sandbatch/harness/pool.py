@@ -70,7 +70,7 @@ class PoolHarness(Harness):
     default_config = {
         "install": {
             "method": "installer",  # installer | upload | path
-            "accept_eula": False,  # the installer runs only once Poolside's EULA is accepted (or $SANDBATCH_POOL_ACCEPT_EULA=1)
+            "accept_eula": False,  # the installer runs once Poolside's EULA is accepted (or via EULA_ENV)
             "installer_url": "https://downloads.poolside.ai/pool/install.sh",
             "source": None,  # upload: the pool binary on this host
             "path": None,  # path: the pool binary inside the image
