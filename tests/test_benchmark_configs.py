@@ -187,6 +187,20 @@ def test_missing_task_file_names_fetch_tasks(tmp_path):
     assert re.search(r"benchmark.tasks: .* not found; write it with `sandbatch fetch-tasks swebench_pro", res.stderr)
 
 
+def test_pro_rows_without_run_scripts_are_refused_at_plan_time(tmp_path):
+    row = json.loads((FIX / "swe_pro" / "tasks.jsonl").read_text().splitlines()[0])
+    row.pop("repo_dir")
+    (tmp_path / "tasks.jsonl").write_text(json.dumps(row) + "\n")
+    tasks = f'benchmark={{"tasks": "{tmp_path}/tasks.jsonl"}}'
+    path = str(REPO_ROOT / "config" / "xs_swe_pro.yaml")
+    for res in (validate(path, "--config", tasks, env=clean_env()),
+                snakemake(tmp_path, "-n", "--configfile", path, "--config", tasks, env=clean_env())):
+        assert res.returncode != 0
+        assert re.search(r"tasks.jsonl:1: field run_script: missing, and \S+/run_scripts/instance_greeter__greeter-0001/"
+                         r"run_script.sh does not exist; .*`sandbatch fetch-tasks swebench_pro` writes both", res.stderr)
+    assert not (tmp_path / "results").exists()
+
+
 def test_provider_that_needs_an_image_refuses_a_task_without_one(tmp_path):
     res = snakemake(tmp_path, "-n", "--config", 'sandbox={"provider": "docker"}', env=clean_env())
     assert res.returncode != 0
