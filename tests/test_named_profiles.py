@@ -195,7 +195,6 @@ def model_script() -> dict:
 async def live_sandboxes(server, labels: dict[str, str]) -> list:
     from sandbatch.sandbox.opensandbox import OpenSandboxProvider
 
-    os.environ["SANDBATCH_TEST_PROFILE_KEY"] = server.key
     provider = OpenSandboxProvider({"connection": {"domain": server.domain, "protocol": server.protocol,
                                                    "api_key_env": "SANDBATCH_TEST_PROFILE_KEY"}})
     try:
@@ -207,7 +206,9 @@ async def live_sandboxes(server, labels: dict[str, str]) -> list:
         await provider.aclose()
 
 
-def test_every_named_profile_runs_end_to_end_as_shipped(tmp_path, real_opensandbox, docker_base_image):  # noqa: F811
+def test_every_named_profile_runs_end_to_end_as_shipped(tmp_path, monkeypatch, real_opensandbox,  # noqa: F811
+                                                        docker_base_image):  # noqa: F811
+    monkeypatch.setenv("SANDBATCH_TEST_PROFILE_KEY", real_opensandbox.key)  # this test's own look at the server
     owner = f"t-{uuid.uuid4().hex[:10]}"  # the owner label: this test's sandboxes and no one else's
     with scripted_model_server(model_script()) as (url, model):
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "SANDBATCH_", "OPEN_SANDBOX_"))}
