@@ -147,3 +147,27 @@ def test_bad_input_is_one_line_without_traceback(tmp_path, setup, args, expected
     assert len(errors) == 1 and expected in errors[0], proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
     assert not (tmp_path / "results").exists()
+
+
+def test_aggregate_reads_exactly_the_rollouts_it_is_handed(oracle_run, tmp_path):
+    """The workflow hands the aggregate its inputs (the grade.json files); it aggregates those,
+    in that order, and refuses a path that is no rollout of the run."""
+    import shutil
+    import subprocess
+    import sys
+
+    wd = tmp_path / "copy"
+    shutil.copytree(oracle_run / "results", wd / "results")
+    grades = sorted(str(p.relative_to(wd)) for p in (wd / "results/default").glob("*/0/grade.json"))
+    script = REPO / "workflow" / "scripts" / "aggregate.py"
+
+    def aggregate(lines):
+        return subprocess.run([sys.executable, str(script), "--config", "results/default/_settings/run.json",
+                               "--inputs", "-"], input="\n".join(lines), text=True, capture_output=True, cwd=wd)
+
+    done = aggregate(grades[-1:] + grades[:1])
+    assert done.returncode == 0, done.stderr
+    rows = rollouts(wd)
+    assert [r["task_id"] for r in rows] == [grades[-1].split("/")[2], grades[0].split("/")[2]]
+    bad = aggregate(["results/default/no-such-task/0/grade.json"])
+    assert bad.returncode == 2 and "not a grade.json of a task of this run" in bad.stderr

@@ -23,5 +23,11 @@ rule aggregate:
     log:
         RUN_DIR + "/logs/aggregate.log",
     localrule: True
-    shell:
-        f"{PYTHON} {shlex.quote(os.path.join(SCRIPTS, 'aggregate.py'))} --config {shlex.quote(RUN_SETTINGS)} 2> {{log}}"
+    run:
+        # exactly the rollouts this job reads (one grade.json each), handed over on standard input
+        # (a command line would not hold 12,000 paths); never a task list computed again
+        import subprocess
+
+        with open(log[0], "w") as err:
+            subprocess.run([sys.executable, os.path.join(SCRIPTS, "aggregate.py"), "--config", RUN_SETTINGS,
+                            "--inputs", "-"], input="\n".join(input.grades), text=True, stderr=err, check=True)

@@ -45,17 +45,34 @@ def rollout_row(cfg: Config, task: TaskRef, repeat: int) -> dict[str, Any]:
     }
 
 
-def run(cfg: Config, cfg_raw: dict[str, Any]) -> None:
-    tasks = select_tasks(cfg.benchmark)
-    rows = [rollout_row(cfg, t, r) for t in tasks for r in range(cfg.repeats)]
+def rollouts_of(cfg: Config, grades: list[str] | None) -> list[tuple[TaskRef, int]]:
+    """(task, repeat) of every rollout to aggregate: those whose grade.json the workflow hands
+    over (the aggregate's inputs: one definition of the run, the DAG's), in that order; by hand
+    without --inputs, every rollout the config selects."""
+    refs = {t.id: t for t in select_tasks(cfg.benchmark)}  # the rows' metadata (instance id, repo)
+    if grades is None:
+        return [(t, r) for t in refs.values() for r in range(cfg.repeats)]
+    out = []
+    for path in grades:
+        d = Path(path).parent
+        task = refs.get(d.parent.name)
+        if task is None or not d.name.isdigit():
+            raise UserError(f"{path}: not a grade.json of a task of this run ({cfg.run_dir}/<task>/<repeat>/)")
+        out.append((task, int(d.name)))
+    return out
+
+
+def run(cfg: Config, cfg_raw: dict[str, Any], grades: list[str] | None = None) -> None:
+    rollouts = rollouts_of(cfg, grades)
+    rows = [rollout_row(cfg, t, r) for t, r in rollouts]
     out = cfg.run_dir
     write_jsonl(out / "rollouts.jsonl", rows)
-    for repeat in range(cfg.repeats):
+    for repeat in sorted({r for _, r in rollouts}):
         name = "predictions.jsonl" if repeat == 0 else f"predictions.r{repeat}.jsonl"
         write_jsonl(out / name, [
             {"instance_id": t.instance_id, "model_name_or_path": cfg.model.name,
              "model_patch": (out / t.id / str(repeat) / PATCH).read_bytes().decode("utf-8", "surrogateescape")}
-            for t in tasks])
+            for t, r in rollouts if r == repeat])
     m = metrics.compute(rows, cfg.grading.reward_threshold)
     write_json(out / "metrics.json", m)
     write_atomic(out / "report.md", report.markdown(cfg, m, rows))
@@ -90,10 +107,16 @@ def _versions() -> dict[str, str]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--config", required=True, type=Path)
+    p.add_argument("--inputs", type=Path, help="a file listing the grade.json of every rollout to aggregate, "
+                   "one a line ('-': standard input); default: every rollout the config selects")
     a = p.parse_args(argv)
     raw = json.loads(a.config.read_text(encoding="utf-8"))
+    grades = None
+    if a.inputs is not None:
+        text = sys.stdin.read() if str(a.inputs) == "-" else a.inputs.read_text(encoding="utf-8")
+        grades = [line for line in text.splitlines() if line.strip()]
     try:
-        run(Config.model_validate(raw), raw)
+        run(Config.model_validate(raw), raw, grades)
     except UserError as exc:
         print(f"sandbatch: error: {exc}", file=sys.stderr)
         return 2
