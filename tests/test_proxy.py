@@ -23,7 +23,7 @@ from sandbatch.proxy.server import ServerThread, catch_all
 from sandbatch.scripted_model import Script, ScriptedModel, assistant_turns
 from sandbatch.errors import InfraError, UserError
 from sandbatch.usage import normalize_usage, summarize
-from sandbatch.util import iter_jsonl
+from sandbatch.util import backoff_delay, iter_jsonl
 
 SCRIPT = {
     "tasks": {
@@ -746,3 +746,9 @@ def test_bodies_beyond_the_limit_are_refused(monkeypatch):
     finally:
         thread.stop()
     assert seen == [1000]
+
+
+def test_backoff_delay_doubles_up_to_the_cap_with_jitter():
+    for attempt, ceiling in ((0, 0.1), (1, 0.2), (2, 0.4), (5, 1.0)):
+        delays = [backoff_delay(attempt, 0.1, 1.0) for _ in range(200)]
+        assert all(ceiling / 2 <= d <= ceiling for d in delays) and max(delays) > min(delays)

@@ -212,7 +212,7 @@ def _source_of(path: Sequence[Any], sources: Sequence[tuple[str, Mapping[str, An
     return sources[-1][0] if sources else "config"
 
 
-def _describe(error) -> tuple[list[Any], str]:
+def _explain_schema_error(error) -> tuple[list[Any], str]:
     """(path of the offending key, one-line message) for a jsonschema error."""
     path = list(error.absolute_path)
     schema = error.schema if isinstance(error.schema, dict) else {}
@@ -249,7 +249,7 @@ def validate(
     validator = _validator_with_defaults()(schema)
     errors = sorted(validator.iter_errors(instance), key=lambda e: (len(e.absolute_path), str(e.absolute_path)))
     if errors:
-        path, message = _describe(errors[0])
+        path, message = _explain_schema_error(errors[0])
         raise UserError(f"{_source_of(path, sources)}: {message}")
     return instance
 

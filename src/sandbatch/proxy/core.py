@@ -34,7 +34,6 @@ import email.utils
 import hmac
 import json
 import os
-import random
 import secrets
 import time
 from datetime import datetime, timezone
@@ -46,6 +45,7 @@ from aiohttp import web
 
 from ..errors import InfraError, UserError
 from ..usage import MODEL_ENDPOINTS, usage_of
+from ..util import backoff_delay
 from .rewrite import rewrite_request
 from .server import ServerThread, catch_all
 from .tokens import TokenCollector
@@ -453,7 +453,7 @@ class ModelProxy:
         try:
             data = await resp.read()
         except self._errors as exc:
-            error = f"upstream failed while sending its answer ({_describe(exc)})"
+            error = f"upstream failed while sending its answer ({_exception_text(exc)})"
             record.update(status=502, upstream_status=resp.status, error=error, latency_s=_since(t0))
             self._account(record)
             return _error(502, f"sandbatch model proxy: {error}", "upstream_error")
@@ -510,7 +510,7 @@ class ModelProxy:
         except self._errors as exc:
             # a status can no longer be sent: raising ends the connection without the final
             # chunk, so the agent sees a truncated stream
-            record["error"] = f"upstream stream broke ({_describe(exc)})"
+            record["error"] = f"upstream stream broke ({_exception_text(exc)})"
             raise
         finally:
             resp.release()
@@ -535,7 +535,7 @@ class ModelProxy:
             data = await resp.read()
         except self._errors as exc:
             data = b""
-            record["error"] = _describe(exc)
+            record["error"] = _exception_text(exc)
         finally:
             resp.release()
         record.update(status=resp.status, attempts=attempts, latency_s=_since(t0))
@@ -565,23 +565,23 @@ class ModelProxy:
             except self._retryable as exc:
                 statuses.append(type(exc).__name__)
                 unreachable = (f"sandbatch model proxy: upstream {self.upstream_url} not reachable after "
-                               f"{attempt} attempt(s) in {time.monotonic() - start:.1f} s ({_describe(exc)})")
+                               f"{attempt} attempt(s) in {time.monotonic() - start:.1f} s ({_exception_text(exc)})")
             except asyncio.TimeoutError as exc:  # no answer within read_timeout: the call may be running
                 statuses.append(type(exc).__name__)
                 raise _Failure(_error(504, f"sandbatch model proxy: upstream {self.upstream_url} sent nothing for "
                                            f"{s.read_timeout} s (model.proxy.read_timeout)", "upstream_timeout"),
-                               _describe(exc), attempt, statuses) from None
+                               _exception_text(exc), attempt, statuses) from None
             except self._errors as exc:
                 statuses.append(type(exc).__name__)
-                raise _Failure(_error(502, f"sandbatch model proxy: upstream request failed ({_describe(exc)})",
-                                      "upstream_error"), _describe(exc), attempt, statuses) from None
+                raise _Failure(_error(502, f"sandbatch model proxy: upstream request failed ({_exception_text(exc)})",
+                                      "upstream_error"), _exception_text(exc), attempt, statuses) from None
             else:
                 statuses.append(resp.status)
                 if resp.status not in RETRY_STATUSES:
                     return resp, attempt, statuses
                 wait = retry_after(resp.headers) if resp.status == 429 else None
             if wait is None:
-                wait = min(s.backoff * 2 ** (attempt - 1), s.backoff_max) * random.uniform(0.75, 1.0)
+                wait = backoff_delay(attempt - 1, s.backoff, s.backoff_max)
             if attempt > s.retries or time.monotonic() + wait > deadline:
                 if resp is not None:
                     return resp, attempt, statuses  # the agent sees the upstream's own 429/502/503
@@ -616,7 +616,7 @@ def _response_headers(resp: aiohttp.ClientResponse) -> dict[str, str]:
     return _lower(resp.headers, _DROP_RESPONSE)
 
 
-def _describe(exc: BaseException) -> str:
+def _exception_text(exc: BaseException) -> str:
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
