@@ -14,9 +14,9 @@ Usage in the harness job (an asyncio program)::
 The proxy is an aiohttp.web server on its own event loop in a daemon thread of the job
 process (see `ServerThread`): the job's loop never does proxy work and is never blocked
 by it, nothing is left behind if the job is killed (a thread dies with its process, a
-child process would need reaping), and aiohttp is imported once per job rather than in a
-second interpreter. The job itself only waits on the sandbox, so the two barely compete
-for the GIL.
+child process would need reaping), and aiohttp is not imported again in a second
+interpreter (a local run's step server imports it once for all jobs). The job itself
+only waits on the sandbox, so the two barely compete for the GIL.
 
 Per call it: drops `cache_control` at messages[].content[] and tools[]; applies
 `model.sampling` and `model.proxy.extra_body` (they win over the agent); optionally
