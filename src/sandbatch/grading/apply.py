@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from . import write_log
 
 if TYPE_CHECKING:
+    from . import GradeContext
     from ..records import GradeRecord
     from ..sandbox import Sandbox
 
@@ -61,3 +62,19 @@ async def apply_patch(sandbox: "Sandbox", patch: str, path: str, rec: "GradeReco
         rec.failure_class = "patch_apply_failed"
         write_log(rec.log_path, log)
     return rec.patch_applied
+
+
+async def keep_code_only(g: "GradeContext", rec: "GradeRecord", log: list[str], cwd: str | None = None) -> bool:
+    """After the patch is applied: restore what it may not change (grading.tamper), record it in
+    rec.tampering; False when grading stops here (grading.tampering: fail), rec then final."""
+    from . import tamper
+
+    cwd = cwd or g.sandbox.workdir
+    rec.tampering = await tamper.neutralise(g.sandbox, g.patch, g.base_ref, cwd, g.timeout, log,
+                                            tamper.task_test_files(g.task))
+    if rec.tampering and g.cfg.grading.tampering == "fail":
+        rec.status, rec.failure_class = "tampered", "tampering"
+        rec.error = f"the patch changes what grades it: {', '.join(t['path'] for t in rec.tampering[:5])}"
+        write_log(rec.log_path, log)
+        return False
+    return True

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from ..records import GradeRecord
 from . import GradeContext, write_log
-from .apply import apply_patch
+from .apply import apply_patch, keep_code_only
 
 EXIT_VAR = "SANDBATCH_TEST_EXIT_CODE"
 _EXIT_RE = re.compile(rf"^{EXIT_VAR}: (-?\d+)\s*$", re.M)
@@ -163,6 +163,8 @@ async def grade(g: GradeContext) -> GradeRecord:
     if not await apply_patch(sandbox, g.patch, f"{sandbox.tmpdir}/model.patch", rec, log, g.timeout):
         return rec
     rec.report["patch_successfully_applied"] = True
+    if not await keep_code_only(g, rec, log):
+        return rec
 
     eval_path = f"{sandbox.tmpdir}/eval.sh"
     await sandbox.upload(eval_path, p.script.encode("utf-8"), mode=0o755)

@@ -1,0 +1,201 @@
+"""Grading that cannot be gamed: a patch that changes how tests are collected, run or reported
+is graded on its code change alone (grading.tampering: neutralise) or fails (fail).
+
+The real grade step, the local provider and the swebench package's grader on the smoke
+repositories: each attempt below, beside a wrong fix, scores 0 with the right `tampering`
+entry, while the honest fix still scores 1. Left in place, the conftest hooks, the
+pytest.ini and pyproject.toml plugins and the pytest.py shadow each score 1 (checked when
+this corpus was written by grading it with the neutralisation switched off; the first
+test runs the real pytest on the patched tree to keep showing it for the issue's exploit).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sandbatch import REPO_ROOT, config
+from sandbatch.grading import tamper
+from sandbatch.tasks import get_task, load_tasks
+from test_benchmark_grading import FIX, SMOKE, grade, make_cfg, sandboxes_left
+
+GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+FIX_DIVIDE = {"calc.py": ("a // b", "a / b")}  # the honest fix of smoke__calc-1
+WRONG_DIVIDE = {"calc.py": ("a // b", "round(a / b)")}  # a wrong fix: test_divide still fails
+
+PASS_ALL_HOOK = """import pytest
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    report.outcome = "passed"
+    report.longrepr = None
+"""
+DESELECT_HOOK = """def pytest_collection_modifyitems(items):
+    for item in items:  # every test body becomes a no-op
+        item.obj = lambda *a, **k: None
+"""
+PLUGIN = "pytest_plugins = []\n" + PASS_ALL_HOOK
+FAKE_PYTEST = """import sys
+for t in ("test_add", "test_subtract", "test_divide", "test_divide_by_zero"):
+    print(f"PASSED tests/test_calc.py::{t}")
+sys.exit(0)
+"""
+SITE_HOOK = "import builtins\nbuiltins.__import__('calc_fix')\n"
+
+
+@pytest.fixture(autouse=True)
+def _cwd(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+
+
+def repo_copy(tmp_path: Path, repo_dir: str) -> Path:
+    work = tmp_path / "edit"
+    shutil.rmtree(work, ignore_errors=True)
+    shutil.copytree(repo_dir, work, ignore=shutil.ignore_patterns("__pycache__", ".pytest_cache"))
+    subprocess.run([*GIT, "init", "-q"], cwd=work, check=True)
+    subprocess.run([*GIT, "add", "-A"], cwd=work, check=True)
+    subprocess.run([*GIT, "commit", "-qm", "base"], cwd=work, check=True)
+    return work
+
+
+def agent_patch(tmp_path: Path, repo_dir: str, edits: dict[str, tuple[str, str]] | None = None,
+                files: dict[str, str | None] | None = None, exe: tuple[str, ...] = ()) -> tuple[str, Path]:
+    """(git diff, patched tree) of what an agent leaves: edits old -> new, files written (None: deleted)."""
+    work = repo_copy(tmp_path, repo_dir)
+    for name, (old, new) in (edits or {}).items():
+        text = (work / name).read_text()
+        assert old in text, (name, old)
+        (work / name).write_text(text.replace(old, new))
+    for name, text in (files or {}).items():
+        if text is None:
+            (work / name).unlink()
+        else:
+            (work / name).parent.mkdir(parents=True, exist_ok=True)
+            (work / name).write_text(text)
+    for name in exe:
+        (work / name).chmod(0o755)
+    subprocess.run([*GIT, "add", "-A"], cwd=work, check=True)
+    diff = subprocess.run([*GIT, "diff", "--cached", "--binary"], cwd=work, check=True, capture_output=True,
+                          text=True).stdout
+    return diff, work
+
+
+@pytest.fixture
+def calc(tmp_path):
+    cfg_path = make_cfg(tmp_path, "smoke", SMOKE)
+    task = get_task(config.Config.model_validate_json(cfg_path.read_text()).benchmark, "smoke__calc-1")
+    return cfg_path, task
+
+
+def test_pass_all_conftest_is_neutralised(calc, tmp_path):
+    """The exploit of the issue: only a conftest.py whose makereport hook marks every report passed."""
+    cfg_path, task = calc
+    patch, tree = agent_patch(tmp_path, task.repo_dir, files={"conftest.py": PASS_ALL_HOOK})
+    # left in place, it makes the real pytest pass the task's failing test
+    (tree / "tests" / "test_calc.py").write_text((tree / "tests" / "test_calc.py").read_text().replace(
+        "assert divide(8, 2) == 4", "assert divide(7, 2) == 3.5"))
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=tree,
+                         capture_output=True, text=True)
+    assert run.returncode == 0 and "4 passed" in run.stdout, run.stdout
+    rec = grade(cfg_path, task.id, patch)
+    assert rec.status == "ok" and rec.tests_ran and rec.reward == 0.0 and not rec.resolved, rec
+    assert rec.tampering == [{"path": "conftest.py", "kind": "runner_hook", "action": "removed"}]
+    assert rec.tests_status["FAIL_TO_PASS"]["failure"] == ["tests/test_calc.py::test_divide"]
+    assert "SANDBATCH_NEUTRALISED 0 removed" in Path(rec.log_path).read_text()
+
+    # the same hook beside the honest fix: graded on the fix alone, still resolved
+    patch, _ = agent_patch(tmp_path, task.repo_dir, edits=FIX_DIVIDE, files={"conftest.py": PASS_ALL_HOOK})
+    rec = grade(cfg_path, task.id, patch)
+    assert rec.resolved and rec.reward == 1.0 and [t["path"] for t in rec.tampering] == ["conftest.py"], rec
+
+    # grading.tampering: fail -> reward 0, status tampered, the tests are not run
+    fail_cfg = make_cfg(tmp_path, "smoke", SMOKE, grading={"tampering": "fail"})
+    rec = grade(fail_cfg, task.id, patch)
+    assert rec.status == "tampered" and rec.failure_class == "tampering" and rec.reward == 0.0, rec
+    assert not rec.resolved and not rec.tests_ran and rec.tampering[0]["path"] == "conftest.py"
+    assert sandboxes_left(tmp_path) == []
+
+
+# each: (files the attempt writes, edits, executables, the expected tampering entries)
+ATTEMPTS = {
+    "makereport hook in tests/conftest.py": (
+        {"tests/conftest.py": PASS_ALL_HOOK}, {}, (), [("tests/conftest.py", "runner_hook", "removed")]),
+    "collection hook that empties the tests": (
+        {"conftest.py": DESELECT_HOOK}, {}, (), [("conftest.py", "runner_hook", "removed")]),
+    "pytest.ini loading a plugin from the workdir": (
+        {"pytest.ini": "[pytest]\naddopts = -p calc_plugin\npythonpath = .\n", "calc_plugin.py": PLUGIN}, {}, (),
+        [("pytest.ini", "runner_config", "removed")]),
+    "pyproject.toml test section loading a plugin": (
+        {"calc_plugin.py": PLUGIN}, {"pyproject.toml": ('testpaths = ["tests"]',
+                                                        'testpaths = ["tests"]\naddopts = "-p calc_plugin"')}, (),
+        [("pyproject.toml", "runner_config", "restored")]),
+    "tox.ini pytest section": (
+        {"tox.ini": "[pytest]\naddopts = -p calc_plugin\npythonpath = .\n", "calc_plugin.py": PLUGIN}, {}, (),
+        [("tox.ini", "runner_config", "removed")]),
+    "setup.cfg tool:pytest section": (
+        {"setup.cfg": "[metadata]\nname = calc\n\n[tool:pytest]\naddopts = -p calc_plugin\npythonpath = .\n",
+         "calc_plugin.py": PLUGIN}, {}, (), [("setup.cfg", "runner_config", "removed")]),
+    "edited F2P test": (
+        {}, {"tests/test_calc.py": ("assert divide(8, 2) == 4", "return")}, (),
+        [("tests/test_calc.py", "test_file", "restored")]),
+    "deleted F2P test file": (
+        {"tests/test_calc.py": None}, {}, (), [("tests/test_calc.py", "test_file", "restored")]),
+    "pytest module shadowing python -m pytest": (
+        {"pytest.py": FAKE_PYTEST}, {}, (), [("pytest.py", "shim", "removed")]),
+    "pytest executable shim": (
+        {"bin/pytest": "#!/bin/sh\necho PASSED\n", "python3": "#!/bin/sh\nexit 0\n"}, {}, ("bin/pytest", "python3"),
+        [("bin/pytest", "shim", "removed"), ("python3", "shim", "removed")]),
+    ".pth and sitecustomize injection": (
+        {"calc_hook.pth": "import calc_fix\n", "sitecustomize.py": SITE_HOOK, "usercustomize.py": SITE_HOOK}, {}, (),
+        [("calc_hook.pth", "runner_hook", "removed"), ("sitecustomize.py", "runner_hook", "removed"),
+         ("usercustomize.py", "runner_hook", "removed")]),
+}
+
+
+@pytest.mark.parametrize("name", list(ATTEMPTS))
+def test_tampering_attempts_score_zero(calc, tmp_path, name):
+    cfg_path, task = calc
+    files, edits, exe, expect = ATTEMPTS[name]
+    patch, _ = agent_patch(tmp_path, task.repo_dir, edits={**WRONG_DIVIDE, **edits}, files=files, exe=exe)
+    rec = grade(cfg_path, task.id, patch)
+    assert rec.status == "ok" and rec.patch_applied and rec.tests_ran and rec.reward == 0.0, rec
+    assert sorted(map(tuple, (t.values() for t in rec.tampering))) == sorted(expect), rec.tampering
+    assert rec.tests_status["FAIL_TO_PASS"]["failure"] == ["tests/test_calc.py::test_divide"]
+
+
+def test_honest_fix_with_a_legit_config_change_keeps_its_reward(calc, tmp_path):
+    """A mixed file (pyproject.toml) keeps a change outside its test-runner sections."""
+    cfg_path, task = calc
+    patch, _ = agent_patch(tmp_path, task.repo_dir, edits={**FIX_DIVIDE, "pyproject.toml": (
+        'description = "Small arithmetic helpers"', 'description = "Arithmetic helpers with true division"')})
+    rec = grade(cfg_path, task.id, patch)
+    assert rec.resolved and rec.reward == 1.0 and rec.tampering == [], rec
+
+
+def test_bundled_gold_patches_never_trip_it(tmp_path):
+    """Every bundled and test row's gold patch touches no protected path; graded, each still resolves."""
+    rows = []
+    for kind, path in (("smoke", SMOKE), ("swebench", FIX / "swebench_verified.jsonl"),
+                       ("swebench_multilingual", FIX / "swebench_multilingual.jsonl"),
+                       ("swebench_pro", FIX / "swe_pro" / "tasks.jsonl")):
+        bench = config.load([], {"benchmark": {"kind": kind, "tasks": str(path)}},
+                            default=REPO_ROOT / "config" / "default.yaml").benchmark
+        rows += [(kind, path, t) for t in load_tasks(bench)]
+    assert len(rows) >= 10
+    for _, _, task in rows:
+        touched = tamper.touched_paths(task.patch)
+        assert touched and [p for p in touched if tamper.classify(p, tamper.task_test_files(task))] == [], task.id
+        # and the task's own tests are recognised as tests by name alone
+        assert all(tamper.classify(p) == "test_file" for p in tamper.touched_paths(task.test_patch)), task.id
+    for kind, path, task in rows:
+        if kind in ("smoke", "swebench_pro"):  # runnable with the local provider
+            rec = grade(make_cfg(tmp_path, kind, path), task.id, task.patch)
+            assert rec.resolved and rec.reward == 1.0 and rec.tampering == [], (task.id, rec)
