@@ -11,7 +11,7 @@ test runs the real pytest on the patched tree to keep showing it for the issue's
 
 from __future__ import annotations
 
-import json
+import os
 import shutil
 import subprocess
 import sys
@@ -199,3 +199,129 @@ def test_bundled_gold_patches_never_trip_it(tmp_path):
         if kind in ("smoke", "swebench_pro"):  # runnable with the local provider
             rec = grade(make_cfg(tmp_path, kind, path), task.id, task.patch)
             assert rec.resolved and rec.reward == 1.0 and rec.tampering == [], (task.id, rec)
+
+
+# --- the rules for the other languages and benchmarks (no toolchain needed) -----------------
+
+@pytest.mark.parametrize("path, kind", [
+    # Go (SWE-bench Multilingual, Pro)
+    ("routes_test.go", "test_file"), ("internal/render/testdata/golden.json", "test_file"), ("go.work", "runner_config"),
+    # JS/TS
+    ("src/__tests__/app.js", "test_file"), ("src/app.test.ts", "test_file"), ("lib/x.spec.mjs", "test_file"),
+    ("jest.config.js", "runner_config"), ("packages/a/vitest.config.mts", "runner_config"),
+    (".mocharc.yml", "runner_config"), ("node_modules/.bin/jest", "shim"), ("hooks/test/index.js", "test_file"),
+    # Rust, Java, Ruby, PHP, C (redis)
+    ("tests/integration.rs", "test_file"), (".cargo/config.toml", "runner_config"),
+    ("src/test/java/a/BTest.java", "test_file"), ("spec/models/user_spec.rb", "test_file"),
+    ("phpunit.xml.dist", "runner_config"), ("tests/unit/type/string.tcl", "test_file"), ("runtest", "shim"),
+    # Python
+    ("sub/pkg/conftest.py", "runner_hook"), ("lib/x.pth", "runner_hook"), ("testing/test_main.py", "test_file"),
+    ("src/test/helpers.py", "test_file"), ("astropy/io/tests/data/a.fits", "test_file"),
+    ("_pytest/main.py", "shim"), ("tools/go", "shim"), (".git/hooks/post-checkout", "runner_hook"),
+    # code, including packages named like tests
+    ("django/test/testcases.py", None), ("sympy/testing/runtests.py", None), ("gin.go", None),
+    ("src/t_string.c", None), ("src/_pytest/python.py", None), ("django/contrib/admin/tests.py", None),
+    ("lib/contest.py", None), ("pyproject.toml", None), ("package.json", None),
+])
+def test_classify(path, kind):
+    assert tamper.classify(path) == kind
+
+
+@pytest.mark.parametrize("name, base, new, differs", [
+    ("pyproject.toml", '[project]\nname = "a"\n', '[project]\nname = "a"\ndependencies = ["b"]\n', False),
+    ("pyproject.toml", '[project]\nname = "a"\n', '[project]\nname = "a"\n[tool.pytest.ini_options]\naddopts = "-p x"\n',
+     True),
+    ("pyproject.toml", '[project]\nname = "a"\n', '[project.entry-points.pytest11]\nx = "x"\n', True),
+    ("pyproject.toml", '[project]\nname = "a"\n', '[project.scripts]\npytest = "x:main"\n', True),
+    ("pyproject.toml", '[project]\nname = "a"\n', '[project\n', True),
+    ("setup.cfg", "[metadata]\nname = a\n", "[metadata]\nname = b\n", False),
+    ("setup.cfg", "[metadata]\nname = a\n", "[metadata]\nname = a\n[tool:pytest]\naddopts = -p x\n", True),
+    ("setup.py", "setup(name='a')\n", "setup(name='a', entry_points={'pytest11': ['x = x']})\n", True),
+    ("setup.py", "setup(name='a')\n", "setup(name='a', install_requires=['b'])\n", False),
+    ("package.json", '{"name": "a", "scripts": {"test": "jest"}}', '{"name": "a", "version": "2", '
+     '"scripts": {"test": "jest", "build": "tsc"}}', False),
+    ("package.json", '{"scripts": {"test": "jest"}}', '{"scripts": {"test": "true"}}', True),
+    ("package.json", '{"jest": {}}', '{"jest": {"setupFiles": ["./x.js"]}}', True),
+    ("go.mod", "module a\n\nrequire b v1.0.0\n", "module a\n\nrequire b v1.1.0\n", False),
+    ("go.mod", "module a\n\nrequire github.com/stretchr/testify v1.8.0\n",
+     "module a\n\nrequire github.com/stretchr/testify v1.8.0\nreplace github.com/stretchr/testify => ./fake\n", True),
+    ("go.mod", "module a\n", "module a\nreplace (\n\tgithub.com/x/y v1.0.0 => ../y\n)\n", True),
+    ("go.mod", "module a\n", "module a\nreplace github.com/x/y => github.com/z/y v1.0.0\n", False),
+    ("Cargo.toml", '[package]\nname = "a"\n', '[package]\nname = "a"\n[[test]]\nname = "t"\nharness = false\n', True),
+])
+def test_mixed_files_keep_code_changes(name, base, new, differs):
+    assert tamper.runner_parts_differ(name, base, new) is differs
+
+
+def test_touched_paths_reads_every_header():
+    patch = ('diff --git a/old.py b/tests/new.py\nsimilarity index 90%\nrename from old.py\nrename to tests/new.py\n'
+             'diff --git "a/t\\303\\251st.py" "b/t\\303\\251st.py"\nnew file mode 100644\n--- /dev/null\n'
+             '+++ "b/t\\303\\251st.py"\n@@ -0,0 +1 @@\n+x\n'
+             '--- a/plain.py\t2024-01-01\n+++ b/plain.py\t2024-01-01\n@@ -1 +1 @@\n-a\n+b\n'
+             'diff --git a/../escape b/../escape\n')
+    assert tamper.touched_paths(patch) == ["old.py", "tests/new.py", "tést.py", "plain.py"]
+
+
+def test_tampering_rate_in_metrics_and_report():
+    from sandbatch import metrics, report
+
+    row = {"instance_id": "a", "reward": 0.0, "resolved": False, "status": "ok", "failure_class": None,
+           "patch_empty": False, "durations": {}, "usage": {}, "tampering": []}
+    rows = [row, {**row, "tampering": [{"path": "conftest.py", "kind": "runner_hook", "action": "removed"}]},
+            {**row, "status": "tampered", "failure_class": "tampering", "tampering": [{"path": "x"}]}]
+    m = metrics.compute(rows, 1.0)
+    assert m["tampering_rate"] == {"value": round(2 / 3, 6), "numerator": 2, "denominator": 3}
+    assert m["status_counts"]["tampered"] == 1
+    assert ("patches that changed tests or test config", "66.7% (2/3)") in report.metric_rows(m)
+
+
+# --- Terminal-Bench: the verifier's shell and tools are the image's ----------------------------
+
+CAT_SHIM = "#!/bin/sh\necho 'Hello, world!'\n"
+
+
+@pytest.mark.parametrize("in_agent_sandbox", [False, True])
+def test_tb_verifier_ignores_tools_the_agent_left(tmp_path, monkeypatch, in_agent_sandbox):
+    """The agent answers wrong and leaves a `cat` that prints the right answer where a PATH with `.`
+    (or, in its own sandbox, a workdir directory) finds it, plus a python3 shim: reward 0."""
+    from test_benchmark_grading import agent_sandbox, finish, write
+
+    cfg_path = make_cfg(tmp_path, "terminal_bench", FIX / "terminal_bench",
+                        grading={"in_agent_sandbox": in_agent_sandbox})
+    ctx, sb = agent_sandbox(cfg_path, "hello-world")
+    monkeypatch.setenv("PATH", f".:{sb.workdir}/.tools:{os.environ['PATH']}")
+    write(sb, "/app/hello.txt", "Goodbye\n")
+    for shim in ("/app/cat", "/app/.tools/cat", "/app/python3"):
+        write(sb, shim, CAT_SHIM)
+        Path(sb.map_path(shim)).chmod(0o755)
+    # left alone, the verifier's `cat` is the agent's
+    run = subprocess.run(["bash", "-c", "cat hello.txt"], cwd=sb.workdir, capture_output=True, text=True)
+    assert run.stdout == "Hello, world!\n"
+    rec = finish(ctx)
+    assert rec.status == "ok" and rec.tests_ran and rec.reward == 0.0 and rec.report["reward_txt"] == "0", rec
+    assert rec.tampering == [{"path": "python3", "kind": "shim", "action": "removed"}]
+
+
+def test_tb_solved_task_with_a_shim_fails_in_fail_mode(tmp_path):
+    from test_benchmark_grading import agent_sandbox, finish, write
+
+    cfg_path = make_cfg(tmp_path, "terminal_bench", FIX / "terminal_bench", grading={"tampering": "fail"})
+    ctx, sb = agent_sandbox(cfg_path, "hello-world")
+    write(sb, "/app/hello.txt", "Hello, world!\n")
+    write(sb, "/app/lib/sitecustomize.py", "print('hi')\n")
+    rec = finish(ctx)
+    assert rec.status == "tampered" and rec.reward == 0.0 and not rec.tests_ran, rec
+    assert rec.tampering == [{"path": "lib/sitecustomize.py", "kind": "runner_hook", "action": "removed"}]
+
+
+@pytest.mark.parametrize("in_agent_sandbox, expect", [
+    (False, ["/work/app/bin", "/work/app", "/usr/bin", "/bin"]), (True, ["/usr/bin", "/bin"])])
+def test_verifier_path_drops_relative_and_workdir_entries(tmp_path, in_agent_sandbox, expect):
+    script = tmp_path / "v.sh"
+    script.write_text('printf "%s\\n" "$PATH"; echo "bash_env=${BASH_ENV:-}"\n')
+    env = {"PATH": ".::bin:/work/app/bin:/work/app:/usr/bin:/bin", "BASH_ENV": str(tmp_path / "evil.sh")}
+    run = subprocess.run(["/bin/bash", "-c", tamper.verifier_command(str(script), "/work/app/", in_agent_sandbox)],
+                         env=env, capture_output=True, text=True, check=True)
+    path, bash_env = run.stdout.splitlines()
+    assert path.split(":") == expect
+    assert bash_env == "bash_env="

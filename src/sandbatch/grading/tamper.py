@@ -318,6 +318,27 @@ async def neutralise(sandbox: "Sandbox", patch: str, base_ref: str, cwd: str, ti
     return [f.as_dict() for f in findings]
 
 
+def is_shim(path: str) -> bool:
+    """Terminal-Bench: the workdir is the agent's answer (tests live in /tests), but what would stand in
+    for the verifier's interpreter, shell or test tools (shims, .pth, site/usercustomize) is not."""
+    return classify(path) == "shim" or (classify(path) == "runner_hook" and PurePosixPath(path).name != "conftest.py")
+
+
+# the verifier's environment: the image's shell by absolute path, a PATH without relative entries (nor,
+# in the agent's sandbox, entries inside the workdir, whose untracked files no diff shows), and no
+# variables that make bash load a file first
+_PATH_FILTER = (
+    'PATH=$(printf %s "$PATH" | tr : "\\n" | '
+    'awk -v wd="$SANDBATCH_WD" \'substr($0,1,1)=="/" && (wd=="" || (index($0"/", wd"/")!=1 && $0!=wd))\' '
+    '| paste -sd: -); export PATH; unset BASH_ENV ENV CDPATH SANDBATCH_WD; hash -r;'
+)
+
+
+def verifier_command(script: str, workdir: str, in_agent_sandbox: bool) -> str:
+    wd = shlex.quote(workdir.rstrip("/") or "/") if in_agent_sandbox else "''"
+    return f"SANDBATCH_WD={wd}; {_PATH_FILTER} exec /bin/bash {shlex.quote(script)}"
+
+
 def task_test_files(task) -> frozenset[str]:
     """The files the task itself names as its tests (test_patch, SWE-bench Pro's selected files)."""
     return frozenset(touched_paths(task.test_patch or "")) | frozenset(task.selected_test_files or ())

@@ -23,7 +23,7 @@ from pathlib import Path
 from ..errors import InfraError
 from ..records import GradeRecord
 from ..sandbox import Sandbox
-from . import GradeContext, write_log
+from . import GradeContext, tamper, write_log
 from .apply import apply_patch
 
 TESTS, LOGS = "/tests", "/logs/verifier"
@@ -88,6 +88,21 @@ async def _maybe(sandbox: Sandbox, path: str) -> bytes | None:
     return await sandbox.download(path) if res.ok else None
 
 
+async def _image_tools_only(g: GradeContext, rec: GradeRecord, log: list[str]) -> bool:
+    """Shims the agent left in the workdir (in either mode) go back to the base state; False: grading
+    stops here (grading.tampering: fail). The verifier itself runs with a PATH without the workdir."""
+    findings = [f for f in [tamper.Finding(p, tamper.classify(p) or "") for p in tamper.touched_paths(g.patch)]
+                if tamper.is_shim(f.path)]
+    await tamper.restore(g.sandbox, findings, g.base_ref, g.sandbox.workdir, g.timeout, log)
+    rec.tampering = [f.as_dict() for f in findings]
+    if rec.tampering and g.cfg.grading.tampering == "fail":
+        rec.status, rec.failure_class = "tampered", "tampering"
+        rec.error = f"the agent left stand-ins for the verifier's tools: {', '.join(f.path for f in findings[:5])}"
+        write_log(g.log_path, log)
+        return False
+    return True
+
+
 async def grade(g: GradeContext) -> GradeRecord:
     sandbox, task = g.sandbox, g.task
     rec = GradeRecord(log_path=g.log_path)
@@ -97,6 +112,8 @@ async def grade(g: GradeContext) -> GradeRecord:
         if not await apply_patch(sandbox, g.patch, f"{sandbox.tmpdir}/agent.patch", rec, log, g.timeout, cwd=wd,
                                  label="$ replay the agent's workdir changes"):
             return rec
+    if not await _image_tools_only(g, rec, log):
+        return rec
     tests, logs = sandbox.map_path(TESTS), sandbox.map_path(LOGS)
     # whatever the agent left there (a reward file, tests of its own) goes first
     clean = await sandbox.exec(f"rm -rf {shlex.quote(tests)} {shlex.quote(logs)} && mkdir -p {shlex.quote(logs)}",
@@ -104,7 +121,7 @@ async def grade(g: GradeContext) -> GradeRecord:
     if not clean.ok:
         raise InfraError(f"cannot reset {LOGS} and {TESTS}: {clean.stderr.strip()[-200:]}", "sandbox_exec")
     n = await upload_dir(sandbox, Path(task.task_dir or "") / "tests", TESTS, task.workdir)
-    run = await sandbox.exec(f"bash {shlex.quote(tests + '/test.sh')}", timeout=g.timeout, cwd=wd)
+    run = await sandbox.exec(tamper.verifier_command(tests + "/test.sh", wd, g.in_agent_sandbox), timeout=g.timeout, cwd=wd)
     rec.test_exit_code = None if run.timed_out else run.exit_code
     log += [f"$ bash {TESTS}/test.sh ({n} test files): exit {run.exit_code}"
             f"{' (timed out)' if run.timed_out else ''}", run.stdout, run.stderr]
