@@ -57,7 +57,7 @@ HOOK_NAMES = {"conftest.py", "sitecustomize.py", "usercustomize.py"}
 CONFIG_GLOBS = (
     "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini", "noxfile.py", ".coveragerc",
     "jest.config.*", "jest.setup.*", "jest.preset.*", "vitest.config.*", "vitest.workspace.*", "vitest.setup.*",
-    ".mocharc*", "karma.conf.*", "ava.config.*", ".taprc", "playwright.config.*", "cypress.config.*",
+    ".mocharc*", "karma.conf.*", ".npmrc", ".yarnrc", ".yarnrc.yml", ".pnpmfile.cjs", "bunfig.toml", "ava.config.*", ".taprc", "playwright.config.*", "cypress.config.*",
     "go.work", "go.work.sum", "phpunit.xml", "phpunit.xml.dist", ".rspec", "rust-toolchain", "rust-toolchain.toml",
 )
 CONFIG_DIRS = {".cargo"}
