@@ -23,6 +23,7 @@ import pytest
 from sandbatch import REPO_ROOT, config
 from sandbatch.grading import tamper
 from sandbatch.tasks import get_task, load_tasks
+from docker_fixtures import docker_base_image, docker_engine  # noqa: F401 (fixtures)
 from test_benchmark_grading import FIX, SMOKE, grade, make_cfg, sandboxes_left
 
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
@@ -384,3 +385,53 @@ def test_verifier_path_drops_relative_and_workdir_entries(tmp_path, in_agent_san
     path, bash_env = run.stdout.splitlines()
     assert path.split(":") == expect
     assert bash_env == "bash_env="
+
+
+# --- end to end: the workflow in containers, rollouts.jsonl, metrics.json, report.md ---------
+
+@pytest.mark.slow
+def test_exploit_through_the_workflow_in_containers(tmp_path, docker_engine, docker_base_image):
+    """A 'solution' that is only the pass-all conftest.py, applied by the oracle harness in a
+    container and graded in a fresh one: reward 0, counted in every output of the run."""
+    from workflow_util import rollouts, snakemake, write_config
+
+    rows = [json.loads(line) for line in SMOKE.read_text().splitlines()[:2]]
+    for row in rows:
+        row["repo_dir"] = str((SMOKE.parent / row["repo_dir"]).resolve())
+    exploit, _ = agent_patch(tmp_path, rows[0]["repo_dir"], files={"conftest.py": PASS_ALL_HOOK})
+    rows[0]["patch"] = exploit  # the second row keeps its honest gold patch
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = f"tamper-{tmp_path.name}"[:40]
+    cfg = write_config(tmp_path, "run.yaml", {
+        "run": run, "retries": 0, "harness": {"name": "oracle"}, "benchmark": {"kind": "smoke", "tasks": str(tasks)},
+        "sandbox": {"provider": "docker", "default_image": docker_base_image}})
+    proc = snakemake(tmp_path, "--configfile", str(cfg))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = {r["instance_id"]: r for r in rollouts(tmp_path, run)}
+    cheat, honest = got["smoke__calc-1"], got["smoke__textutils-1"]
+    assert cheat["reward"] == 0.0 and cheat["tests_ran"] and cheat["status"] == "ok", cheat
+    assert cheat["tampering"] == [{"path": "conftest.py", "kind": "runner_hook", "action": "removed"}]
+    assert honest["reward"] == 1.0 and honest["tampering"] == []
+    out = tmp_path / "results" / run
+    assert json.loads((out / "metrics.json").read_text())["tampering_rate"] == {
+        "value": 0.5, "numerator": 1, "denominator": 2}
+    assert "| patches that changed tests or test config | 50.0% (1/2) |" in (out / "report.md").read_text()
+    left = subprocess.run([docker_engine, "ps", "-aq", "--filter", f"label=sandbatch.run={run}"],
+                          capture_output=True, text=True, check=True).stdout.split()
+    assert left == []
+
+
+def test_pro_pass_all_conftest_and_shadow_module(tmp_path):
+    """SWE-bench Pro's run_script runs `python -m pytest` in the workdir: a conftest hook and a
+    pytest.py shadow are neutralised there too."""
+    pro_tasks = FIX / "swe_pro" / "tasks.jsonl"
+    cfg_path = make_cfg(tmp_path, "swebench_pro", pro_tasks)
+    task = get_task(config.Config.model_validate_json(cfg_path.read_text()).benchmark, "instance_greeter__greeter-0001")
+    fake = "print('tests/test_greet.py::test_greet_punctuation PASSED')\n"
+    patch, _ = agent_patch(tmp_path, task.repo_dir, files={"tests/conftest.py": PASS_ALL_HOOK, "pytest.py": fake})
+    rec = grade(cfg_path, task.id, patch)
+    assert rec.tests_ran and rec.reward == 0.0 and not rec.resolved, rec
+    assert rec.tampering == [{"path": "pytest.py", "kind": "shim", "action": "removed"},
+                             {"path": "tests/conftest.py", "kind": "runner_hook", "action": "removed"}]
+    assert rec.tests_status["FAIL_TO_PASS"]["failure"] == ["tests/test_greet.py::test_greet_punctuation"]
