@@ -308,6 +308,9 @@ def test_classify(path, kind):
     ("go.mod", "module a\n", "module a\nreplace (\n\tgithub.com/x/y v1.0.0 => ../y\n)\n", True),
     ("go.mod", "module a\n", "module a\nreplace github.com/x/y => github.com/z/y v1.0.0\n", False),
     ("Cargo.toml", '[package]\nname = "a"\n', '[package]\nname = "a"\n[[test]]\nname = "t"\nharness = false\n', True),
+    ("package.json", None, '{"name": "new-package", "main": "index.js"}', False),
+    ("package.json", None, '{"name": "new-package", "scripts": {"test": "true"}}', True),
+    ("pyproject.toml", '[tool.pytest.ini_options]\naddopts = "-x"\n', None, True),
 ])
 def test_mixed_files_keep_code_changes(name, base, new, differs):
     assert tamper.runner_parts_differ(name, base, new) is differs
@@ -435,3 +438,44 @@ def test_pro_pass_all_conftest_and_shadow_module(tmp_path):
     assert rec.tampering == [{"path": "pytest.py", "kind": "shim", "action": "removed"},
                              {"path": "tests/conftest.py", "kind": "runner_hook", "action": "removed"}]
     assert rec.tests_status["FAIL_TO_PASS"]["failure"] == ["tests/test_greet.py::test_greet_punctuation"]
+
+
+def test_restores_the_images_own_state_not_the_base_commit(calc, tmp_path):
+    """Task images may edit tracked files at build time (SWE-bench's specs sed tox.ini): what is
+    restored is the workdir as it was before the patch. Writes the headers do not name (here
+    through a symlink the patch adds) are found from the workdir itself."""
+    import asyncio
+
+    from test_benchmark_grading import agent_sandbox
+
+    cfg_path, task = calc
+    _, sb = agent_sandbox(cfg_path, task.id)
+    wd = sb.workdir
+
+    def sh(cmd: str) -> str:
+        res = asyncio.run(sb.exec(cmd, timeout=60, cwd=wd))
+        assert res.ok, res.stderr
+        return res.stdout
+
+    try:
+        sh("printf '[pytest]\\naddopts = -rA\\n' > pytest.ini && git add pytest.ini && "
+           "git -c user.name=t -c user.email=t@t commit -qm ini && sed -i 's/-rA/-rA -q/' pytest.ini")
+        base = sh("git rev-parse HEAD").strip()
+        snap = asyncio.run(tamper.snapshot(sb, wd, 60, base))
+        assert snap != base
+        # the agent's patch: pytest.ini rewritten, a symlink to tests/ and a test edited through it
+        sh("printf '[pytest]\\naddopts = -p evil\\n' > pytest.ini && ln -s tests t && "
+           "sed -i 's/== 4/== 4 or True/' t/test_calc.py && printf 'x = 1\\n' > helper.py")
+        patch = ("diff --git a/pytest.ini b/pytest.ini\n--- a/pytest.ini\n+++ b/pytest.ini\n"
+                 "diff --git a/t b/t\nnew file mode 120000\n--- /dev/null\n+++ b/t\n"
+                 "diff --git a/helper.py b/helper.py\nnew file mode 100644\n--- /dev/null\n+++ b/helper.py\n")
+        findings = asyncio.run(tamper.find(sb, patch, snap, wd, 60))
+        assert [(f.path, f.kind) for f in findings] == [("pytest.ini", "runner_config"),
+                                                        ("tests/test_calc.py", "test_file")]
+        log: list[str] = []
+        asyncio.run(tamper.restore(sb, findings, snap, wd, 60, log))
+        assert [f.action for f in findings] == ["restored", "restored"]
+        assert sh("cat pytest.ini") == "[pytest]\naddopts = -rA -q\n"  # the image's edit, kept
+        assert "or True" not in sh("cat tests/test_calc.py") and sh("cat helper.py") == "x = 1\n"
+    finally:
+        asyncio.run(sb.delete())

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..records import GradeRecord
-from . import GradeContext, write_log
+from . import GradeContext, tamper, write_log
 from .apply import apply_patch, keep_code_only
 
 EXIT_VAR = "SANDBATCH_TEST_EXIT_CODE"
@@ -160,10 +160,11 @@ async def grade(g: GradeContext) -> GradeRecord:
         rec.status, rec.failure_class, rec.error = "infra_error", "grading_unsupported", str(exc)
         return rec
     log: list[str] = []
+    snap = await tamper.snapshot(sandbox, sandbox.workdir, g.timeout, g.base_ref)
     if not await apply_patch(sandbox, g.patch, f"{sandbox.tmpdir}/model.patch", rec, log, g.timeout):
         return rec
     rec.report["patch_successfully_applied"] = True
-    if not await keep_code_only(g, rec, log):
+    if not await keep_code_only(g, rec, log, snap):
         return rec
 
     eval_path = f"{sandbox.tmpdir}/eval.sh"

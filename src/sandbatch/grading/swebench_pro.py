@@ -57,7 +57,7 @@ async def grade(g: GradeContext) -> GradeRecord:
     log += ["$ reset to base", reset.stdout, reset.stderr]
     if not await apply_patch(sandbox, g.patch, f"{tmp}/patch.diff", rec, log, g.timeout, cwd=wd):
         return rec
-    if not await keep_code_only(g, rec, log, cwd=wd):
+    if not await keep_code_only(g, rec, log, g.base_ref, cwd=wd):  # reset above: the snapshot is the base
         return rec
 
     setup = last_command(task.before_repo_set_cmd or "")

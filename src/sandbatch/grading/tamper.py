@@ -178,10 +178,11 @@ MIXED: dict[str, Callable[[str], object]] = {
 
 
 def runner_parts_differ(name: str, base: str | None, new: str | None) -> bool:
-    """Whether the test-runner parts of a MIXED file differ; a file that no longer parses differs."""
+    """Whether the test-runner parts of a MIXED file differ (None: no such file); a file that no longer
+    parses differs."""
     def parts(text: str | None):
-        if text is None:
-            return None
+        if text is None:  # no such file: no test-runner parts (a new package.json of a new package is code)
+            text = "{}" if name == "package.json" else ""
         try:
             return MIXED[name](text)
         except Exception:  # noqa: BLE001 - any parse error: not the base's configuration
@@ -253,10 +254,29 @@ def touched_paths(patch: str) -> list[str]:
 class Finding:
     path: str
     kind: str
-    action: str = ""  # restored (to the base commit) | removed (new in the patch) | detected
+    action: str = ""  # restored (as before the patch) | removed (new in the patch)
 
     def as_dict(self) -> dict[str, str]:
         return {"path": self.path, "kind": self.kind, "action": self.action}
+
+
+def is_tool(path: str) -> bool:
+    """Terminal-Bench: the workdir is the agent's answer (tests live in /tests), but what would stand in
+    for the verifier's interpreter, shell or test tools (shims, .pth, site/usercustomize) is not."""
+    kind = classify(path)
+    return kind == "shim" or (kind == "runner_hook" and PurePosixPath(path).name != "conftest.py")
+
+
+async def snapshot(sandbox: "Sandbox", cwd: str, timeout: float, fallback: str) -> str:
+    """The workdir's tracked state before the patch (a stash commit; `fallback` when clean).
+
+    What is restored goes back to this, not to the base commit: task images may carry
+    their own edits to tracked files (SWE-bench's specs sed tox.ini or pyproject.toml).
+    """
+    res = await sandbox.exec("git -c user.name=sandbatch -c user.email=sandbatch@localhost stash create",
+                             timeout=timeout, cwd=cwd)
+    out = res.stdout.strip().splitlines() if res.ok else []
+    return out[-1].strip() if out else fallback
 
 
 async def _read(sandbox: "Sandbox", cmd: str, cwd: str, timeout: float) -> str | None:
@@ -264,18 +284,26 @@ async def _read(sandbox: "Sandbox", cmd: str, cwd: str, timeout: float) -> str |
     return res.stdout if res.ok else None
 
 
-async def find(sandbox: "Sandbox", patch: str, base_ref: str, cwd: str, timeout: float,
-               task_test_files: frozenset[str] = frozenset()) -> list[Finding]:
-    """What of the applied patch is not the agent's to change (read in the sandbox for MIXED files)."""
+async def find(sandbox: "Sandbox", patch: str, snap: str, cwd: str, timeout: float,
+               task_test_files: frozenset[str] = frozenset(), tools_only: bool = False) -> list[Finding]:
+    """What of the applied patch is not the agent's to change: the paths its headers name, and the
+    tracked files that differ from `snap` (a write through a symlink, a fuzzy apply elsewhere)."""
+    changed = await _read(sandbox, f"git -c core.quotepath=off diff --name-only -z {shlex.quote(snap)} --", cwd,
+                          timeout)
+    paths = dict.fromkeys([*touched_paths(patch), *(p for p in (changed or "").split("\0") if p)])
     out: list[Finding] = []
-    for path in touched_paths(patch):
+    for path in paths:
+        if tools_only:
+            if is_tool(path):
+                out.append(Finding(path, classify(path) or ""))
+            continue
         kind = classify(path, task_test_files)
         name = PurePosixPath(path).name
         if kind is None and name in MIXED:
             q = shlex.quote(path)
-            base = await _read(sandbox, f"git show {shlex.quote(base_ref)}:./{q}", cwd, timeout)
-            new = await _read(sandbox, f"cat -- {q}", cwd, timeout)
-            if runner_parts_differ(name, base, new):
+            before = await _read(sandbox, f"git show {shlex.quote(snap)}:./{q}", cwd, timeout)
+            after = await _read(sandbox, f"cat -- {q}", cwd, timeout)
+            if runner_parts_differ(name, before, after):
                 kind = "runner_config"
         if kind:
             out.append(Finding(path, kind))
@@ -285,12 +313,12 @@ async def find(sandbox: "Sandbox", patch: str, base_ref: str, cwd: str, timeout:
 MARK = "SANDBATCH_NEUTRALISED"
 
 
-async def restore(sandbox: "Sandbox", findings: list[Finding], base_ref: str, cwd: str, timeout: float,
+async def restore(sandbox: "Sandbox", findings: list[Finding], snap: str, cwd: str, timeout: float,
                   log: list[str]) -> None:
-    """Put each finding's path back as the base commit has it (removed when the base has none)."""
+    """Put each finding's path back as `snap` has it (removed when it has none)."""
     if not findings:
         return
-    ref = shlex.quote(base_ref)
+    ref = shlex.quote(snap)
     lines = []
     for i, f in enumerate(findings):
         q = shlex.quote(f.path)
@@ -306,22 +334,8 @@ async def restore(sandbox: "Sandbox", findings: list[Finding], base_ref: str, cw
     if missing:
         from ..errors import InfraError
 
-        raise InfraError(f"could not restore {', '.join(missing[:5])} to the base commit: {res.stderr.strip()[-200:]}",
+        raise InfraError(f"could not restore {', '.join(missing[:5])}: {res.stderr.strip()[-200:]}",
                          "tamper_restore_failed")
-
-
-async def neutralise(sandbox: "Sandbox", patch: str, base_ref: str, cwd: str, timeout: float, log: list[str],
-                     task_test_files: frozenset[str] = frozenset()) -> list[dict[str, str]]:
-    """Find and restore; the `tampering` entries of grade.json."""
-    findings = await find(sandbox, patch, base_ref, cwd, timeout, task_test_files)
-    await restore(sandbox, findings, base_ref, cwd, timeout, log)
-    return [f.as_dict() for f in findings]
-
-
-def is_shim(path: str) -> bool:
-    """Terminal-Bench: the workdir is the agent's answer (tests live in /tests), but what would stand in
-    for the verifier's interpreter, shell or test tools (shims, .pth, site/usercustomize) is not."""
-    return classify(path) == "shim" or (classify(path) == "runner_hook" and PurePosixPath(path).name != "conftest.py")
 
 
 # the verifier's environment: the image's shell by absolute path, a PATH without relative entries (nor,

@@ -24,7 +24,7 @@ from ..errors import InfraError
 from ..records import GradeRecord
 from ..sandbox import Sandbox
 from . import GradeContext, tamper, write_log
-from .apply import apply_patch
+from .apply import apply_patch, keep_code_only
 
 TESTS, LOGS = "/tests", "/logs/verifier"
 
@@ -88,31 +88,18 @@ async def _maybe(sandbox: Sandbox, path: str) -> bytes | None:
     return await sandbox.download(path) if res.ok else None
 
 
-async def _image_tools_only(g: GradeContext, rec: GradeRecord, log: list[str]) -> bool:
-    """Shims the agent left in the workdir (in either mode) go back to the base state; False: grading
-    stops here (grading.tampering: fail). The verifier itself runs with a PATH without the workdir."""
-    findings = [f for f in [tamper.Finding(p, tamper.classify(p) or "") for p in tamper.touched_paths(g.patch)]
-                if tamper.is_shim(f.path)]
-    await tamper.restore(g.sandbox, findings, g.base_ref, g.sandbox.workdir, g.timeout, log)
-    rec.tampering = [f.as_dict() for f in findings]
-    if rec.tampering and g.cfg.grading.tampering == "fail":
-        rec.status, rec.failure_class = "tampered", "tampering"
-        rec.error = f"the agent left stand-ins for the verifier's tools: {', '.join(f.path for f in findings[:5])}"
-        write_log(g.log_path, log)
-        return False
-    return True
-
-
 async def grade(g: GradeContext) -> GradeRecord:
     sandbox, task = g.sandbox, g.task
     rec = GradeRecord(log_path=g.log_path)
     log: list[str] = []
     wd = sandbox.workdir
+    # in the agent's sandbox its changes are there already: what it may not leave goes back to the base
+    snap = g.base_ref if g.in_agent_sandbox else await tamper.snapshot(sandbox, wd, g.timeout, g.base_ref)
     if not g.in_agent_sandbox and g.patch.strip():
         if not await apply_patch(sandbox, g.patch, f"{sandbox.tmpdir}/agent.patch", rec, log, g.timeout, cwd=wd,
                                  label="$ replay the agent's workdir changes"):
             return rec
-    if not await _image_tools_only(g, rec, log):
+    if not await keep_code_only(g, rec, log, snap, tools_only=True):
         return rec
     tests, logs = sandbox.map_path(TESTS), sandbox.map_path(LOGS)
     # whatever the agent left there (a reward file, tests of its own) goes first
