@@ -162,17 +162,6 @@ ATTEMPTS = {
 }
 
 
-@pytest.mark.parametrize("name", list(ATTEMPTS))
-def test_tampering_attempts_score_zero(calc, tmp_path, name):
-    cfg_path, task = calc
-    files, edits, exe, expect = ATTEMPTS[name]
-    patch, _ = agent_patch(tmp_path, task.repo_dir, edits={**WRONG_DIVIDE, **edits}, files=files, exe=exe)
-    rec = grade(cfg_path, task.id, patch)
-    assert rec.status == "ok" and rec.patch_applied and rec.tests_ran and rec.reward == 0.0, rec
-    assert sorted(map(tuple, (t.values() for t in rec.tampering))) == sorted(expect), rec.tampering
-    assert rec.tests_status["FAIL_TO_PASS"]["failure"] == ["tests/test_calc.py::test_divide"]
-
-
 def test_honest_fix_with_a_legit_config_change_keeps_its_reward(calc, tmp_path):
     """A mixed file (pyproject.toml) keeps a change outside its test-runner sections."""
     cfg_path, task = calc
@@ -250,15 +239,22 @@ def test_js_gold_resolves_and_wrong_fix_does_not(mean, tmp_path):
     assert rec.resolved and rec.tampering == [], rec
 
 
-@pytest.mark.parametrize("name", list(JS_ATTEMPTS))
-def test_js_tampering_attempts_score_zero(mean, tmp_path, name):
-    cfg_path, task = mean
-    files, edits, exe, expect = JS_ATTEMPTS[name]
-    patch, _ = agent_patch(tmp_path, task.repo_dir, edits={**JS_WRONG, **edits}, files=files, exe=exe)
+# per corpus: the task, a wrong fix to pair each attempt with, the F2P test that must still fail
+CORPORA = {"python": (SMOKE, "smoke__calc-1", WRONG_DIVIDE, "tests/test_calc.py::test_divide", ATTEMPTS),
+           "javascript": (JS_TASKS, "tamper__mean-1", JS_WRONG, "- mean of nothing is 0", JS_ATTEMPTS)}
+
+
+@pytest.mark.parametrize("corpus, name", [(c, n) for c, spec in CORPORA.items() for n in spec[-1]])
+def test_tampering_attempts_score_zero(tmp_path, corpus, name):
+    tasks, task_id, wrong, f2p, attempts = CORPORA[corpus]
+    cfg_path = make_cfg(tmp_path, "smoke", tasks)
+    task = get_task(config.Config.model_validate_json(cfg_path.read_text()).benchmark, task_id)
+    files, edits, exe, expect = attempts[name]
+    patch, _ = agent_patch(tmp_path, task.repo_dir, edits={**wrong, **edits}, files=files, exe=exe)
     rec = grade(cfg_path, task.id, patch)
-    assert rec.status == "ok" and rec.tests_ran and rec.reward == 0.0, rec
+    assert rec.status == "ok" and rec.patch_applied and rec.tests_ran and rec.reward == 0.0, rec
     assert sorted(map(tuple, (t.values() for t in rec.tampering))) == sorted(expect), rec.tampering
-    assert rec.tests_status["FAIL_TO_PASS"]["failure"] == ["- mean of nothing is 0"]
+    assert rec.tests_status["FAIL_TO_PASS"]["failure"] == [f2p]
 
 
 # --- the rules for the other languages and benchmarks (no toolchain needed) -----------------
