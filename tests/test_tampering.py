@@ -475,3 +475,12 @@ def test_restores_the_images_own_state_not_the_base_commit(calc, tmp_path):
         assert "or True" not in sh("cat tests/test_calc.py") and sh("cat helper.py") == "x = 1\n"
     finally:
         asyncio.run(sb.delete())
+
+
+def test_tampering_switch_defaults_to_neutralise_and_rejects_other_values():
+    from sandbatch.errors import UserError
+
+    default = REPO_ROOT / "config" / "default.yaml"
+    assert config.load([], {}, default=default).grading.tampering == "neutralise"
+    with pytest.raises(UserError, match=r"grading\.tampering: 'ignore' is not allowed; choose one of: neutralise, fail"):
+        config.load([], {"grading": {"tampering": "ignore"}}, default=default)

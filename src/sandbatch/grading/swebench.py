@@ -2,7 +2,8 @@
 with the `swebench` package's pieces: the eval script from its per-repo specs, its log
 parsers, its report comparison.
 
-In a fresh sandbox from the task image: apply the model patch (with fallbacks), then run
+In a fresh sandbox from the task image: apply the model patch (with fallbacks), put back
+what it may not change (tests, runner config and hooks, shims: grading.tamper), then run
 the eval script - reset the test files, apply test_patch, run the tests between the
 swebench markers - and compare the parsed statuses with FAIL_TO_PASS / PASS_TO_PASS.
 The test command's own exit code is recorded after the end marker; a run that printed

@@ -1,8 +1,9 @@
 """Tests belong to the benchmark, not to the agent: what of a patch is neutralised before grading.
 
 After the agent's patch is applied in the grading sandbox, every path it touched that can
-change how tests are collected, run or reported is restored to the base commit (or removed
-when the patch created it), and each is recorded as a `tampering` entry {path, kind, action}:
+change how tests are collected, run or reported is restored as the workdir had it before
+the patch (the base commit plus the task image's own edits), or removed when the patch
+created it, and each is recorded as a `tampering` entry {path, kind, action}:
 
 - test_file: test files and directories by the conventions of the languages we grade,
   and every file the task's own test_patch / selected test files name;
@@ -11,8 +12,8 @@ when the patch created it), and each is recorded as a `tampering` entry {path, k
 - runner_config: test-runner configuration (pytest.ini, tox.ini, jest/vitest/mocha/karma
   configs, .cargo/config, phpunit.xml, go.work, ...), and the test-runner parts of files
   that mix code and configuration (MIXED below): such a file keeps the agent's change
-  unless its test-runner parts differ from the base commit's, then the whole file is
-  restored (a fix never needs to change how its tests run);
+  unless its test-runner parts differ from the file before the patch, then the whole file
+  is restored (a fix never needs to change how its tests run);
 - shim: executables and modules that the test command could resolve to instead of the
   image's own (a `pytest`, `python`, `go` or `npm` file anywhere in the workdir, a
   `pytest` package at its root that `python -m pytest` would import, node_modules/,
@@ -36,8 +37,6 @@ from typing import TYPE_CHECKING, Callable
 if TYPE_CHECKING:
     from ..sandbox import Sandbox
 
-MODES = ("neutralise", "fail")
-
 # --- which paths ------------------------------------------------------------------------
 
 # test files by name (any directory)
@@ -57,7 +56,8 @@ HOOK_NAMES = {"conftest.py", "sitecustomize.py", "usercustomize.py"}
 CONFIG_GLOBS = (
     "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini", "noxfile.py", ".coveragerc",
     "jest.config.*", "jest.setup.*", "jest.preset.*", "vitest.config.*", "vitest.workspace.*", "vitest.setup.*",
-    ".mocharc*", "karma.conf.*", ".npmrc", ".yarnrc", ".yarnrc.yml", ".pnpmfile.cjs", "bunfig.toml", "ava.config.*", ".taprc", "playwright.config.*", "cypress.config.*",
+    ".mocharc*", "karma.conf.*", "ava.config.*", ".taprc", "playwright.config.*", "cypress.config.*",
+    ".npmrc", ".yarnrc", ".yarnrc.yml", ".pnpmfile.cjs", "bunfig.toml",  # npm's node-options preloads code
     "go.work", "go.work.sum", "phpunit.xml", "phpunit.xml.dist", ".rspec", "rust-toolchain", "rust-toolchain.toml",
 )
 CONFIG_DIRS = {".cargo"}
@@ -77,7 +77,7 @@ def classify(path: str, task_test_files: frozenset[str] = frozenset()) -> str | 
     """The tampering kind of a path the patch touched, or None when it is code; MIXED files are checked apart."""
     p = PurePosixPath(path)
     name, dirs = p.name, p.parts[:-1]
-    if p.parts and p.parts[0] == ".git" or name in HOOK_NAMES or name.endswith(".pth"):
+    if (p.parts and p.parts[0] == ".git") or name in HOOK_NAMES or name.endswith(".pth"):
         return "runner_hook"
     if name in SHIM_NAMES or (len(p.parts) == 1 and p.stem in SHADOW_MODULES and p.suffix in ("", ".py")) \
             or (len(p.parts) > 1 and p.parts[0] in SHADOW_MODULES) or any(d in SHIM_DIRS for d in dirs):
@@ -96,10 +96,6 @@ def classify(path: str, task_test_files: frozenset[str] = frozenset()) -> str | 
 
 # --- files that mix code and test-runner configuration ------------------------------------
 
-def _toml(text: str) -> dict:
-    return tomllib.loads(text)
-
-
 def _pick(doc: dict, *keys: str):
     for k in keys:
         if not isinstance(doc, dict):
@@ -113,7 +109,7 @@ def _runner_scripts(scripts) -> dict:
 
 
 def _pyproject(text: str):
-    d = _toml(text)
+    d = tomllib.loads(text)
     return {"pytest": _pick(d, "tool", "pytest"), "tox": _pick(d, "tool", "tox"),
             "coverage": _pick(d, "tool", "coverage"), "hatch_envs": _pick(d, "tool", "hatch", "envs"),
             "pytest11": _pick(d, "project", "entry-points", "pytest11"),
@@ -142,8 +138,9 @@ def _setup_py(text: str):
 def _package_json(text: str):
     d = json.loads(text)
     scripts = d.get("scripts") if isinstance(d, dict) else None
+    scripts = scripts if isinstance(scripts, dict) else {}
     return {"runners": {k: d.get(k) for k in ("jest", "mocha", "ava", "vitest", "tap", "c8", "nyc")},
-            "test_scripts": {k: v for k, v in (scripts or {}).items() if "test" in k} if isinstance(scripts, dict) else {}}
+            "test_scripts": {k: v for k, v in scripts.items() if "test" in k}}
 
 
 _REPLACE_RE = re.compile(r"=>\s*(\.{1,2}/\S*|/\S*|\.{1,2})\s*$")
@@ -166,7 +163,7 @@ def _go_mod(text: str):
 
 
 def _cargo_toml(text: str):
-    d = _toml(text)
+    d = tomllib.loads(text)
     return {k: d.get(k) for k in ("test", "patch", "replace")}
 
 
