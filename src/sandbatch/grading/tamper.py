@@ -336,18 +336,21 @@ async def restore(sandbox: "Sandbox", findings: list[Finding], snap: str, cwd: s
 
 
 # the verifier's environment: the image's shell by absolute path, a PATH without relative entries (nor,
-# in the agent's sandbox, entries inside the workdir, whose untracked files no diff shows), and no
-# variables that make bash load a file first
-_PATH_FILTER = (
-    'PATH=$(printf %s "$PATH" | tr : "\\n" | '
-    'awk -v wd="$SANDBATCH_WD" \'substr($0,1,1)=="/" && (wd=="" || (index($0"/", wd"/")!=1 && $0!=wd))\' '
-    '| paste -sd: -); export PATH; unset BASH_ENV ENV CDPATH SANDBATCH_WD; hash -r;'
+# in the agent's sandbox, entries inside the workdir, whose untracked, ignored files no diff shows), and
+# no variables that make a shell load a file first. POSIX sh and shell builtins only: images vary.
+_CLEAN_PATH = (
+    '_sb_p=; _sb_ifs=$IFS; IFS=:; set -f; for _sb_d in $PATH; do case $_sb_d in /*) ;; *) continue ;; esac; '
+    'if [ -n "$SANDBATCH_WD" ]; then case $_sb_d/ in "$SANDBATCH_WD"/*) continue ;; esac; fi; '
+    '_sb_p=${_sb_p:+$_sb_p:}$_sb_d; done; set +f; IFS=$_sb_ifs; PATH=$_sb_p; export PATH; '
+    'unset BASH_ENV ENV CDPATH SANDBATCH_WD _sb_p _sb_ifs _sb_d;'
 )
 
 
 def verifier_command(script: str, workdir: str, in_agent_sandbox: bool) -> str:
-    wd = shlex.quote(workdir.rstrip("/") or "/") if in_agent_sandbox else "''"
-    return f"SANDBATCH_WD={wd}; {_PATH_FILTER} exec /bin/bash {shlex.quote(script)}"
+    wd = shlex.quote(workdir.rstrip("/")) if in_agent_sandbox else "''"
+    q = shlex.quote(script)
+    return (f"SANDBATCH_WD={wd}; {_CLEAN_PATH} "
+            f"if [ -x /bin/bash ]; then exec /bin/bash {q}; else exec bash {q}; fi")
 
 
 def task_test_files(task) -> frozenset[str]:
