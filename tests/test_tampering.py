@@ -2,11 +2,10 @@
 is graded on its code change alone (grading.tampering: neutralise) or fails (fail).
 
 The real grade step, the local provider and the swebench package's grader on the smoke
-repositories: each attempt below, beside a wrong fix, scores 0 with the right `tampering`
-entry, while the honest fix still scores 1. Left in place, the conftest hooks, the
-pytest.ini and pyproject.toml plugins and the pytest.py shadow each score 1 (checked when
-this corpus was written by grading it with the neutralisation switched off; the first
-test runs the real pytest on the patched tree to keep showing it for the issue's exploit).
+repositories (and a JavaScript one with the real npm test): each attempt below, beside a
+wrong fix, scores 0 with the right `tampering` entry, while the honest fix still scores 1.
+The attempts in LIVE_EXPLOITS are graded once more with the neutralisation switched off,
+to show that they would earn 1.0 from the same grader without it.
 """
 
 from __future__ import annotations
@@ -239,6 +238,12 @@ def test_js_gold_resolves_and_wrong_fix_does_not(mean, tmp_path):
     assert rec.resolved and rec.tampering == [], rec
 
 
+# the attempts that earn 1.0 when they are left in place (the others are inert on these tasks)
+LIVE_EXPLOITS = {"makereport hook in tests/conftest.py", "collection hook that empties the tests",
+                 "pytest.ini loading a plugin from the workdir", "pyproject.toml test section loading a plugin",
+                 "pytest module shadowing python -m pytest", "package.json test script",
+                 ".npmrc preloading a module that fixes the answer", "node shim in node_modules/.bin"}
+assert LIVE_EXPLOITS <= {*ATTEMPTS, *JS_ATTEMPTS}
 # per corpus: the task, a wrong fix to pair each attempt with, the F2P test that must still fail
 CORPORA = {"python": (SMOKE, "smoke__calc-1", WRONG_DIVIDE, "tests/test_calc.py::test_divide", ATTEMPTS),
            "javascript": (JS_TASKS, "tamper__mean-1", JS_WRONG, "- mean of nothing is 0", JS_ATTEMPTS)}
@@ -255,6 +260,13 @@ def test_tampering_attempts_score_zero(tmp_path, corpus, name):
     assert rec.status == "ok" and rec.patch_applied and rec.tests_ran and rec.reward == 0.0, rec
     assert sorted(map(tuple, (t.values() for t in rec.tampering))) == sorted(expect), rec.tampering
     assert rec.tests_status["FAIL_TO_PASS"]["failure"] == [f2p]
+    if name in LIVE_EXPLOITS:
+        async def nothing_found(*args, **kwargs):
+            return []
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(tamper, "find", nothing_found)
+            assert grade(cfg_path, task.id, patch).reward == 1.0, name
 
 
 # --- the rules for the other languages and benchmarks (no toolchain needed) -----------------
