@@ -285,9 +285,9 @@ async def find(sandbox: "Sandbox", patch: str, snap: str, cwd: str, timeout: flo
                task_test_files: frozenset[str] = frozenset(), tools_only: bool = False) -> list[Finding]:
     """What of the applied patch is not the agent's to change: the paths its headers name, and the
     tracked files that differ from `snap` (a write through a symlink, a fuzzy apply elsewhere)."""
-    changed = await _read(sandbox, f"git -c core.quotepath=off diff --name-only -z {shlex.quote(snap)} --", cwd,
-                          timeout)
-    paths = dict.fromkeys([*touched_paths(patch), *(p for p in (changed or "").split("\0") if p)])
+    # newline-separated (C-quoted when a name needs it): NUL bytes do not cross every provider's exec
+    changed = await _read(sandbox, f"git -c core.quotepath=off diff --name-only {shlex.quote(snap)} --", cwd, timeout)
+    paths = dict.fromkeys([*touched_paths(patch), *(_unquote(p) for p in (changed or "").splitlines() if p)])
     out: list[Finding] = []
     for path in paths:
         if tools_only:
