@@ -286,6 +286,11 @@ def test_tampering_attempts_score_zero(tmp_path, corpus, name):
     ("sub/pkg/conftest.py", "runner_hook"), ("lib/x.pth", "runner_hook"), ("testing/test_main.py", "test_file"),
     ("src/test/helpers.py", "test_file"), ("astropy/io/tests/data/a.fits", "test_file"),
     ("_pytest/main.py", "shim"), ("tools/go", "shim"), (".git/hooks/post-checkout", "runner_hook"),
+    ("bin/test", "shim"), (".python-version", "runner_config"),  # sympy's test command; pyenv
+    ("features/step_definitions/steps.rb", "test_file"), ("src/features/cart.ts", None),  # cucumber
+    ("vendor/phpunit/phpunit/src/TextUI/Command.php", "shim"), (".yarn/releases/yarn.cjs", "shim"),
+    ("gradle/wrapper/gradle-wrapper.properties", "runner_config"), (".mvn/extensions.xml", "runner_config"),
+    ("babel.config.js", "runner_config"), ("jasmine.json", "runner_config"),
     # code, including packages named like tests
     ("django/test/testcases.py", None), ("sympy/testing/runtests.py", None), ("gin.go", None),
     ("src/t_string.c", None), ("src/_pytest/python.py", None), ("django/contrib/admin/tests.py", None),
@@ -317,6 +322,8 @@ def test_classify(path, kind):
     ("go.mod", "module a\n", "module a\nreplace github.com/x/y => github.com/z/y v1.0.0\n", False),
     ("Cargo.toml", '[package]\nname = "a"\n', '[package]\nname = "a"\n[[test]]\nname = "t"\nharness = false\n', True),
     ("package.json", None, '{"name": "new-package", "main": "index.js"}', False),
+    ("Gemfile", "gem 'rspec'\n", "gem 'rspec'\ngem 'nokogiri', '~> 1.16'\n", False),
+    ("Gemfile", "gem 'rspec'\n", "gem 'rspec', path: './fake_rspec'\n", True),
     ("package.json", None, '{"name": "new-package", "scripts": {"test": "true"}}', True),
     ("pyproject.toml", '[tool.pytest.ini_options]\naddopts = "-x"\n', None, True),
 ])

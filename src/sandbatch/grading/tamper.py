@@ -58,19 +58,25 @@ CONFIG_GLOBS = (
     "jest.config.*", "jest.setup.*", "jest.preset.*", "vitest.config.*", "vitest.workspace.*", "vitest.setup.*",
     ".mocharc*", "karma.conf.*", "ava.config.*", ".taprc", "playwright.config.*", "cypress.config.*",
     ".npmrc", ".yarnrc", ".yarnrc.yml", ".pnpmfile.cjs", "bunfig.toml",  # npm's node-options preloads code
+    "babel.config.*", ".babelrc*",  # jest transforms the test files with it
+    "jasmine.json", ".jasmine.json", "cucumber.yml", "cucumber.js",
+    ".python-version", ".tool-versions", ".nvmrc", ".node-version",  # pyenv/asdf/nvm pick the interpreter
     "go.work", "go.work.sum", "phpunit.xml", "phpunit.xml.dist", ".rspec", "rust-toolchain", "rust-toolchain.toml",
 )
-CONFIG_DIRS = {".cargo"}
+CONFIG_DIRS = {".cargo", ".mvn", ".bundle"}
+CONFIG_PREFIXES = ("gradle/wrapper/",)  # gradlew runs the distribution its properties name
+ROOT_TEST_DIRS = {"features"}  # cucumber, by the Ruby convention (src/features/ is code in JS apps)
 # names a test command resolves through PATH or the workdir
 SHIM_NAMES = {
     "pytest", "py.test", "python", "python3", "pip", "pip3", "tox", "nox", "go", "gofmt", "node", "npm", "npx",
     "yarn", "pnpm", "jest", "vitest", "mocha", "tsc", "ts-node", "bash", "sh", "env", "timeout", "cargo", "rustc",
     "make", "tclsh", "php", "phpunit", "ruby", "rspec", "rake", "bundle", "java", "mvn", "mvnw", "gradle",
-    "gradlew", "runtest", "runtests", "git",
+    "gradlew", "runtest", "runtests", "git", "test", "doctest", "ctest", "cucumber", "jasmine", "qunit", "mvnd", "ant",
+    "gulp",
 }
 # at the workdir root, `python -m pytest` imports these before the installed ones
 SHADOW_MODULES = {"pytest", "_pytest", "py", "pluggy", "unittest", "doctest", "iniconfig", "xdist"}
-SHIM_DIRS = {"node_modules", ".venv", "venv", "site-packages", "dist-packages", ".tox", ".nox"}
+SHIM_DIRS = {"node_modules", ".venv", "venv", "site-packages", "dist-packages", ".tox", ".nox", "vendor", ".yarn"}
 
 
 def classify(path: str, task_test_files: frozenset[str] = frozenset()) -> str | None:
@@ -82,11 +88,12 @@ def classify(path: str, task_test_files: frozenset[str] = frozenset()) -> str | 
     if name in SHIM_NAMES or (len(p.parts) == 1 and p.stem in SHADOW_MODULES and p.suffix in ("", ".py")) \
             or (len(p.parts) > 1 and p.parts[0] in SHADOW_MODULES) or any(d in SHIM_DIRS for d in dirs):
         return "shim"
-    if any(fnmatch.fnmatchcase(name, g) for g in CONFIG_GLOBS) or any(d in CONFIG_DIRS for d in dirs):
+    if any(fnmatch.fnmatchcase(name, g) for g in CONFIG_GLOBS) or any(d in CONFIG_DIRS for d in dirs) \
+            or path.startswith(CONFIG_PREFIXES):
         return "runner_config"
     if path in task_test_files or any(fnmatch.fnmatchcase(name, g) for g in TEST_FILE_GLOBS):
         return "test_file"
-    if any(d in TEST_DIRS for d in dirs):
+    if any(d in TEST_DIRS for d in dirs) or (dirs and dirs[0] in ROOT_TEST_DIRS):
         return "test_file"
     shallow = [i for i, d in enumerate(dirs) if d in TEST_DIRS_SHALLOW]
     if shallow and (p.suffix != ".py" or shallow[0] == 0 or dirs[:shallow[0]] == ("src",)):
@@ -139,7 +146,7 @@ def _package_json(text: str):
     d = json.loads(text)
     scripts = d.get("scripts") if isinstance(d, dict) else None
     scripts = scripts if isinstance(scripts, dict) else {}
-    return {"runners": {k: d.get(k) for k in ("jest", "mocha", "ava", "vitest", "tap", "c8", "nyc")},
+    return {"runners": {k: d.get(k) for k in ("jest", "mocha", "ava", "vitest", "tap", "c8", "nyc", "babel")},
             "test_scripts": {k: v for k, v in scripts.items() if "test" in k}}
 
 
@@ -162,6 +169,11 @@ def _go_mod(text: str):
     return sorted(out)
 
 
+def _gemfile(text: str):
+    """Gemfile gems loaded from a directory (`path:`) or a git checkout instead of the installed ones."""
+    return sorted(" ".join(ln.split()) for ln in text.splitlines() if re.search(r"\b(path|git)\s*(:|=>)", ln))
+
+
 def _cargo_toml(text: str):
     d = tomllib.loads(text)
     return {k: d.get(k) for k in ("test", "patch", "replace")}
@@ -170,7 +182,7 @@ def _cargo_toml(text: str):
 # file name -> its test-runner parts (compared between the base commit and the patched file)
 MIXED: dict[str, Callable[[str], object]] = {
     "pyproject.toml": _pyproject, "setup.cfg": _setup_cfg, "setup.py": _setup_py, "package.json": _package_json,
-    "go.mod": _go_mod, "Cargo.toml": _cargo_toml,
+    "go.mod": _go_mod, "Cargo.toml": _cargo_toml, "Gemfile": _gemfile,
 }
 
 
