@@ -288,7 +288,8 @@ def test_tampering_attempts_score_zero(tmp_path, corpus, name):
     ("_pytest/main.py", "shim"), ("tools/go", "shim"), (".git/hooks/post-checkout", "runner_hook"),
     ("bin/test", "shim"), (".python-version", "runner_config"),  # sympy's test command; pyenv
     ("features/step_definitions/steps.rb", "test_file"), ("src/features/cart.ts", None),  # cucumber
-    ("vendor/phpunit/phpunit/src/TextUI/Command.php", "shim"), (".yarn/releases/yarn.cjs", "shim"),
+    ("vendor/phpunit/phpunit/src/TextUI/Command.php", "shim"), ("vendor/bin/phpunit", "shim"),
+    ("vendor/github.com/stretchr/testify/assert/assertions.go", "shim"), ("vendor/golang.org/x/net/http2/h2.go", None), (".yarn/releases/yarn.cjs", "shim"),
     ("gradle/wrapper/gradle-wrapper.properties", "runner_config"), (".mvn/extensions.xml", "runner_config"),
     ("babel.config.js", "runner_config"), ("jasmine.json", "runner_config"),
     # code, including packages named like tests

@@ -76,7 +76,9 @@ SHIM_NAMES = {
 }
 # at the workdir root, `python -m pytest` imports these before the installed ones
 SHADOW_MODULES = {"pytest", "_pytest", "py", "pluggy", "unittest", "doctest", "iniconfig", "xdist"}
-SHIM_DIRS = {"node_modules", ".venv", "venv", "site-packages", "dist-packages", ".tox", ".nox", "vendor", ".yarn"}
+SHIM_DIRS = {"node_modules", ".venv", "venv", "site-packages", "dist-packages", ".tox", ".nox", ".yarn"}
+# vendored dependencies are code (a fix may update them), but not the test frameworks among them
+VENDORED_TEST_TOOLS = {"bin", "phpunit", "sebastian", "pestphp", "testify", "gomock", "go-cmp", "mockery"}
 
 
 def classify(path: str, task_test_files: frozenset[str] = frozenset()) -> str | None:
@@ -86,7 +88,8 @@ def classify(path: str, task_test_files: frozenset[str] = frozenset()) -> str | 
     if (p.parts and p.parts[0] == ".git") or name in HOOK_NAMES or name.endswith(".pth"):
         return "runner_hook"
     if name in SHIM_NAMES or (len(p.parts) == 1 and p.stem in SHADOW_MODULES and p.suffix in ("", ".py")) \
-            or (len(p.parts) > 1 and p.parts[0] in SHADOW_MODULES) or any(d in SHIM_DIRS for d in dirs):
+            or (len(p.parts) > 1 and p.parts[0] in SHADOW_MODULES) or any(d in SHIM_DIRS for d in dirs) \
+            or ("vendor" in dirs and VENDORED_TEST_TOOLS & set(dirs[dirs.index("vendor") + 1:])):
         return "shim"
     if any(fnmatch.fnmatchcase(name, g) for g in CONFIG_GLOBS) or any(d in CONFIG_DIRS for d in dirs) \
             or path.startswith(CONFIG_PREFIXES):
