@@ -11,7 +11,7 @@ import copy
 import functools
 import os
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
@@ -114,6 +114,7 @@ class GradingConfig(_Model):
     reward_threshold: float
     in_agent_sandbox: bool | list[str]
     inconclusive_retries: int
+    tampering: Literal["neutralise", "fail"]
 
 
 class PatchConfig(_Model):

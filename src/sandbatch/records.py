@@ -18,7 +18,8 @@ from pydantic import BaseModel, Field
 from .sandbox.base import SandboxSpec
 from .util import write_json
 
-Status = Literal["ok", "agent_error", "timeout", "infra_error"]
+# tampered: grade only, the patch changed what grades it and grading.tampering is "fail"
+Status = Literal["ok", "agent_error", "timeout", "infra_error", "tampered"]
 
 # file names inside results/<run>/<task>/<repeat>/
 SANDBOX = "sandbox.json"
@@ -145,4 +146,6 @@ class GradeRecord(Record):
     tests_status: dict[str, dict[str, list[str]]] = Field(default_factory=dict)
     test_results: dict[str, str] = Field(default_factory=dict)  # test name -> PASSED/FAILED/...
     report: dict[str, Any] = Field(default_factory=dict)  # the benchmark's own per-instance report
+    # what of the patch was not graded: [{path, kind, action}] (grading.tamper)
+    tampering: list[dict[str, str]] = Field(default_factory=list)
     log_path: str | None = None

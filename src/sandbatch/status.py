@@ -154,6 +154,8 @@ def _account(st: RunStatus, recs: dict[str, dict[str, Any]]) -> None:
         if recs.get(step, {}).get("status") == "infra_error":
             status, failure = "infra_error", recs[step].get("failure_class")
             break
+    if grade.get("status") == "tampered":  # grading.tampering: fail
+        status, failure = "tampered", grade.get("failure_class")
     st.status_counts[status] += 1
     if failure:
         st.failure_classes[failure] += 1

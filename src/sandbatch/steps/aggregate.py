@@ -32,6 +32,8 @@ def rollout_row(cfg: Config, task: TaskRef, repeat: int) -> dict[str, Any]:
         if rec.status == "infra_error":
             status, failure_class, failed_phase = "infra_error", rec.failure_class, phase
             break
+    if gr.status == "tampered":  # grading.tampering: fail
+        status, failure_class, failed_phase = "tampered", gr.failure_class, "grade"
     durations = {"sandbox": sb.duration_s, "install": hr.install_s, "agent": hr.agent_s, "harness": hr.duration_s,
                  "patch": pr.duration_s, "grade": gr.duration_s}
     return {
@@ -41,6 +43,7 @@ def rollout_row(cfg: Config, task: TaskRef, repeat: int) -> dict[str, Any]:
         "patch_applied": gr.patch_applied, "tests_ran": gr.tests_ran,
         "harness": hr.harness, "harness_status": hr.status, "exit_code": hr.exit_code,
         "usage": resp.get("usage", {}), "durations": durations, "tests_status": gr.tests_status,
+        "tampering": gr.tampering,
         "started_at": sb.started_at, "finished_at": gr.finished_at, "dir": str(d),
     }
 
