@@ -1,8 +1,9 @@
-"""`sandbatch`: what lives outside the DAG: validate configs; status, stop, rerun-errors, reap of a run."""
+"""`sandbatch`: what lives outside the DAG: validate configs; status, stop, rerun-errors, reap, view, compare."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -101,6 +102,18 @@ def cmd_rerun_errors(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_view(args: argparse.Namespace) -> int:
+    from .view import build, finished_rows
+
+    out = (args.output or Path(args.directory) / args.results_dir / args.run / "view").resolve()
+    os.chdir(args.directory)  # the run's config names paths relative to its working directory
+    cfg = _run_config(args.run, args.results_dir)
+    rows = finished_rows(cfg)
+    index = build(cfg, rows, out)
+    print(f"{len(rows)} rollout(s); open {index.resolve().as_uri()}")
+    return 0
+
+
 def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="the run name (results/<run>/)")
     p.add_argument("--results-dir", default="results", help="directory holding <run>/ (default: results)")
@@ -136,6 +149,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only rollouts of this failure class (repeatable)")
     r.add_argument("-n", "--dry-run", action="store_true", help="list, delete nothing")
     r.set_defaults(func=cmd_rerun_errors)
+    w = sub.add_parser("view", help="write the static trajectory viewer of a run (index + one page per rollout)")
+    _run_args(w)
+    w.add_argument("-o", "--output", type=Path, help="directory to write (default: results/<run>/view)")
+    w.set_defaults(func=cmd_view)
     return p
 
 
