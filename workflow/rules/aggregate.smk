@@ -20,8 +20,9 @@ rule aggregate:
         tokens_plot=report(RUN_DIR + "/report/tokens.svg", caption="../report/tokens.rst", category="Plots"),
         failures_plot=report(RUN_DIR + "/report/failures.svg", caption="../report/failures.rst",
                              category="Plots"),
-        view=report(directory(RUN_DIR + "/report/view"), htmlindex="index.html", caption="../report/view.rst",
-                    category="Trajectories"),
+        # one report entry per page (task and repeat as columns); htmlindex would need --report x.zip
+        view=report(directory(RUN_DIR + "/report/view"), patterns=["{page,index}.html", "rollouts/{task}/{repeat}.html"],
+                    caption="../report/view.rst", category="Trajectories"),
     log:
         RUN_DIR + "/logs/aggregate.log",
     localrule: True

@@ -1,9 +1,9 @@
 """Static trajectory viewer: an index of every rollout and one page per rollout.
 
-`build` writes `index.html`, `index-data.js` (one short row per rollout) and
-`rollouts/<task>/<repeat>.html`. Nothing needs a server: the index loads its rows with a
-<script> tag (file:// pages may not fetch), renders them a chunk at a time, and each
-rollout page is only read when it is opened. The aggregate writes it into the report
+`build` writes `index.html` (one short row per rollout, inline: file:// pages may not
+fetch) and `rollouts/<task>/<repeat>.html`. Nothing needs a server: the index renders its
+rows a chunk at a time as they scroll into view, and a rollout page is only read when it
+is opened. The aggregate writes it into the report
 (`results/<run>/report/view/`), `sandbatch view <run>` anywhere.
 """
 
@@ -40,9 +40,10 @@ def index_row(row: Mapping[str, Any]) -> list[Any]:
             row.get("reward"), (row.get("usage") or {}).get("total_tokens", 0), _duration(row), page_href(row)]
 
 
-def index_html(title: str, subtitle: str) -> str:
+def index_html(rows: list[list[Any]], title: str, subtitle: str) -> str:
     heads = [("task", "task"), ("repeat", "repeat"), ("repo", "repository"), ("status", "status"),
              ("failure_class", "failure class"), ("reward", "reward"), ("tokens", "tokens"), ("duration", "duration s")]
+    data = json.dumps(rows, separators=(",", ":")).replace("</", "<\\/")  # a task id cannot end the script
     th = "".join(f'<th class="sort" data-key="{k}">{escape(label)}</th>' for k, label in heads)
     return f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>{escape(title)}</title><style>{CSS}</style></head>
@@ -54,10 +55,16 @@ def index_html(title: str, subtitle: str) -> str:
 <table id="rollouts"><thead><tr>{th}</tr></thead><tbody id="rows"></tbody></table>
 <p id="more" class="muted">loading more&hellip;</p>
 <noscript>The table needs JavaScript; the pages are under rollouts/.</noscript>
-<script src="index-data.js"></script>
+<script>var ROLLOUT_COLUMNS = {json.dumps(COLUMNS)};
+var ROLLOUT_ROWS = {data};</script>
 <script>{INDEX_JS}</script>
 </body></html>
 """
+
+
+def write_index(out: Path, rows: list[list[Any]], title: str, subtitle: str) -> None:
+    """index.html, its rows (as `index_row` makes them) inline: one file, as the report embeds it."""
+    write_atomic(out / "index.html", index_html(rows, title, subtitle))
 
 
 def _prompts(cfg: Config) -> dict[str, str | None]:
@@ -86,13 +93,9 @@ def build(cfg: Config, rows: Iterable[Mapping[str, Any]], out_dir: str | Path) -
     prompts = _prompts(cfg)
     for row in rows:
         write_atomic(out / page_href(row), page.render(row, prompts.get(row["task_id"]), "../../index.html"))
-    data = {"columns": COLUMNS, "rows": [index_row(r) for r in rows]}
-    write_atomic(out / "index-data.js",
-                 f"var ROLLOUT_COLUMNS = {json.dumps(data['columns'])};\n"
-                 f"var ROLLOUT_ROWS = {json.dumps(data['rows'], separators=(',', ':'))};\n")
     n_tasks = len({r["task_id"] for r in rows})
     subtitle = (f"{len(rows)} rollouts of {n_tasks} tasks; benchmark {cfg.benchmark.kind}, harness "
                 f"{cfg.harness.name}, model {cfg.model.name}. Click a column to sort; open a task for its trajectory.")
-    write_atomic(out / "index.html", index_html(f"Trajectories of run {cfg.run}", subtitle))
+    write_index(out, [index_row(r) for r in rows], f"Trajectories of run {cfg.run}", subtitle)
     return out / "index.html"
 

@@ -19,7 +19,7 @@ pre{background:#f7f7f7;padding:.5em;overflow-x:auto;white-space:pre-wrap;word-br
 .kv td:first-child{font-weight:bold}
 """
 
-# The index: rows come from index-data.js (one short array per rollout); the table renders
+# The index: rows are inline (one short array per rollout); the table renders
 # CHUNK rows and appends more as the end comes into view, so a 2,000-rollout run paints at once.
 INDEX_JS = r"""
 (function () {
