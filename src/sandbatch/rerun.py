@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import UserError
-from .records import EVENTS, GRADE, HARNESS, MODEL_CALLS, PATCH, PATCH_INFO, RESPONSE, SANDBOX
+from .records import EVENTS, GRADE, HARNESS, MODEL_CALLS, PATCH, PATCH_INFO, RESPONSE, SANDBOX, TRAJECTORY
 from .status import read_head
 
 # phase -> the files that phase writes
 WRITES: dict[str, tuple[str, ...]] = {
     "sandbox": (SANDBOX,),
-    "harness": (EVENTS, HARNESS, MODEL_CALLS, RESPONSE),
+    "harness": (EVENTS, HARNESS, MODEL_CALLS, RESPONSE, TRAJECTORY),
     "patch": (PATCH, PATCH_INFO),
     "grade": (GRADE, "grade.log"),
 }
