@@ -11,6 +11,7 @@ pre{background:#f7f7f7;padding:.5em;overflow-x:auto;white-space:pre-wrap;word-br
 .tool-call{border-color:#c84} .tool-output{border-color:#999}
 .role{font-size:.8em;font-weight:bold;text-transform:uppercase;color:#666}
 .fname{font-family:monospace;font-weight:bold;text-transform:none;font-size:1.2em;color:#222}
+.role .muted{text-transform:none;font-weight:normal}
 .diff .add{color:#1a7f37;background:#e6ffec} .diff .del{color:#cf222e;background:#ffebe9}
 .diff .hunk{color:#8250df} .diff .file{font-weight:bold}
 .diff span{display:block}
