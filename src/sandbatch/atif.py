@@ -15,12 +15,9 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable, Mapping
 
+from .responses import item_text
+
 SCHEMA_VERSION = "ATIF-v1.4"
-
-
-def _text(item: Mapping[str, Any]) -> str:
-    parts = (item.get("summary") or item.get("content") or []) if item["type"] == "reasoning" else item.get("content") or []
-    return "\n".join(p.get("text", "") for p in parts if isinstance(p, Mapping))
 
 
 def _arguments(raw: Any) -> dict[str, Any]:
@@ -48,9 +45,9 @@ def agent_steps(items: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                     or (kind == "reasoning" and cur["message"]):
                 cur = new()
             if kind == "message":
-                cur["message"] = _text(it)
+                cur["message"] = item_text(it)
             else:
-                cur["_reasoning"].append(_text(it))
+                cur["_reasoning"].append(item_text(it))
         elif kind == "function_call":
             if cur is None or cur["_results"]:
                 cur = new()

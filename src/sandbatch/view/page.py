@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ..records import GRADE, MODEL_CALLS, PATCH, RESPONSE
+from ..responses import item_text
 from ..util import iter_jsonl, read_json
 from .assets import CSS
 
@@ -38,14 +39,6 @@ def _pretty_args(arguments: str) -> str:
         return arguments
 
 
-def _text(item: Mapping[str, Any]) -> str:
-    if item["type"] == "reasoning":
-        parts = item.get("summary") or item.get("content") or []
-    else:
-        parts = item.get("content") or []
-    return "\n".join(p.get("text", "") for p in parts if isinstance(p, Mapping))
-
-
 def conversation(prompt: str | None, items: Iterable[Mapping[str, Any]]) -> str:
     """The prompt and the Responses items in order; each tool call carries its output."""
     items = list(items)
@@ -57,9 +50,9 @@ def conversation(prompt: str | None, items: Iterable[Mapping[str, Any]]) -> str:
     for it in items:
         kind = it.get("type")
         if kind == "message":
-            out.append(f'<div class="turn assistant"><div class="role">assistant</div><pre>{escape(_text(it))}</pre></div>')
+            out.append(f'<div class="turn assistant"><div class="role">assistant</div><pre>{escape(item_text(it))}</pre></div>')
         elif kind == "reasoning":
-            text = _text(it)
+            text = item_text(it)
             out.append(f'<details class="turn reasoning"><summary class="role">reasoning ({size(len(text.encode()))})'
                        f'</summary><pre>{escape(text)}</pre></details>')
         elif kind == "function_call":
