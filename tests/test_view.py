@@ -94,6 +94,12 @@ def test_index_renders_rows_lazily(tmp_path):
     assert body.count("<tr>") == 100  # the first chunk; more as the table scrolls
     assert "250 of 250 rollouts" in html
     assert '<option value="agent_error">agent_error</option>' in html
+    # filter and sort from the address: agent_error rows (every 4th), most tokens first
+    html = dom((tmp_path / "index.html").as_uri() + "#status=agent_error&repo=org%2Fp1&sort=tokens&desc=1", tmp_path)
+    tasks = re.findall(r'<a href="rollouts/[^"]+">(org__proj-\d+)</a>', html)
+    expected = sorted((r for r in rows if r[3] == "agent_error" and r[2] == "org/p1"), key=lambda r: -r[6])
+    assert tasks == [r[0] for r in expected] and len(tasks) == 21
+    assert "21 of 250 rollouts" in html
 
 
 def test_conversation_of_a_recorded_opencode_run():

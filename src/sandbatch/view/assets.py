@@ -70,11 +70,24 @@ INDEX_JS = r"""
     tbody.textContent = ''; shown = 0; renderMore();
     count.textContent = view.length + ' of ' + ROWS.length + ' rollouts';
   }
-  [fStatus, fRepo].forEach(function (el) { el.addEventListener('change', refresh); });
-  fText.addEventListener('input', refresh);
+  // the filters and the sort live in the address (#status=timeout&sort=tokens&desc=1): links keep a view
+  function save() {
+    var h = [['status', fStatus.value], ['repo', fRepo.value], ['task', fText.value], ['sort', sortKey || ''],
+             ['desc', sortDir < 0 ? '1' : '']].filter(function (p) { return p[1]; });
+    history.replaceState(null, '', '#' + h.map(function (p) { return p[0] + '=' + encodeURIComponent(p[1]); }).join('&'));
+  }
+  location.hash.slice(1).split('&').forEach(function (p) {
+    var kv = p.split('='), v = decodeURIComponent(kv[1] || '');
+    if (kv[0] === 'status') fStatus.value = v; else if (kv[0] === 'repo') fRepo.value = v;
+    else if (kv[0] === 'task') fText.value = v; else if (kv[0] === 'sort' && v in col) sortKey = v;
+    else if (kv[0] === 'desc' && v) sortDir = -1;
+  });
+  function update() { refresh(); save(); }
+  [fStatus, fRepo].forEach(function (el) { el.addEventListener('change', update); });
+  fText.addEventListener('input', update);
   Array.prototype.forEach.call(document.querySelectorAll('th.sort'), function (th) {
     th.addEventListener('click', function () {
-      var k = th.getAttribute('data-key'); sortDir = sortKey === k ? -sortDir : 1; sortKey = k; refresh();
+      var k = th.getAttribute('data-key'); sortDir = sortKey === k ? -sortDir : 1; sortKey = k; update();
     });
   });
   new IntersectionObserver(function (es) {
