@@ -32,8 +32,7 @@ class ConvertStep(Step):
                 "events": len(events), "unknown_events": conv.unknown, **conv.metadata}
         resp = responses.response(items, usage.summarize(ctx.path(MODEL_CALLS)), cfg.model.name,
                                   _RESPONSE_STATUS[rec.status], meta)
-        calls = [c for c in iter_jsonl(ctx.path(MODEL_CALLS)) if isinstance(c, dict)
-                 and c.get("endpoint", "chat") in usage.MODEL_ENDPOINTS] if ctx.path(MODEL_CALLS).is_file() else []
+        calls = [c for c in usage.iter_calls(ctx.path(MODEL_CALLS)) if usage.is_model_call(c)]
         write_json(ctx.path(TRAJECTORY), atif.trajectory(
             resp, prompt_for(ctx.task, cfg.benchmark),
             {"name": harness.name, "version": rec.version, "model_name": cfg.model.name if harness.needs_model else None},

@@ -13,7 +13,8 @@ from typing import Any, Iterable, Mapping
 
 from ..records import GRADE, MODEL_CALLS, PATCH, RESPONSE
 from ..responses import item_text
-from ..util import iter_jsonl, read_json
+from ..usage import iter_calls
+from ..util import read_json
 from .assets import CSS
 
 FOLD_CHARS = 2000  # tool outputs and arguments longer than this are folded, with their size
@@ -131,13 +132,7 @@ def _log_tail(path: Path) -> str | None:
 
 def calls_html(path: Path) -> str:
     rows = []
-    try:
-        calls = list(iter_jsonl(path))
-    except (OSError, ValueError):
-        calls = []
-    for i, c in enumerate(calls, 1):
-        if not isinstance(c, dict):
-            continue
+    for i, c in enumerate(iter_calls(path), 1):
         u = c.get("usage") or {}
         rows.append(f"<tr><td>{i}</td><td>{escape(str(c.get('endpoint', '')))}</td><td>{escape(str(c.get('status')))}</td>"
                     f"<td>{c.get('latency_s', '')}</td><td>{u.get('prompt_tokens', '')}</td>"
