@@ -3,9 +3,9 @@
 Per task, a run contributes its repeats' outcomes. Resolved rate and pass@k of each run
 come with 95 % percentile-bootstrap intervals over tasks; the difference B - A is
 bootstrapped over the same resampled tasks (paired). McNemar's exact test compares the
-tasks each run resolves (a task counts as resolved by a run when most of its repeats are:
-with one repeat, when it is), and those tasks are listed as flips. Tasks whose repeats
-disagree within a run are listed as flaky.
+tasks each run resolves (a task counts as resolved by a run when more than half of its
+repeats are; with one repeat, when it is), and those tasks are listed as flips. Tasks
+whose repeats disagree within a run are listed as flaky.
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ def render(c: Mapping[str, Any], limit: int = 20) -> str:
     if c["only_in_a"] or c["only_in_b"]:
         lines.append(f"left out: {len(c['only_in_a'])} task(s) only in A, {len(c['only_in_b'])} only in B")
     lines += ["", *["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows], "",
-              f"McNemar exact (tasks resolved by most repeats): A only {mc['resolved_a_only']}, "
+              f"McNemar exact (resolved: by more than half the repeats): A only {mc['resolved_a_only']}, "
               f"B only {mc['resolved_b_only']}, both {mc['resolved_both']}, neither {mc['resolved_neither']}; "
               f"p = {mc['p_value']:.4g}",
               f"lost by B ({len(c['flips']['a_to_b_lost'])}): {listing(c['flips']['a_to_b_lost']) or '-'}",
@@ -155,7 +155,7 @@ td,th{{border:1px solid #ccc;padding:.25em .6em;text-align:left}} th{{background
 <p>{c['tasks']} tasks in both runs, at least {c['repeats_min']} repeat(s) each. 95% intervals: percentile
 bootstrap over tasks ({c['bootstrap']['resamples']} resamples, paired for the difference).</p>
 <table id="compare"><tr><th>metric</th><th>A: {escape(c['a'])}</th><th>B: {escape(c['b'])}</th><th>B - A</th></tr>{rows}</table>
-<p>McNemar exact test on the tasks each run resolves (by most repeats): A only {mc['resolved_a_only']},
+<p>McNemar exact test on the tasks each run resolves (by more than half its repeats): A only {mc['resolved_a_only']},
 B only {mc['resolved_b_only']}, both {mc['resolved_both']}, neither {mc['resolved_neither']}; p = {mc['p_value']:.4g}.</p>
 <h2>Lost by B</h2><ul>{items(c['flips']['a_to_b_lost'])}</ul>
 <h2>Gained by B</h2><ul>{items(c['flips']['a_to_b_gained'])}</ul>
