@@ -123,6 +123,7 @@ class PatchConfig(_Model):
 
 class AggregateConfig(_Model):
     report_title: str | None
+    compare_to: str | None
 
 
 class Config(_Model):

@@ -27,6 +27,7 @@ EVENTS = "events.jsonl"
 HARNESS = "harness.json"
 MODEL_CALLS = "model_calls.jsonl"
 RESPONSE = "response.json"
+TRAJECTORY = "trajectory.json"  # the same conversation in Harbor's ATIF (sandbatch.atif)
 PATCH = "patch.diff"
 PATCH_INFO = "patch.json"
 GRADE = "grade.json"

@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import UserError
-from .records import EVENTS, GRADE, HARNESS, MODEL_CALLS, PATCH, PATCH_INFO, RESPONSE, SANDBOX, read_index, summary
+from .records import EVENTS, GRADE, HARNESS, MODEL_CALLS, PATCH, PATCH_INFO, RESPONSE, SANDBOX, TRAJECTORY, read_index, summary
 
 # phase -> the files that phase writes
 WRITES: dict[str, tuple[str, ...]] = {
     "sandbox": (SANDBOX,),
-    "harness": (EVENTS, HARNESS, MODEL_CALLS, RESPONSE),
+    "harness": (EVENTS, HARNESS, MODEL_CALLS, RESPONSE, TRAJECTORY),
     "patch": (PATCH, PATCH_INFO),
     "grade": (GRADE, "grade.log"),
 }

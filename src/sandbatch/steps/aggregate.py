@@ -10,7 +10,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from .. import metrics, plots, report
+from .. import metrics, plots, report, view
 from ..cleanup import reap_run
 from ..config import Config
 from ..errors import InfraError, UserError
@@ -67,6 +67,7 @@ def run(cfg: Config, cfg_raw: dict[str, Any]) -> None:
     write_atomic(out / "report" / "metrics.rst", report.rst(cfg, m))
     for name, plot in plots.PLOTS.items():
         write_atomic(out / "report" / f"{name}.svg", plot(rows))
+    view.build(cfg, rows, out / "report" / "view")
     # every rollout is graded: a sandbox of this run still alive belongs to a killed job
     try:
         reaped: list[str] | None = reap_run(cfg)
