@@ -64,6 +64,7 @@ DEFAULTS: dict[str, Any] = {
 }
 
 TMPDIR = "/tmp/sandbatch"
+KILL_SETTLE_CHECKS = 10  # x 0.2 s: how long a 137/143 waits for the engine to report a killed container
 # environment variables that make common tools (openssl, curl, git, pip/requests, node) use
 # the mounted bundle; pip and node ignore the system store otherwise
 CA_ENV = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO",
@@ -237,8 +238,13 @@ class DockerSandbox(Sandbox):
         if not timed_out and (code in KILLED_EXIT_CODES or (code != 0 and (_GONE.search(stderr)
                                                                          or _ENGINE.search(stderr)))):
             # killed, or the CLI could not reach the container: whether the sandbox (or the
-            # engine) is the cause is asked of the engine, not read from what the command printed
-            await self._raise_gone(f"command ended with exit {code}", err)
+            # engine) is the cause is asked of the engine, not read from what the command printed.
+            # The engine records a killed container's exit a moment after the exec ends: ask
+            # again for a little while before taking the status for the command's own
+            for _ in range(KILL_SETTLE_CHECKS if code in KILLED_EXIT_CODES else 1):
+                await self._raise_gone(f"command ended with exit {code}", err)
+                if code in KILLED_EXIT_CODES:
+                    await asyncio.sleep(0.2)
         if not timed_out and code == 137 and await self._oom_kills() > 0:
             # 137 = SIGKILL; say so when the kernel's OOM killer sent it (the container lives on)
             if stderr and not stderr.endswith("\n"):
