@@ -18,6 +18,7 @@ pytest.importorskip("opensandbox")
 pytest.importorskip("aiohttp")
 
 from opensandbox_server import StandIn  # noqa: E402
+from real_opensandbox import real_opensandbox  # noqa: E402,F401 (fixture)
 
 from sandbatch.config import validate  # noqa: E402
 from sandbatch.errors import InfraError, UserError  # noqa: E402
@@ -27,7 +28,7 @@ from sandbatch.sandbox.base import Provider, SandboxError, SandboxGone, SandboxI
 from sandbatch.sandbox.batch import TokenBucket, create_many  # noqa: E402
 from sandbatch.sandbox.reaper import reap  # noqa: E402
 
-PROBE_PREFIX = "mkdir -p /tmp/sandbatch && "  # how the provider starts its probe
+PROBE_PREFIX = "mkdir -p /tmp/sandbatch "  # how the provider starts its probe
 
 
 @pytest.fixture(scope="module")
@@ -736,3 +737,46 @@ def test_standin_command_cancelled_while_starting_leaves_no_process():
         return [p.pid for p in ours() if p.pid not in before]
 
     assert asyncio.run(main()) == []
+
+
+# --- against the real OpenSandbox server -----------------------------------------------------
+
+def real_options(real, **overrides):
+    """Provider options for the real server (tests/real_opensandbox.py), short waits."""
+    opts = {
+        "connection": {"domain": real.domain, "protocol": real.protocol, "api_key_env": "SANDBATCH_TEST_OSB_REAL_KEY",
+                       "request_timeout": 30},
+        "create": {"backoff_initial": 0.2, "backoff_max": 1, "ready_timeout": 60},
+        "probe": {"interval": 0.2, "timeout": 60},
+        "operations": {"timeout": 60, "exec_grace": 10},
+    }
+    for section, values in overrides.items():
+        opts.setdefault(section, {}).update(values)
+    return opts
+
+
+def test_real_workdir_is_made_and_a_refused_command_did_not_run(real_opensandbox, monkeypatch):
+    """The image has no /testbed: create makes it; a cwd execd refuses (HTTP 400) is definitive."""
+    monkeypatch.setenv("SANDBATCH_TEST_OSB_REAL_KEY", real_opensandbox.key)
+    mark = marker()
+
+    async def body(p):
+        sb = await p.create(SandboxSpec(image="sandbatch/base:bookworm", ttl_seconds=300,
+                                        labels={"run": "i10-wd-" + uuid.uuid4().hex[:8]}))
+        try:
+            res = await sb.exec("pwd", timeout=30)
+            assert res.ok and res.stdout == "/testbed\n"
+            with pytest.raises(SandboxError) as err:
+                await sb.exec(f"touch /tmp/{mark}", timeout=30, cwd="/nonexistent")
+            assert not isinstance(err.value, SandboxGone)
+            assert "did not run" in str(err.value) and "may have run" not in str(err.value)
+            assert "HTTP 400" in str(err.value) and "/nonexistent" in str(err.value)
+            assert (await sb.exec(f"test -e /tmp/{mark}", timeout=30, cwd="/")).exit_code == 1
+        finally:
+            await sb.delete()
+
+    async def main():
+        async with provider_class("opensandbox")(real_options(real_opensandbox)) as p:
+            await body(p)
+
+    asyncio.run(main())

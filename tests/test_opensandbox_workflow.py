@@ -12,7 +12,7 @@ from workflow_util import SMOKE_TASKS, metrics, rollouts, snakemake, write_confi
 
 pytestmark = pytest.mark.slow
 N_SMOKE = sum(1 for line in SMOKE_TASKS.read_text().splitlines() if line.strip())
-PROBE_PREFIX = "mkdir -p /tmp/sandbatch && "
+PROBE_PREFIX = "mkdir -p /tmp/sandbatch "
 
 
 @pytest.fixture

@@ -14,11 +14,13 @@ of the SDK, and why:
   Sandbox.create would also look up the egress sidecar's endpoint and build clients for
   APIs the provider never calls, about a fifth of the client's CPU per sandbox.
 - After create a probe command must print the expected output before the deadline
-  (it also makes the scratch directory); a sandbox that fails it is deleted.
-- Commands: a 502/503 or a refused connection before the stream starts means execd did
-  not take the command (it is still binding), so the command is sent again, a bounded
-  number of times. Anything after that point (a broken stream, a timeout) may have run
-  the command and is never retried. Every command has the server-side timeout plus a
+  (it also makes the scratch directory and the workdir, which the image may lack and
+  execd refuses as a command's cwd); a sandbox that fails it is deleted.
+- Commands: a 502/503/429 or a refused connection before the stream starts means execd
+  did not take the command (it is still binding), so the command is sent again, a
+  bounded number of times. Any other 4xx is execd refusing the request: definitive,
+  nothing ran, not retried. Anything after the stream starts (a broken stream, a
+  timeout) may have run the command and is never retried. Every command has the server-side timeout plus a
   client-side asyncio deadline, because the SDK's stream has no read timeout.
 - A dead sandbox (deleted, expired, OOM-killed, failed) surfaces as SandboxGone.
 - Idempotent requests (get, list, delete, downloads) are retried by the SDK's transport.
@@ -240,7 +242,13 @@ class OpenSandboxSandbox(Sandbox):
                                   duration_s=time.monotonic() - start)
             except SandboxException as exc:
                 status = _status(exc)
-                not_started = status in (502, 503) or _pre_send(exc)
+                if status is not None and 400 <= status < 500 and status != 429:
+                    # execd validated the request and refused it (e.g. a working directory
+                    # that does not exist): a definitive answer, nothing ran
+                    await self._raise_if_gone(exc)
+                    raise SandboxError(f"sandbox {self.id}: execd refused the command, which did not run "
+                                       f"(HTTP {status}: {_describe(exc)})", "sandbox_exec") from exc
+                not_started = status in (429, 502, 503) or _pre_send(exc)
                 if not_started and attempt < retries:
                     await self._raise_if_gone(exc)
                     await asyncio.sleep(backoff(attempt, ops["backoff_initial"], ops["backoff_max"]))
@@ -267,7 +275,8 @@ class OpenSandboxSandbox(Sandbox):
     async def probe(self) -> None:
         """Run the probe until it prints what is expected; SandboxError at the deadline."""
         cfg = self.provider.options["probe"]
-        command = f"mkdir -p {TMPDIR} && {cfg['command']}"
+        # the workdir too: every later command runs there, and execd refuses a missing cwd
+        command = f"mkdir -p {TMPDIR} {shlex.quote(self.workdir)} && {cfg['command']}"
         expected = cfg.get("expected")
         deadline = time.monotonic() + cfg["timeout"]
         last = "not run"
