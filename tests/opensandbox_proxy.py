@@ -12,6 +12,8 @@ Faults are rules, each firing a bounded number of times (`count`) on one operati
   {"op": "create", "action": "status", "status": 503}              answered here, not forwarded
   {"op": "create", "action": "status", "status": 429, "retry_after": 1}
   {"op": "exec", "action": "status", "status": 502}                 execd not bound yet
+  {"op": "endpoint", "action": "status", "status": 404, "code": "KUBERNETES::POD_IP_NOT_AVAILABLE"}
+      the error body's code (INJECTED_FAULT unless given)
   {"op": "create", "action": "delay", "seconds": 5}
       forwarded at once (the sandbox exists), answered only after `seconds`: a create
       slower than the client's timeout; with "forward_late": true it is forwarded only
@@ -73,6 +75,7 @@ class _Rule:
     count: int = 1
     status: int = 503
     retry_after: float | None = None
+    code: str = "INJECTED_FAULT"
     seconds: float = 0.0
     forward_late: bool = False
 
@@ -85,6 +88,7 @@ class FaultProxy:
         self._lock = threading.Lock()
         self._rules: list[_Rule] = []
         self._served: dict[int, int] = {}  # requests per client connection
+        self._pending: set[asyncio.Task] = set()  # forwards that outlive their client
         self.reset()
         self._loop = asyncio.new_event_loop()
         started = threading.Event()
@@ -189,15 +193,14 @@ class FaultProxy:
         rule = self._take(op, ("status", "delay", "cut", "gone"))
         if rule is not None and rule.action == "status":
             headers = {"Retry-After": str(rule.retry_after)} if rule.retry_after is not None else None
-            return web.json_response({"code": "INJECTED_FAULT", "message": f"injected {rule.status}"},
+            return web.json_response({"code": rule.code, "message": f"injected {rule.status}"},
                                      status=rule.status, headers=headers)
         if rule is not None and rule.action == "delay":
-            if rule.forward_late:
-                await asyncio.sleep(rule.seconds)
-                return await self._forward(request, op, target, body)
-            answer = asyncio.ensure_future(self._forward_buffered(request, op, target, body))
+            # the forwarded request goes on when the client gives up (the server acts anyway)
+            answer = self._detached(self._forward_buffered(request, op, target, body), rule.seconds if
+                                    rule.forward_late else 0.0)
             await asyncio.sleep(rule.seconds)
-            return await answer
+            return await asyncio.shield(answer)
         if rule is not None and rule.action == "gone":
             await self._forward_buffered(request, op, target, body)
             return web.json_response({"code": "SANDBOX_NOT_FOUND", "message": "gone"}, status=404)
@@ -206,6 +209,19 @@ class FaultProxy:
         except aiohttp.ClientConnectorError as exc:
             # what a gateway answers when the sandbox's port is not bound yet
             return web.json_response({"code": "BAD_GATEWAY", "message": str(exc)}, status=502)
+
+    def _detached(self, coro, delay: float) -> asyncio.Future:
+        async def later():
+            await asyncio.sleep(delay)
+            try:
+                return await coro
+            except aiohttp.ClientError as exc:  # e.g. the sandbox was deleted meanwhile
+                return web.json_response({"code": "BAD_GATEWAY", "message": str(exc)}, status=502)
+
+        task = asyncio.ensure_future(later())
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+        return task
 
     @staticmethod
     def _drop(request: web.Request) -> web.Response:
