@@ -25,7 +25,7 @@ Faults are rules, each firing a bounded number of times (`count`) on one operati
 
 Operations: create list get delete renew patch endpoint metrics (lifecycle); exec upload
 download ping info files_delete (execd); "*" for any. `stats()` counts requests per
-operation, forwarded command texts and fired rules.
+operation, commands forwarded to each sandbox and fired rules.
 """
 
 from __future__ import annotations
@@ -113,17 +113,19 @@ class FaultProxy:
             self._rules = []
             self.requests: dict[str, int] = {}
             self.fired: dict[str, int] = {}
-            self.commands: dict[str, int] = {}  # command text -> times forwarded to execd
+            self.commands: dict[str, dict[str, int]] = {}  # execd address -> command text -> times forwarded
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
             return {"requests": dict(self.requests), "faults_fired": dict(self.fired),
                     "faults_pending": [r.__dict__ for r in self._rules if r.count > 0],
-                    "commands": dict(self.commands)}
+                    "commands": {k: dict(v) for k, v in self.commands.items()}}
 
-    def sent(self, marker: str) -> int:
-        """How many times a command whose text holds `marker` was forwarded to execd."""
-        return sum(n for text, n in self.stats()["commands"].items() if marker in text)
+    def sent_twice(self, ignore_prefix: str) -> dict[str, int]:
+        """Commands forwarded to the same sandbox's execd more than once (texts starting
+        with `ignore_prefix` excepted)."""
+        return {f"{where}: {text}": n for where, per in self.stats()["commands"].items()
+                for text, n in per.items() if n > 1 and not text.startswith(ignore_prefix)}
 
     def stop(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -230,15 +232,17 @@ class FaultProxy:
             request.transport.close()
         return web.Response(status=499)  # never reaches the client
 
-    def _count_command(self, op: str, body: bytes) -> None:
+    def _count_command(self, op: str, target: str, body: bytes) -> None:
         if op != "exec":
             return
         try:
             text = json.loads(body).get("command") or ""
         except ValueError:
             return
+        where = target.split("/")[2]  # the sandbox's execd address
         with self._lock:
-            self.commands[text] = self.commands.get(text, 0) + 1
+            per = self.commands.setdefault(where, {})
+            per[text] = per.get(text, 0) + 1
 
     def _upstream(self, request: web.Request, target: str, body: bytes):
         headers = [(k, v) for k, v in request.headers.items() if k.lower() not in _HOP]
@@ -255,7 +259,7 @@ class FaultProxy:
         return json.dumps(answer).encode()
 
     async def _forward_buffered(self, request: web.Request, op: str, target: str, body: bytes) -> web.Response:
-        self._count_command(op, body)
+        self._count_command(op, target, body)
         async with self._upstream(request, target, body) as up:
             raw = self._rewrite(op, up.status, await up.read())
             headers = [(k, v) for k, v in up.headers.items() if k.lower() not in _HOP]
@@ -265,7 +269,7 @@ class FaultProxy:
                        cut: bool = False) -> web.StreamResponse:
         if op == "endpoint":
             return await self._forward_buffered(request, op, target, body)
-        self._count_command(op, body)
+        self._count_command(op, target, body)
         async with self._upstream(request, target, body) as up:
             resp = web.StreamResponse(status=up.status, reason=up.reason)
             for k, v in up.headers.items():

@@ -41,7 +41,7 @@ def fault_proxy(real_opensandbox):
 def proxy(fault_proxy, os_run):
     fault_proxy.reset()
     yield fault_proxy
-    twice = {t: n for t, n in fault_proxy.stats()["commands"].items() if n > 1 and not t.startswith(PROBE_PREFIX)}
+    twice = fault_proxy.sent_twice(PROBE_PREFIX)
     fault_proxy.reset()
     assert not twice, f"commands sent to execd more than once: {twice}"
 
