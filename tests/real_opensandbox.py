@@ -53,6 +53,18 @@ class RealServer:
         return opts
 
 
+def host_address(interface: str = "docker0") -> str:
+    """This host's address on the Docker bridge: where the server's sandboxes (bridge
+    network) reach a service of the test, such as the model proxy (`model.proxy.advertise_host`)."""
+    import fcntl
+    import socket
+    import struct
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        packed = fcntl.ioctl(sock.fileno(), 0x8915, struct.pack("256s", interface.encode()[:15]))  # SIOCGIFADDR
+    return socket.inet_ntoa(packed[20:24])
+
+
 def unique_run(prefix: str) -> str:
     """A run label no other test or run on the shared server carries."""
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
