@@ -181,7 +181,7 @@ def test_create_request_dropped_unanswered_is_retried(proxy, real_opensandbox, o
     assert stats["requests"]["list"] >= 2  # the stray search, then the test's own
 
 
-def test_create_waits_for_the_endpoint_and_looks_up_execd_only(proxy, real_opensandbox, os_run):
+def test_create_waits_for_the_endpoints(proxy, real_opensandbox, os_run):
     # what a Kubernetes runtime answers before the pod has an address
     proxy.add_fault(op="endpoint", action="status", status=404, code="KUBERNETES::POD_IP_NOT_AVAILABLE", count=2)
 
@@ -192,7 +192,7 @@ def test_create_waits_for_the_endpoint_and_looks_up_execd_only(proxy, real_opens
     run(proxy, real_opensandbox, body)
     stats = proxy.stats()
     assert stats["faults_fired"] == {"endpoint:status": 2}
-    assert stats["requests"]["endpoint"] == 3  # two unpublished, then execd's (no egress sidecar lookup)
+    assert stats["requests"]["endpoint"] == 4  # two unpublished, then execd's and the egress sidecar's
 
 
 def test_endpoint_failure_deletes_the_created_sandbox(proxy, real_opensandbox, os_run):
@@ -276,12 +276,13 @@ def test_exec_faults(proxy, real_opensandbox, os_run):
             start = time.monotonic()
             res = await sb.exec(marked(late), timeout=0.5)
             assert res.timed_out and time.monotonic() - start < 5
+            await asyncio.sleep(max(0.0, start + 6.5 - time.monotonic()))  # execd has answered by now
             return [await runs(sb, m) for m in (ok, never, cut, dropped, late)]
         finally:
             await sb.delete()
 
     counts = run(proxy, real_opensandbox, body, operations={"exec_retries": 2, "exec_grace": 1})
-    assert counts == [1, 0, 1, 0, 1]  # the late one ran, unanswered, and was not sent again
+    assert counts == [1, 0, 1, 0, 1], proxy.stats()  # the late one ran, unanswered, and was not sent again
     fired = proxy.stats()["faults_fired"]
     assert fired["exec:status"] == 2 + 3 and fired["exec:cut"] == 1 and fired["exec:drop"] == 1
 

@@ -9,10 +9,11 @@ of the SDK, and why:
   deleted; `sandbatch.sandbox.reaper.reap` sweeps whatever is left by label.
 - Creates are retried with jittered exponential backoff on 5xx, 429 (Retry-After
   honoured) and connection errors; the SDK never retries a POST on a status code.
-- A sandbox is made from the SDK's parts: its lifecycle service creates the sandbox and
-  finds execd's endpoint, its execd clients run commands and move files. The SDK's
-  Sandbox.create would also look up the egress sidecar's endpoint and build clients for
-  APIs the provider never calls, about a fifth of the client's CPU per sandbox.
+- Only the SDK's public API: `Sandbox.create` / `Sandbox.connect` (endpoint lookups
+  included; no health check, the probe below is a real command), `SandboxManager` for
+  calls not tied to one sandbox, and httpx's own transport under the SDK's retrying one.
+  Against the real server at concurrency 64 the client needs about 13 ms of CPU per
+  sandbox (README, "Benchmarks"): the server and Docker bound a run, not the client.
 - After create a probe command must print the expected output before the deadline
   (it also makes the scratch directory and the workdir, which the image may lack and
   execd refuses as a command's cwd); a sandbox that fails it is deleted.
@@ -24,10 +25,9 @@ of the SDK, and why:
   client-side asyncio deadline, because the SDK's stream has no read timeout.
 - A dead sandbox (deleted, expired, OOM-killed, failed) surfaces as SandboxGone.
 - Idempotent requests (get, list, delete, downloads) are retried by the SDK's transport.
-- The SDK's HTTP clients send through one aiohttp connection pool of `max_connections`
-  (sandbox/opensandbox_http.py): httpx's own transport took about half the client's CPU at
-  a few dozen sandboxes at once. Keep-alive expiry stays below the server's so a reused
-  connection is not one the server is closing ("Server disconnected").
+- Every SDK client shares one connection pool of `max_connections`; keep-alive expiry
+  stays below the server's so a reused connection is not one the server is closing
+  ("Server disconnected").
 - SDK telemetry is off (OPENSANDBOX_DISABLE_METRICS=1 and `disable_metrics`).
 
 Command output arrives as lines (execd splits on CR/LF and drops the terminators); the
@@ -41,7 +41,6 @@ provider per event loop and `aclose()` it.
 from __future__ import annotations
 
 import asyncio
-import functools
 import itertools
 import logging
 import os
@@ -56,27 +55,23 @@ from typing import Any
 os.environ.setdefault("OPENSANDBOX_DISABLE_METRICS", "1")  # before the SDK is imported
 
 import httpx  # noqa: E402  (the SDK's own HTTP client)
-from opensandbox.adapters.factory import AdapterFactory  # noqa: E402
+from opensandbox import Sandbox as SdkSandbox  # noqa: E402
 from opensandbox.config import ConnectionConfig  # noqa: E402
-from opensandbox.constants import DEFAULT_EXECD_PORT  # noqa: E402
 from opensandbox.exceptions import (  # noqa: E402
     InvalidArgumentException,
     SandboxApiException,
     SandboxException,
     SandboxRateLimitException,
 )
-from opensandbox.internal.readiness import ReadinessBudget  # noqa: E402
 from opensandbox.manager import SandboxManager  # noqa: E402
 from opensandbox.models.execd import ExecutionHandlers, RunCommandOpts  # noqa: E402
-from opensandbox.models.sandboxes import NetworkPolicy, SandboxEndpoint, SandboxFilter, SandboxImageSpec  # noqa: E402
-from opensandbox.services import Commands, Filesystem, Sandboxes  # noqa: E402
+from opensandbox.models.sandboxes import NetworkPolicy, SandboxFilter, SandboxImageSpec  # noqa: E402
 from opensandbox.transport import RetryAsyncTransport, RetryPolicy  # noqa: E402
 
 from ..config import load_schema  # noqa: E402
 from ..errors import UserError  # noqa: E402
 from ..ids import LABEL_MAX, label_value  # noqa: E402
 from ..util import deep_merge  # noqa: E402
-from .opensandbox_http import AiohttpTransport  # noqa: E402
 from .base import (  # noqa: E402
     ExecResult,
     Provider,
@@ -178,23 +173,15 @@ def _describe(exc: BaseException) -> str:
 # --- the sandbox ---------------------------------------------------------------------------
 
 class OpenSandboxSandbox(Sandbox):
-    def __init__(self, provider: "OpenSandboxProvider", sandbox_id: str, execd: SandboxEndpoint, spec: SandboxSpec):
+    def __init__(self, provider: "OpenSandboxProvider", sdk: SdkSandbox, spec: SandboxSpec):
         self.provider = provider
-        self.id = sandbox_id
+        self.sdk = sdk  # the SDK's sandbox: its execd clients run commands and move files
+        self.id = sdk.id
         self.spec = spec
-        self.execd = execd
         self.workdir = spec.workdir
         self.tmpdir = TMPDIR
-
-    # the SDK's clients of this sandbox's execd, each made when first used (a sandbox that
-    # only runs commands never builds the files client)
-    @functools.cached_property
-    def commands(self) -> Commands:
-        return AdapterFactory(self.provider._config()).create_command_service(self.execd)
-
-    @functools.cached_property
-    def files(self) -> Filesystem:
-        return AdapterFactory(self.provider._config()).create_filesystem_service(self.execd)
+        self.commands = sdk.commands
+        self.files = sdk.files
 
     # commands ----------------------------------------------------------------------------
     async def exec(self, command, *, timeout, cwd=None, env=None, stdin=None) -> ExecResult:
@@ -332,11 +319,20 @@ class OpenSandboxSandbox(Sandbox):
         return "gone" if info is None else _STATES.get(info.status.state.lower(), "unknown")
 
     async def _raise_if_gone(self, exc: BaseException | None) -> None:
-        """SandboxGone when the sandbox is deleted, expired or dead; otherwise return."""
-        try:
-            info = await self.provider.info(self.id)
-        except SandboxError:
-            return  # cannot tell; the caller reports its own error
+        """SandboxGone when the sandbox is deleted, expired or dead; otherwise return.
+
+        After a failed request the server is asked twice, a second apart: a container
+        that dies breaks its streams a moment before the server reports it dead.
+        """
+        for attempt in range(2 if exc is not None else 1):
+            if attempt:
+                await asyncio.sleep(1.0)
+            try:
+                info = await self.provider.info(self.id)
+            except SandboxError:
+                return  # cannot tell; the caller reports its own error
+            if info is None or _STATES.get(info.status.state.lower()) == "gone":
+                break
         if info is None:
             raise SandboxGone(f"sandbox {self.id} no longer exists (deleted or expired)") from exc
         state = info.status.state
@@ -371,7 +367,6 @@ class OpenSandboxProvider(Provider):
         self._key_env = key_env
         self._connection: ConnectionConfig | None = None
         self._manager: SandboxManager | None = None
-        self._lifecycle: Sandboxes | None = None
         self._transport: httpx.AsyncBaseTransport | None = None
 
     # connection plumbing -------------------------------------------------------------------
@@ -379,11 +374,9 @@ class OpenSandboxProvider(Provider):
         """The SDK's connection settings, with the one transport every SDK client shares."""
         if self._connection is None:
             conn = self.options["connection"]
-            # https: httpx's trust settings (certifi, or SSL_CERT_FILE / SSL_CERT_DIR), read
-            # once; plain http never opens TLS and keeps aiohttp's default
-            tls = httpx.create_ssl_context() if conn["protocol"] == "https" else None
-            inner = AiohttpTransport(max_connections=max(1, int(conn["max_connections"])),
-                                     keepalive_expiry=conn["keep_alive_expiry"], ssl_context=tls)
+            size = max(1, int(conn["max_connections"]))
+            inner = httpx.AsyncHTTPTransport(limits=httpx.Limits(
+                max_connections=size, max_keepalive_connections=size, keepalive_expiry=conn["keep_alive_expiry"]))
             policy = RetryPolicy(
                 max_retries=self.ops["retries"],
                 initial_backoff=timedelta(seconds=self.ops["backoff_initial"]),
@@ -404,35 +397,16 @@ class OpenSandboxProvider(Provider):
             self._manager = await SandboxManager.create(self._config())
         return self._manager
 
-    def _sandboxes(self) -> Sandboxes:
-        """The SDK's lifecycle service, for creating sandboxes and finding their endpoints."""
-        if self._lifecycle is None:
-            self._lifecycle = AdapterFactory(self._config()).create_sandbox_service()
-        return self._lifecycle
-
-    async def _execd_endpoint(self, sandbox_id: str) -> SandboxEndpoint:
-        """Where the sandbox's execd listens, waiting (as the SDK does) until it is published."""
-        budget = ReadinessBudget(timedelta(seconds=self.options["create"]["ready_timeout"]),
-                                 timedelta(milliseconds=200))
-        use_proxy = self.options["connection"]["use_server_proxy"]
-        return await budget.endpoint(
-            lambda: self._sandboxes().get_sandbox_endpoint(sandbox_id, DEFAULT_EXECD_PORT, use_proxy))
-
     async def _launch(self, spec: SandboxSpec, request: dict[str, Any]) -> OpenSandboxSandbox:
-        """One create call and one endpoint lookup; a sandbox whose endpoint fails is deleted.
+        """One create call and the endpoint lookups (the SDK deletes a sandbox whose endpoints fail).
 
-        What the SDK's Sandbox.create does, less what the provider never uses: it would
-        also look up the egress sidecar's endpoint (one more request per sandbox) and
-        build a client for each of execd's other APIs. No health check either: create()
-        probes the sandbox with a real command.
+        No health check: create() probes the sandbox with a real command.
         """
-        created = await self._sandboxes().create_sandbox(spec=SandboxImageSpec(image=spec.image), **request)
-        try:
-            execd = await self._execd_endpoint(created.id)
-        except BaseException:
-            await asyncio.shield(self._delete_quietly(created.id))
-            raise
-        return OpenSandboxSandbox(self, created.id, execd, spec)
+        sdk = await SdkSandbox.create(
+            SandboxImageSpec(image=spec.image), connection_config=self._config(), skip_health_check=True,
+            ready_timeout=timedelta(seconds=self.options["create"]["ready_timeout"]),
+            health_check_polling_interval=timedelta(milliseconds=200), **request)
+        return OpenSandboxSandbox(self, sdk, spec)
 
     def _api_error(self, what: str, exc: BaseException, failure_class: str = "sandbox_api") -> SandboxError:
         status = _status(exc)
@@ -517,12 +491,14 @@ class OpenSandboxProvider(Provider):
             state = "does not exist" if info is None else f"is {info.status.state}"
             raise SandboxGone(f"sandbox {sandbox_id} {state}")
         try:
-            execd = await self._execd_endpoint(sandbox_id)
+            sdk = await SdkSandbox.connect(
+                sandbox_id, connection_config=self._config(), skip_health_check=True,
+                connect_timeout=timedelta(seconds=self.options["create"]["ready_timeout"]))
         except SandboxException as exc:
             if _status(exc) == 404:
                 raise SandboxGone(f"sandbox {sandbox_id} no longer exists") from exc
             raise self._api_error(f"cannot connect to sandbox {sandbox_id}", exc) from exc
-        return OpenSandboxSandbox(self, sandbox_id, execd, spec)
+        return OpenSandboxSandbox(self, sdk, spec)
 
     async def info(self, sandbox_id: str):
         """The SDK's SandboxInfo, or None when the server does not know the sandbox."""
@@ -569,7 +545,6 @@ class OpenSandboxProvider(Provider):
         self._transport = None
         self._connection = None
         self._manager = None
-        self._lifecycle = None
 
 
 __all__ = ["OpenSandboxProvider", "OpenSandboxSandbox", "backoff", "default_options", "metadata_for"]
