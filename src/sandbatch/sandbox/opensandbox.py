@@ -54,7 +54,10 @@ from typing import Any
 
 os.environ.setdefault("OPENSANDBOX_DISABLE_METRICS", "1")  # before the SDK is imported
 
+from importlib.metadata import version as _installed  # noqa: E402
+
 import httpx  # noqa: E402  (the SDK's own HTTP client)
+from packaging.specifiers import SpecifierSet  # noqa: E402
 from opensandbox import Sandbox as SdkSandbox  # noqa: E402
 from opensandbox.config import ConnectionConfig  # noqa: E402
 from opensandbox.exceptions import (  # noqa: E402
@@ -84,6 +87,10 @@ from .base import (  # noqa: E402
 )
 
 log = logging.getLogger(__name__)
+
+# the opensandbox SDK versions this module is tested with (pyproject.toml declares the same;
+# tests/test_opensandbox_sdk_range.py runs the provider on both ends against the real server)
+SDK_VERSIONS = ">=1.1.0,<1.2"
 
 TMPDIR = "/tmp/sandbatch"
 CREATE_LABEL = "sandbatch-create"  # one value per create() call: finds that call's strays
@@ -168,6 +175,13 @@ def backoff(attempt: int, initial: float, cap: float, retry_after: float | None 
 def _describe(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
     return text if len(text) <= 300 else text[:300] + "..."
+
+
+def check_sdk(installed: str) -> None:
+    """UserError unless the installed SDK is one the provider is tested with."""
+    if installed not in SpecifierSet(SDK_VERSIONS):
+        raise UserError(f"the opensandbox provider needs the opensandbox SDK {SDK_VERSIONS}, but {installed} is "
+                        f"installed; run: pip install 'opensandbox{SDK_VERSIONS}'")
 
 
 # --- the sandbox ---------------------------------------------------------------------------
@@ -359,6 +373,7 @@ class OpenSandboxProvider(Provider):
 
     def __init__(self, options: dict[str, Any] | None = None):
         super().__init__(options)
+        check_sdk(_installed("opensandbox"))
         self.options = deep_merge(default_options(), self.options)
         conn = self.options["connection"]
         self.ops = self.options["operations"]
@@ -547,4 +562,5 @@ class OpenSandboxProvider(Provider):
         self._manager = None
 
 
-__all__ = ["OpenSandboxProvider", "OpenSandboxSandbox", "backoff", "default_options", "metadata_for"]
+__all__ = ["OpenSandboxProvider", "OpenSandboxSandbox", "SDK_VERSIONS", "backoff", "check_sdk", "default_options",
+           "metadata_for"]
