@@ -23,7 +23,8 @@ from sandbatch.sandbox import SandboxError, SandboxSpec
 from docker_fixtures import docker_base_image, docker_engine, docker_run_label  # noqa: F401 (fixtures)
 from harness_support import sleeper
 from opensandbox_proxy import FaultProxy
-from real_opensandbox import IMAGE, host_address, real_opensandbox, reap_run, unique_run, with_provider  # noqa: F401 (fixture)
+from real_opensandbox import real_opensandbox  # noqa: F401 (fixture)
+from real_opensandbox import IMAGE, host_address, reap_run, unique_run, with_provider
 from ops_util import kill_group, run, sandbatch, start, wait_for
 from workflow_util import rollouts, write_config
 
@@ -82,8 +83,9 @@ class OpenSandboxBackend:
 @pytest.fixture(params=["docker", "opensandbox"])
 def backend(request):
     if request.param == "docker":
-        return DockerBackend(request.getfixturevalue("docker_engine"), request.getfixturevalue("docker_base_image"),
+        yield DockerBackend(request.getfixturevalue("docker_engine"), request.getfixturevalue("docker_base_image"),
                              request.getfixturevalue("docker_run_label"))  # the label's fixture sweeps leftovers
+        return
     real = request.getfixturevalue("real_opensandbox")
     run_name = unique_run("leaks")
     yield OpenSandboxBackend(real, run_name)

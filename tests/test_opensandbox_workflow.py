@@ -85,29 +85,35 @@ def test_terminal_bench_oracle(tmp_path, real_opensandbox, run_name):
 
 
 
-def test_transient_faults_are_retried_and_every_rollout_resolves(tmp_path, real_opensandbox, run_name, proxy):
+def test_transient_faults_are_retried_and_a_slow_create_leak_is_reaped(tmp_path, real_opensandbox, run_name,
+                                                                        proxy):
+    """5xx and 429 on create, 502 on exec, a delete answered 404, and a create that outlives
+    the client's timeout while the server makes its sandbox anyway: every rollout resolves,
+    no command reaches a sandbox twice and the stray is deleted (run_name checks)."""
     proxy.add_fault(op="create", action="status", status=503, count=2)
     proxy.add_fault(op="create", action="status", status=429, retry_after=1, count=1)
+    proxy.add_fault(op="create", action="delay", seconds=12, count=1)
     proxy.add_fault(op="exec", action="status", status=502, count=3)
     proxy.add_fault(op="delete", action="gone", count=1)
-    cfg = _config(tmp_path, real_opensandbox, run_name, proxy.domain, benchmark={"limit": 2})
+    cfg = _config(tmp_path, real_opensandbox, run_name, proxy.domain, benchmark={"limit": 2},
+                  opensandbox={"connection": {"request_timeout": 5}})
     proc = snakemake(tmp_path, "--configfile", cfg)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = rollouts(tmp_path, run_name)
     assert len(rows) == 2 and all(r["resolved"] and r["status"] == "ok" for r in rows), _why(rows)
     stats = proxy.stats()
-    assert stats["faults_pending"] == []
+    assert stats["faults_pending"] == [] and stats["faults_fired"]["create:delay"] == 1
     assert not proxy.sent_twice(PROBE_PREFIX)
 
 
 def test_faults_beyond_the_budget_become_infra_errors(tmp_path, real_opensandbox, run_name, proxy):
     proxy.add_fault(op="create", action="status", status=503, count=10_000)
-    cfg = _config(tmp_path, real_opensandbox, run_name, proxy.domain, benchmark={"limit": 2},
+    cfg = _config(tmp_path, real_opensandbox, run_name, proxy.domain, benchmark={"limit": 1},
                   opensandbox={"create": {"retries": 2, "backoff_initial": 0.05, "backoff_max": 0.2}})
     proc = snakemake(tmp_path, "--configfile", cfg)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = rollouts(tmp_path, run_name)
-    assert len(rows) == 2
+    assert len(rows) == 1
     assert all(r["status"] == "infra_error" and r["failed_phase"] == "sandbox" for r in rows)
     assert all(r["failure_class"].startswith("sandbox") for r in rows)
     m = metrics(tmp_path, run_name)
@@ -115,14 +121,3 @@ def test_faults_beyond_the_budget_become_infra_errors(tmp_path, real_opensandbox
     # the agent was never blamed: no harness ran, nothing was graded as a failure of the agent
     harness = json.loads(next((tmp_path / "results" / run_name).glob("*/0/harness.json")).read_text())
     assert harness["status"] == "infra_error" and harness["exit_code"] is None
-
-
-def test_slow_create_leak_is_reaped(tmp_path, real_opensandbox, run_name, proxy):
-    # the first create outlives the client's timeout but the server makes its sandbox
-    proxy.add_fault(op="create", action="delay", seconds=12, count=1)
-    cfg = _config(tmp_path, real_opensandbox, run_name, proxy.domain, benchmark={"limit": 1},
-                  opensandbox={"connection": {"request_timeout": 5}})
-    proc = snakemake(tmp_path, "--configfile", cfg)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert [r["resolved"] for r in rollouts(tmp_path, run_name)] == [True]
-    assert proxy.stats()["faults_fired"] == {"create:delay": 1}

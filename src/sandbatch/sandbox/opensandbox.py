@@ -12,8 +12,9 @@ of the SDK, and why:
 - Only the SDK's public API: `Sandbox.create` / `Sandbox.connect` (endpoint lookups
   included; no health check, the probe below is a real command), `SandboxManager` for
   calls not tied to one sandbox, and httpx's own transport under the SDK's retrying one.
-  Against the real server at concurrency 64 the client needs about 13 ms of CPU per
-  sandbox (README, "Benchmarks"): the server and Docker bound a run, not the client.
+  Against the real server at concurrency 64 the client needs about 30 ms of CPU per
+  sandbox, 2 % of a core (README, "Performance figures"): the server and Docker bound a
+  run, not the client, so a faster transport or a leaner create buys nothing there.
 - After create a probe command must print the expected output before the deadline
   (it also makes the scratch directory and the workdir, which the image may lack and
   execd refuses as a command's cwd); a sandbox that fails it is deleted.
@@ -21,8 +22,9 @@ of the SDK, and why:
   did not take the command (it is still binding), so the command is sent again, a
   bounded number of times. Any other 4xx is execd refusing the request: definitive,
   nothing ran, not retried. Anything after the stream starts (a broken stream, a
-  timeout) may have run the command and is never retried. Every command has the server-side timeout plus a
-  client-side asyncio deadline, because the SDK's stream has no read timeout.
+  timeout) may have run the command and is never retried. Every command has the
+  server-side timeout plus a client-side asyncio deadline, because the SDK's stream has
+  no read timeout.
 - A dead sandbox (deleted, expired, OOM-killed, failed) surfaces as SandboxGone.
 - Idempotent requests (get, list, delete, downloads) are retried by the SDK's transport.
 - Every SDK client shares one connection pool of `max_connections`; keep-alive expiry
