@@ -12,8 +12,8 @@ of the SDK, and why:
 - Only the SDK's public API: `Sandbox.create` / `Sandbox.connect` (endpoint lookups
   included; no health check, the probe below is a real command), `SandboxManager` for
   calls not tied to one sandbox, and httpx's own transport under the SDK's retrying one.
-  Against the real server at concurrency 64 the client needs about 30 ms of CPU per
-  sandbox, 2 % of a core (README, "Performance figures"): the server and Docker bound a
+  Against the real server at concurrency 64 the client needs 20-30 ms of CPU per
+  sandbox, 1-3 % of a core (README, "Performance figures"): the server and Docker bound a
   run, not the client, so a faster transport or a leaner create buys nothing there.
 - After create a probe command must print the expected output before the deadline
   (it also makes the scratch directory and the workdir, which the image may lack and
