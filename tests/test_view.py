@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from ops_util import run, sandbatch
+from services import need_program
 from sandbatch.harness import get_harness
 from sandbatch.view import COLUMNS, page, write_index
 
@@ -21,8 +22,14 @@ CHROMIUM = shutil.which("chromium")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 RECORDED = Path(__file__).parent / "fixtures" / "opencode_1.18.33_events.jsonl"
-needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="Debian chromium is not installed "
-                                    "(scripts/services/chromium.sh)")
+
+
+@pytest.fixture
+def _chromium():
+    need_program("chromium", "Debian chromium: run scripts/services/chromium.sh (as root)")
+
+
+needs_chromium = pytest.mark.usefixtures("_chromium")
 
 
 def dom(url: str, tmp_path: Path) -> str:
