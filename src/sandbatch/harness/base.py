@@ -78,6 +78,10 @@ class Harness(abc.ABC):
                 raise UserError(f"{where}: unknown key '{unknown[0]}' for harness {self.name}; "
                                 f"allowed keys: {', '.join(sorted(allowed))}")
 
+    def model_on_host(self, config: dict[str, Any]) -> bool:
+        """True when the agent's model client runs on this host (not in the sandbox)."""
+        return False
+
     def version(self, ctx: RunContext) -> str | None:
         return ctx.version or self.default_version
 
