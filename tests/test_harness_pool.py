@@ -71,7 +71,7 @@ def test_convert_pairs_results_fifo_and_keeps_what_it_does_not_know():
     ]
     outputs = {i["call_id"]: i["output"] for i in conv.items if i["type"] == "function_call_output"}
     assert outputs == {"call_0": "14:    return a // b", "call_1": '{"ok": true}',
-                       "call_2": "open missing.py: no such file", "call_3": "shell-1 running\nshell-2 done",
+                       "call_2": "[error] open missing.py: no such file", "call_3": "shell-1 running\nshell-2 done",
                        "call_4": ""}
     assert json.loads(conv.items[4]["arguments"]) == {"path": "calc.py", "old": "a // b", "new": "a / b"}
     assert conv.items[0]["summary"][0]["text"] == "The quotient is truncated by //."
@@ -81,7 +81,8 @@ def test_convert_pairs_results_fifo_and_keeps_what_it_does_not_know():
     assert conv.unknown == 2
     assert conv.metadata["unknown_types"] == {"mysteryRecord": 1, "sandbatch.text": 1}
     assert {"type": "mysteryRecord", "payload": 7} in conv.metadata["unknown_records"]
-    assert conv.metadata["unanswered_calls"] == 1
+    assert conv.metadata["unanswered_calls"] == 1 and conv.metadata["failed_tool_results"] == 1
+    assert conv.metadata["skipped"] == {"thought": 1, "oauth_url": 1, "blank_message": 1}
 
 
 def test_inline_think_folds_reasoning_into_the_next_message():
@@ -108,7 +109,36 @@ def test_convert_unanswered_call_in_the_middle_gets_its_empty_output_right_after
 
 def test_convert_result_without_call_and_garbage_never_raise():
     conv = convert([{"type": "toolCallResult", "result": "orphan"}, {}, {"type": None}, {"type": 5}, [1], "x"])
-    assert conv.items == [] and conv.unknown == 6
+    # the result keeps its text under a call id of its own, and is counted
+    assert [(i["type"], i["call_id"], i["output"]) for i in conv.items] == [("function_call_output", "orphan_0", "orphan")]
+    assert conv.metadata["orphan_results"] == 1 and conv.unknown == 5
+
+
+def test_convert_failed_results_unnamed_calls_and_text_arguments():
+    conv = convert([
+        {"type": "toolCall", "args": "ls -la"},  # no name, arguments that are not JSON
+        {"type": "toolCallResult", "result": "partial listing", "err": "exit status 2"},
+        {"type": "toolCall", "name": "", "args": '{"cmd": "pwd"}'},
+        {"type": "toolCallResult", "err": {"code": 1}},
+        {"type": "toolCall", "name": "read"},
+    ])
+    calls, outputs = [i for i in conv.items if i["type"] == "function_call"], [
+        i for i in conv.items if i["type"] == "function_call_output"]
+    assert [c["name"] for c in calls] == ["tool", "tool", "read"]
+    assert [json.loads(c["arguments"]) for c in calls] == ["ls -la", {"cmd": "pwd"}, {}]
+    # failed: marked, and both the error and the result are kept
+    assert [o["output"] for o in outputs] == ["[error] exit status 2\npartial listing", '[error] {"code": 1}', ""]
+    assert conv.metadata["failed_tool_results"] == 2
+
+
+def test_inline_think_keeps_reasoning_after_the_last_message():
+    from sandbatch import responses
+
+    items = responses.inline_think(convert([
+        {"type": "reasoning", "reasoning": "first"}, {"type": "assistantMessage", "message": "Hi."},
+        {"type": "reasoning", "reasoning": "trailing thought"}]).items)
+    assert [i["type"] for i in items] == ["message", "reasoning"]
+    assert items[1]["summary"][0]["text"] == "trailing thought"
 
 
 def ctx(tmp_path, config=None, **kw):

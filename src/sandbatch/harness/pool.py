@@ -151,10 +151,20 @@ class PoolHarness(Harness):
         return super().status_for_exit(exit_code, timed_out)
 
     def convert(self, events, config) -> Conversion:
+        """Every event survives: as an item, in metadata (errors, unknown), or counted (skipped).
+
+        len(events) == len(items) - unanswered_calls + sum(skipped) + len(errors) + unknown.
+        """
         conv = Conversion(items=[])
-        errors = []
+        errors: list[Any] = []
+        skipped: dict[str, int] = {}
         waiting: deque[str] = deque()  # call ids without a result, oldest first
         where: dict[str, int] = {}  # call id -> index of its function_call item
+        orphans = failed = 0
+
+        def skip(kind: str) -> None:
+            skipped[kind] = skipped.get(kind, 0) + 1
+
         for ev in events:
             if not isinstance(ev, dict):
                 keep_unknown(conv, ev)
@@ -164,40 +174,72 @@ class PoolHarness(Harness):
                 errors.append(ev)
             elif kind == "reasoning":
                 if ev.get("reasoning"):
-                    conv.items.append(responses.reasoning(str(ev["reasoning"])))
+                    conv.items.append(responses.reasoning(_text(ev["reasoning"])))
+                else:
+                    skip("empty_reasoning")
             elif kind in ("thought", "oauth_url"):
-                pass  # thought repeats the reasoning before it; oauth_url is a login prompt
+                skip(kind)  # thought repeats the reasoning before it; oauth_url is a login prompt
             elif kind == "assistantMessage":
                 text = ev.get("message")
                 if isinstance(text, str) and text.strip():
                     conv.items.append(responses.message(text))
+                else:
+                    skip("blank_message")
             elif kind == "toolCall":
                 call_id = f"call_{len(where)}"  # results carry no id: pool's calls get generated ones
                 where[call_id] = len(conv.items)
                 waiting.append(call_id)
-                conv.items.append(responses.function_call(call_id, str(ev.get("name", "")), ev.get("args") or {}))
-            elif kind == "toolCallResult" and waiting:
-                conv.items.append(responses.function_call_output(waiting.popleft(), _result_text(ev)))
-            else:  # unknown types, and a result with no call waiting for it
+                name = ev.get("name")
+                conv.items.append(responses.function_call(call_id, str(name) if name else "tool",
+                                                          _arguments(ev.get("args"))))
+            elif kind == "toolCallResult":
+                if waiting:
+                    call_id = waiting.popleft()
+                else:  # no call open: kept as an output of its own, never dropped
+                    call_id, orphans = f"orphan_{orphans}", orphans + 1
+                if "err" in ev:
+                    failed += 1
+                conv.items.append(responses.function_call_output(call_id, _result_text(ev)))
+            else:  # unknown types
                 keep_unknown(conv, ev)
         # a call never answered (typically the final `exit`) gets an empty output right after it
         for call_id in sorted(waiting, key=where.get, reverse=True):
             conv.items.insert(where[call_id] + 1, responses.function_call_output(call_id, ""))
-        if errors:
-            conv.metadata["errors"] = errors
-        if waiting:
-            conv.metadata["unanswered_calls"] = len(waiting)
+        for key, value in (("errors", errors), ("unanswered_calls", len(waiting)), ("orphan_results", orphans),
+                           ("failed_tool_results", failed), ("skipped", skipped)):
+            if value:
+                conv.metadata[key] = value
         return conv
 
 
+ERROR_MARK = "[error]"  # how a failed tool result is marked in its output (as the reference does)
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def _arguments(args: Any) -> str:
+    """A call's arguments as a JSON string: objects encoded, JSON text kept, other text quoted."""
+    if args is None:
+        return "{}"
+    if isinstance(args, str):
+        try:
+            json.loads(args)
+            return args
+        except ValueError:
+            return json.dumps(args, ensure_ascii=False)
+    return json.dumps(args, ensure_ascii=False)
+
+
 def _result_text(ev: dict[str, Any]) -> str:
-    for key in ("result", "err"):
-        if key in ev:
-            value = ev[key]
-            return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    """A result's output: `[error] <err>` first when it failed, then its result or entries."""
+    parts = []
+    if "err" in ev:
+        parts.append(f"{ERROR_MARK} {_text(ev['err'])}")
+    if "result" in ev:
+        parts.append(_text(ev["result"]))
     entries = ev.get("entries")
     if isinstance(entries, list):
-        if all(isinstance(e, str) for e in entries):
-            return "\n".join(entries)
-        return json.dumps(entries, ensure_ascii=False)
-    return ""
+        parts.append("\n".join(entries) if all(isinstance(e, str) for e in entries) else _text(entries))
+    return "\n".join(parts)
