@@ -287,3 +287,42 @@ def test_pool_runs_through_the_workflow(tmp_path):
         assert not any("last-run.log" in f for f in rollout(run_dir, task, "patch.json")["files"])
     assert leftover_sandboxes(tmp_path) == []
     print(f"pool stand-in workflow, 4 tasks: {took:.1f} s")
+
+
+# --- max_context_window: set, or the endpoint's max_model_len, or a plan-time error ----------
+
+def test_context_window_comes_from_the_endpoint_or_stops_the_run(tmp_path):
+    from harness_support import scripted_model_server
+    from sandbatch.config import parse
+
+    harness = get_harness("pool")
+    merged = harness.merge_config({})
+    assert merged["max_context_window"] is None  # no silent 131072
+    with scripted_model_server({"models": ["big"], "max_model_len": 200000}) as (url, _):
+        model = parse({"model": {"name": "big", "base_url": url}}).model
+        harness.check_model(merged, model)  # reported: fine
+        from sandbatch.harness.base import served_context_window
+        assert served_context_window(model) == (200000, "")
+        cfg = harness.agent_config(ctx(tmp_path, model_url=url), served_context_window(model)[0])
+        assert cfg["memory"]["compact"]["TriggerCompressionTokenCount"] == 160000
+    with scripted_model_server({"models": ["big"], "max_model_len": None}) as (url, _):
+        model = parse({"model": {"name": "big", "base_url": url}}).model
+        with pytest.raises(UserError, match=r"^harness.config.max_context_window: not set, and .*/models reports "
+                                            r"no max_model_len for model 'big'") as err:
+            harness.check_model(merged, model)
+        assert "\n" not in str(err.value)
+        harness.check_model(harness.merge_config({"max_context_window": 4096}), model)  # set: not asked
+
+
+def test_unreported_context_window_stops_the_workflow_before_any_job(tmp_path):
+    from harness_support import scripted_model_server
+
+    with scripted_model_server({"max_model_len": None}) as (url, model):
+        cfg = write_config(tmp_path, "c.yaml", smoke_config(
+            tmp_path, {"name": "pool", "config": {"install": {"method": "path", "path": "pool"}}},
+            ["smoke__calc-1"], model={"name": "scripted", "base_url": url}))
+        proc = snakemake(tmp_path, "--configfile", str(cfg), timeout=120)
+    assert proc.returncode != 0
+    assert "harness.config.max_context_window: not set" in proc.stderr
+    assert [r["path"] for r in model.requests] == ["/v1/models"]
+    assert not (tmp_path / "results").exists()

@@ -26,11 +26,12 @@ def _overrides(pairs: list[str]) -> dict:
 def cmd_validate(args: argparse.Namespace) -> int:
     from .config import load
     from .tasks import load_tasks
-    from .workflow import check_registries
+    from .workflow import check_model, check_registries
 
     default = REPO_ROOT / "config" / "default.yaml"
     cfg = load(args.configfile, _overrides(args.config), default=default if not args.no_default else None)
     check_registries(cfg)
+    check_model(cfg)
     tasks = load_tasks(cfg.benchmark)
     yaml.safe_dump(cfg.model_dump(mode="json"), sys.stdout, sort_keys=False)
     print(f"# ok: {len(tasks)} tasks x {cfg.repeats} repeats = {len(tasks) * cfg.repeats} rollouts", file=sys.stderr)

@@ -48,6 +48,23 @@ def check_registries(cfg: Config) -> None:
         raise UserError(f"sandbox.provider: {cfg.sandbox.provider!r} is not known; choose one of: {', '.join(PROVIDERS)}")
 
 
+def check_model(cfg: Config) -> None:
+    """What the harness needs to know from the model endpoint (pool: its context window)."""
+    from .harness import get_harness
+
+    harness = get_harness(cfg.harness.name)
+    harness.check_model(harness.merge_config(cfg.harness.config), cfg.model)
+
+
+def check_model_or_exit(cfg: Config) -> None:
+    """check_model when a real run starts (a plan needs no model): a user error exits in one line."""
+    try:
+        check_model(cfg)
+    except UserError as exc:
+        print(f"sandbatch: error: {exc}", file=sys.stderr)
+        sys.exit(1)
+
+
 def stamps(raw: dict[str, Any]) -> dict[str, str]:
     """Per-stage settings as canonical JSON: a stage reruns exactly when its stamp changes.
 

@@ -9,6 +9,7 @@ that is graded like any other.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shlex
 from collections import deque
@@ -16,11 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from .. import responses
-from ..errors import UserError
+from ..config import ModelConfig
+from ..errors import InfraError, UserError
 from ..sandbox import Sandbox
 from ..util import deep_merge
 from ._process import install_options, json_events, run_command, sh, str_env, upload_source
-from .base import Conversion, Harness, Outcome, RunContext, keep_unknown, model_endpoint
+from .base import Conversion, Harness, Outcome, RunContext, keep_unknown, model_endpoint, served_context_window
 
 GAVE_UP_EXIT = 4
 INSTALL_METHODS = ("installer", "upload", "path")
@@ -72,7 +74,9 @@ class PoolHarness(Harness):
             "path": None,  # path: the pool binary inside the image
             "env": {},  # extra environment of the install command
         },
-        "max_context_window": 131072,  # compaction starts at 80 %, summaries up to 70 %
+        # tokens; compaction starts at 80 %, summaries up to 70 %. null: the endpoint's
+        # /v1/models max_model_len (vLLM, SGLang), else the run stops before it starts
+        "max_context_window": None,
         "agent_config": AGENT_DEFAULT,
         "env": {},  # extra environment of the agent
         "extra_args": [],  # appended to `pool exec`
@@ -87,6 +91,13 @@ class PoolHarness(Harness):
                             "accepted; set it to true, or use install.method upload/path with your own binary")
         if opts["method"] == "upload" and not Path(opts["source"]).expanduser().is_file():
             raise UserError(f"harness.config.install.source: {opts['source']} is not a file; give the pool binary")
+
+    def check_model(self, config: dict[str, Any], model: ModelConfig) -> None:
+        if config.get("max_context_window") is None:
+            window, why = served_context_window(model)
+            if window is None:
+                raise UserError(f"harness.config.max_context_window: not set, and {why}; set it to the "
+                                f"model's context length in tokens")
 
     def _home(self, sandbox: Sandbox) -> str:
         return f"{sandbox.tmpdir}/pool"
@@ -113,11 +124,17 @@ class PoolHarness(Harness):
         await sh(sandbox, f"test -x {shlex.quote(binary)} || command -v {shlex.quote(binary)}",
                  timeout=60, what=f"finding the pool binary {binary}")
 
-    def agent_config(self, ctx: RunContext) -> dict[str, Any]:
-        """The whole agent config file: defaults, then per-run values where the user set none."""
+    def agent_config(self, ctx: RunContext, window: int | None = None) -> dict[str, Any]:
+        """The whole agent config file: defaults, then per-run values where the user set none.
+
+        `window` is the model's context length when the config leaves it to the endpoint."""
         cfg = deep_merge(ctx.config["agent_config"], {})
-        window = int(ctx.config["max_context_window"])
-        fill = {("model", "provider", "openai", "base_url"): model_endpoint(ctx, self.name),
+        endpoint = model_endpoint(ctx, self.name)
+        window = int(ctx.config["max_context_window"] or window or 0)
+        if window <= 0:
+            raise UserError("harness.config.max_context_window: not set; set it to the model's context "
+                            "length in tokens")
+        fill = {("model", "provider", "openai", "base_url"): endpoint,
                 ("model", "provider", "openai", "api_key"): ctx.api_key or "unused",
                 ("model", "provider", "openai", "model_id"): ctx.model.name,
                 ("memory", "compact", "TriggerCompressionTokenCount"): int(0.8 * window),
@@ -133,7 +150,12 @@ class PoolHarness(Harness):
     async def run(self, sandbox: Sandbox, ctx: RunContext) -> Outcome:
         home = self._home(sandbox)
         cfg_path, prompt_path = f"{home}/agent-config.json", f"{home}/prompt.txt"
-        await sandbox.upload(cfg_path, json.dumps(self.agent_config(ctx), indent=2).encode(), mode=0o600)
+        window = None
+        if ctx.config["max_context_window"] is None:  # checked before the run; the endpoint may be down now
+            window, why = await asyncio.to_thread(served_context_window, ctx.model)
+            if window is None:
+                raise InfraError(f"the model's context window: {why}", "model_context_window")
+        await sandbox.upload(cfg_path, json.dumps(self.agent_config(ctx, window), indent=2).encode(), mode=0o600)
         await sandbox.upload(prompt_path, ctx.prompt.encode("utf-8"))
         argv = [self._binary(sandbox, ctx.config), "exec", "-o", "json", "--sandbox", "disabled",
                 "--unsafe-auto-allow", "--agent-config-file", cfg_path, "-f", prompt_path,
