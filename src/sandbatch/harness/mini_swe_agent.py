@@ -168,7 +168,7 @@ class MiniSweAgentHarness(Harness):
 
     async def _run_on_host(self, sandbox: Sandbox, ctx: RunContext) -> Outcome:
         """mini's agent loop on a worker thread here; its commands run in the sandbox."""
-        from .mini_env import SandboxEnvironment, Stopped, sandbox_uname
+        from .mini_env import Stopped, sandbox_uname
 
         agent, env = _host_agent(self.mini_config(sandbox, ctx), ctx, sandbox, asyncio.get_running_loop(),
                                  uname=await sandbox_uname(sandbox),
