@@ -4,7 +4,7 @@ import sys
 
 from sandbatch.owners import register as register_owner, unregister as unregister_owner
 from sandbatch.steps.forkserver import StepServer
-from sandbatch.workflow import check_model_or_exit, load_run, stamps
+from sandbatch.workflow import check_model_endpoint_or_exit, load_run, stamps
 
 CFG, CFG_RAW, TASKS = load_run(workflow, config)
 STEP_SERVER = StepServer()
@@ -93,7 +93,7 @@ def finish_run():
 # Local runs get a step server (sandbatch.steps.forkserver): each step job then costs a
 # fork instead of a Python start-up with every import.
 onstart:
-    check_model_or_exit(CFG)
+    check_model_endpoint_or_exit(CFG)
     register_owner(CFG.run)
     if workflow.local_exec and not workflow.touch:
         STEP_SERVER.start(CFG)

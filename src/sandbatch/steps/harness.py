@@ -91,7 +91,7 @@ class HarnessStep(Step):
                 bind = cfg.model.proxy.bind_host or "127.0.0.1"
                 advertise = "127.0.0.1" if bind in ("0.0.0.0", "::") else bind
             else:
-                bind, advertise = proxy_hosts(cfg.sandbox.provider, cfg.model.proxy)
+                bind, advertise = proxy_hosts(cfg.sandbox.provider, cfg.model.proxy, cfg.sandbox.service())
             async with ModelProxy.from_config(cfg.model, self.ctx.path(MODEL_CALLS), bind_host=bind) as proxy:
                 yield proxy.url_for(advertise), proxy.agent_key
 
