@@ -241,7 +241,8 @@ HOST_SCRIPT = {
         {"content": "Where am I?", "tool_calls": [{"name": "bash", "arguments": {
             "command": "echo out; echo err >&2; pwd; cd /; exit 3"}}]},
         {"content": "Wait.", "tool_calls": [{"name": "bash", "arguments": {"command": "echo started; sleep 20"}}]},
-        {"content": "Still in the repo?", "tool_calls": [{"name": "bash", "arguments": {"command": "pwd"}}]},
+        {"content": "Still in the repo?", "tool_calls": [{"name": "bash", "arguments": {
+            "command": "pwd; cd ~ && echo home-ok"}}]},
         {"content": "Done.", "tool_calls": [{"name": "bash", "arguments": {
             "command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT; echo the fix"}}]},
     ]},
@@ -282,7 +283,8 @@ def test_host_mode_runs_commands_in_the_sandbox_with_mini_semantics(tmp_path):
     # mini's per-command timeout: return code -1 and the reason (with what output the provider kept)
     assert slow["returncode"] == -1
     assert "timed out after 2 seconds" in slow["exception_info"]
-    assert again["output"].strip() == workdir  # every command starts in the workdir again
+    # every command starts in the workdir again; HOME (outside the repository) exists
+    assert again["output"].splitlines() == [workdir, "home-ok"]
     assert outcome.events[-1] == {"role": "exit", "content": "the fix\n",
                                   "extra": {"exit_status": "Submitted", "submission": "the fix\n"}}
     # the trajectory on disk is what the outcome holds, and the agent's key is not in it

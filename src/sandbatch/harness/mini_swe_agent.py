@@ -96,8 +96,10 @@ class MiniSweAgentHarness(Harness):
 
     async def install(self, sandbox: Sandbox, ctx: RunContext) -> None:
         self.check_config(ctx.config)
-        if ctx.config["mode"] == "host":
-            return  # mini runs here; the sandbox only needs bash
+        if ctx.config["mode"] == "host":  # mini runs here; the sandbox only needs bash, and a HOME
+            await sh(sandbox, f"mkdir -p {shlex.quote(self.state_env(sandbox)['HOME'])}", timeout=60,
+                     what="making the commands' HOME")
+            return
         opts, home, q = ctx.config["install"], self._home(sandbox), shlex.quote
         timeout = ctx.timeouts.install
         if opts["method"] in ("pip", "upload"):
