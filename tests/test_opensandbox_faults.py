@@ -21,7 +21,6 @@ from real_opensandbox import IMAGE, os_run, real_opensandbox, with_provider  # n
 from sandbatch.errors import InfraError  # noqa: E402
 from sandbatch.sandbox import SandboxSpec  # noqa: E402
 from sandbatch.sandbox.base import SandboxError, SandboxGone  # noqa: E402
-from sandbatch.sandbox.batch import create_many  # noqa: E402
 from sandbatch.sandbox.reaper import reap  # noqa: E402
 
 PROBE_PREFIX = "mkdir -p /tmp/sandbatch "  # how the provider starts its probe
@@ -196,24 +195,6 @@ def test_endpoint_failure_deletes_the_created_sandbox(proxy, real_opensandbox, o
     assert err.failure_class == "sandbox_create" and left == []
     stats = proxy.stats()
     assert stats["requests"]["create"] == 2 and stats["requests"]["delete"] == 2
-
-
-def test_create_many_reports_partial_failures_per_sandbox(proxy, real_opensandbox, os_run):
-    specs = [spec(os_run, task=f"t{i}") for i in range(3)]
-    proxy.add_fault(op="create", action="status", status=400, count=1)  # not retryable
-
-    async def body(p):
-        results = await create_many(p, specs, concurrency=3, rate=50, burst=2)
-        listed = {i.id for i in await p.list({"run": os_run})}
-        await reap(p, {"run": os_run})
-        return results, listed
-
-    results, listed = run(proxy, real_opensandbox, body)
-    assert [r.index for r in results] == list(range(3))
-    failed = [r for r in results if not r.ok]
-    assert len(failed) == 1 and isinstance(failed[0].error, SandboxError)
-    assert {r.sandbox.id for r in results if r.ok} == listed and len(listed) == 2
-    assert all(r.spec is specs[r.index] for r in results)
 
 
 def test_probe_waits_for_execd(proxy, real_opensandbox, os_run):
