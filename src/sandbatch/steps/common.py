@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 import argparse
 import asyncio
+import contextlib
 import signal
 import sys
 import time
@@ -91,6 +92,7 @@ class Step(abc.ABC):
         self.ctx = ctx
         self.started_at = now()
         self.t0 = time.monotonic()
+        self.phases: dict[str, float] = {}
 
     @abc.abstractmethod
     async def run(self) -> None:
@@ -103,8 +105,20 @@ class Step(abc.ABC):
     def stamp(self, rec):
         rec.started_at, rec.finished_at = self.started_at, now()
         rec.duration_s = round(time.monotonic() - self.t0, 3)
+        rec.phases = {name: round(s, 3) for name, s in self.phases.items()}
         rec.attempt = self.ctx.attempt
         return rec
+
+
+@contextlib.contextmanager
+def timed(phases: dict[str, float] | None, name: str):
+    """Add the seconds the block takes to phases[name] (records show where a step's time went)."""
+    t0 = time.monotonic()
+    try:
+        yield
+    finally:
+        if phases is not None:
+            phases[name] = phases.get(name, 0.0) + time.monotonic() - t0
 
 
 def parse_args(argv: list[str] | None = None) -> StepContext:

@@ -52,7 +52,7 @@ class HarnessStep(Step):
             await sandbox.delete()
         except SandboxGone:
             pass
-        sandbox, base_ref = await create_prepared(self.ctx, handle.spec)
+        sandbox, base_ref = await create_prepared(self.ctx, handle.spec, self.phases)
         handle = fill(handle.model_copy(), sandbox, base_ref)
         handle.recreated += 1
         handle.save(self.ctx.path(SANDBOX))

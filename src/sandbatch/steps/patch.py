@@ -9,7 +9,7 @@ from ..records import HARNESS, PATCH, PATCH_INFO, SANDBOX, HarnessRecord, PatchR
 from ..sandbox import SandboxError
 from ..tasks.settings import grades_in_agent_sandbox
 from ..util import write_atomic
-from .common import Step
+from .common import Step, timed
 
 
 def diff_script(workdir: str, base_ref: str, out: str, exclude: list[str]) -> str:
@@ -38,12 +38,13 @@ class PatchStep(Step):
         provider = ctx.provider
         sandbox = await provider.connect(handle.sandbox_id, handle.spec)
         out = f"{sandbox.tmpdir}/agent.patch"
-        result = await sandbox.exec(diff_script(sandbox.workdir, handle.base_ref, out, ctx.cfg.patch.exclude),
-                                    timeout=ctx.scaled(ctx.cfg.timeouts.patch))
-        if not result.ok:
-            raise SandboxError(f"git diff failed (exit {result.exit_code}): {result.stderr.strip()[-300:]}",
-                               "patch_extract")
-        data = await sandbox.download(out)
+        with timed(self.phases, "extract"):
+            result = await sandbox.exec(diff_script(sandbox.workdir, handle.base_ref, out, ctx.cfg.patch.exclude),
+                                        timeout=ctx.scaled(ctx.cfg.timeouts.patch))
+            if not result.ok:
+                raise SandboxError(f"git diff failed (exit {result.exit_code}): {result.stderr.strip()[-300:]}",
+                                   "patch_extract")
+            data = await sandbox.download(out)
         if data and not data.endswith(b"\n"):
             data += b"\n"
         files = [f for f in result.stdout.splitlines() if f.strip()]
@@ -51,7 +52,8 @@ class PatchStep(Step):
         # graded in the agent's own sandbox; the grade step deletes it then)
         keep = grades_in_agent_sandbox(ctx.cfg, ctx.task)
         if not keep:
-            await sandbox.delete()
+            with timed(self.phases, "delete"):
+                await sandbox.delete()
         self._write(data, PatchRecord(bytes=len(data), files=files, empty=not data.strip(), sandbox_deleted=not keep))
 
     def _write(self, data: bytes, rec: PatchRecord) -> None:
