@@ -7,6 +7,9 @@ tasks, then reads the records and prints:
 
 - wall (the whole `snakemake` command) and the first step's start to the last grade's end,
   the ideal ceil(N/C) x T and their ratios;
+- the CPU seconds of the run's process tree (Snakemake, the steps, and on the local
+  provider the sandboxes' commands and tests): divided by the cores, the wall the CPU
+  alone needs, the other physical limit on one machine;
 - the mean busy slots over the run (rollouts between their sandbox's creation and the end
   of their grading) and the mean number of agents running, against C;
 - per rollout, the time outside the agent and the tests, by phase: create, prepare,
@@ -30,6 +33,7 @@ import argparse
 import json
 import math
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -101,7 +105,12 @@ def config_for(a, run: str) -> dict:
     return cfg
 
 
-def run_once(a, wd: Path) -> tuple[float, Path]:
+def children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def run_once(a, wd: Path) -> tuple[float, float, Path]:
     run = f"util-{a.provider}-{uuid.uuid4().hex[:6]}"  # its sandboxes' labels are this run's alone
     cfg = wd / "utilisation.json"
     cfg.write_text(json.dumps(config_for(a, run)))  # JSON is YAML
@@ -111,13 +120,13 @@ def run_once(a, wd: Path) -> tuple[float, Path]:
            "--workflow-profile", str(REPO / "profiles" / "default"), "--cores", str(2 * a.c),
            "--configfile", str(cfg)]
     env = {**os.environ, KEY_ENV: OPENSANDBOX_KEY}
-    t0 = time.monotonic()
+    cpu0, t0 = children_cpu(), time.monotonic()
     proc = subprocess.run(cmd, cwd=wd, capture_output=True, text=True, env=env)
-    wall = time.monotonic() - t0
+    wall, cpu = time.monotonic() - t0, children_cpu() - cpu0
     if proc.returncode != 0:
         print(proc.stderr[-4000:], file=sys.stderr)
         raise SystemExit(f"the run failed (exit {proc.returncode}); its directory: {wd}")
-    return wall, wd / "results" / run
+    return wall, cpu, wd / "results" / run
 
 
 def load_rollouts(run_dir: Path) -> list[dict]:
@@ -128,7 +137,7 @@ def load_rollouts(run_dir: Path) -> list[dict]:
     return rows
 
 
-def report(a, wall: float, rows: list[dict]) -> None:
+def report(a, wall: float, cpu: float, rows: list[dict]) -> None:
     n, c, t = len(rows), a.c, a.t
     ideal = math.ceil(n / c) * t
     bad = [r for r in rows if any(r[s].get("status") == "infra_error" for s in STEPS)]
@@ -143,6 +152,9 @@ def report(a, wall: float, rows: list[dict]) -> None:
     print(f"  wall {wall:.1f} s; ideal ceil(N/C) x T = {ideal:.0f} s; ratio {wall / ideal:.3f}")
     print(f"  first step start -> last grade end {end - start:.1f} s; ratio {(end - start) / ideal:.3f} "
           f"(the rest is Snakemake start-up, DAG and the aggregate)")
+    cores = os.cpu_count() or 1
+    print(f"  CPU of the run's process tree {cpu:.0f} s ({cpu / n:.2f} s per rollout): on {cores} cores at least "
+          f"{cpu / cores:.0f} s of wall with the machine to itself (sandboxes on this host count here)")
     print(f"  mean busy slots {sum(spans) / wall:.1f} of {c} over the wall ({sum(spans) / (end - start):.1f} "
           f"between first and last step); agents running {sum(agents) / wall:.1f}")
     print(f"  per rollout: span {statistics.mean(spans):.2f} s = agent {statistics.mean(agents):.2f} "
@@ -173,9 +185,9 @@ def main() -> int:
         wd = (a.keep / str(i)) if a.keep else Path(tempfile.mkdtemp(prefix="sandbatch-util-"))
         wd.mkdir(parents=True, exist_ok=True)
         print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
-        wall, run_dir = run_once(a, wd)
+        wall, cpu, run_dir = run_once(a, wd)
         print(f"load average after:  {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-        report(a, wall, load_rollouts(run_dir))
+        report(a, wall, cpu, load_rollouts(run_dir))
         if not a.keep:
             shutil.rmtree(wd, ignore_errors=True)
     return 0

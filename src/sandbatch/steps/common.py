@@ -23,8 +23,13 @@ from typing import Callable
 from ..config import Config, Timeouts
 from ..errors import InfraError, UserError
 from ..records import now
-from ..sandbox import Provider, get_provider
+from ..sandbox import Provider, Sandbox, get_provider
 from ..tasks import Task, get_task
+
+# Called once a step's outputs are written and only deletes are left: the step server sets
+# it to report the step done at once, so the rollout's next job starts while the sandbox
+# is being deleted. A step in its own process (no server, Slurm) deletes before it exits.
+outputs_done: Callable[[], None] | None = None
 
 
 @dataclass
@@ -93,6 +98,7 @@ class Step(abc.ABC):
         self.started_at = now()
         self.t0 = time.monotonic()
         self.phases: dict[str, float] = {}
+        self.to_delete: list[Sandbox] = []
 
     @abc.abstractmethod
     async def run(self) -> None:
@@ -101,6 +107,25 @@ class Step(abc.ABC):
     @abc.abstractmethod
     def fail(self, exc: InfraError) -> None:
         """After the last attempt: write the outputs as an infra_error record."""
+
+    def delete_later(self, sandbox: Sandbox) -> None:
+        """Delete `sandbox` when the step ends, after its outputs are written (also when it
+        fails); a delete that fails then is logged and left to the run's end (reap_run)."""
+        self.to_delete.append(sandbox)
+
+    async def _delete_pending(self, reported: bool) -> None:
+        while self.to_delete:
+            sandbox = self.to_delete.pop()
+            t0 = time.monotonic()
+            try:
+                await asyncio.shield(sandbox.delete())
+            except Exception as exc:
+                print(f"sandbatch: {self.name}: deleting sandbox {sandbox.id} failed (the run's end deletes it): "
+                      f"{exc}", file=sys.stderr)
+            else:
+                if reported:
+                    print(f"sandbatch: {self.name}: deleted sandbox {sandbox.id} in {time.monotonic() - t0:.2f} s "
+                          f"after the step was reported done", file=sys.stderr)
 
     def stamp(self, rec):
         rec.started_at, rec.finished_at = self.started_at, now()
@@ -138,10 +163,17 @@ async def _run_with_signals(step: Step) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, task.cancel)
+    reported = False
     try:
         await task
+        if step.to_delete and outputs_done is not None:
+            outputs_done()
+            reported = True
     finally:
-        await step.ctx.aclose()
+        try:
+            await step._delete_pending(reported)
+        finally:
+            await step.ctx.aclose()
 
 
 def main(step_cls: Callable[[StepContext], Step], argv: list[str] | None = None) -> int:

@@ -61,8 +61,7 @@ class GradeStep(Step):
         except Exception as exc:
             raise InfraError(f"the grader crashed: {exc!r}", "grader_crash") from exc
         finally:
-            with timed(self.phases, "delete"):
-                await asyncio.shield(sandbox.delete())
+            self.delete_later(sandbox)
         rec.patch_empty = not patch.strip()
         self._save(rec)
 

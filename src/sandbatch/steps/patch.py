@@ -52,8 +52,7 @@ class PatchStep(Step):
         # graded in the agent's own sandbox; the grade step deletes it then)
         keep = grades_in_agent_sandbox(ctx.cfg, ctx.task)
         if not keep:
-            with timed(self.phases, "delete"):
-                await sandbox.delete()
+            self.delete_later(sandbox)
         self._write(data, PatchRecord(bytes=len(data), files=files, empty=not data.strip(), sandbox_deleted=not keep))
 
     def _write(self, data: bytes, rec: PatchRecord) -> None:
