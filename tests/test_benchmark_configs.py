@@ -4,6 +4,7 @@ a Terminal-Bench run of the real workflow with the oracle harness scores every t
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -14,8 +15,6 @@ from pathlib import Path
 import pytest
 
 from sandbatch import REPO_ROOT, config
-from sandbatch.harness import HARNESSES
-from sandbatch.sandbox import PROVIDERS
 
 FIX = REPO_ROOT / "tests" / "fixtures" / "bench"
 CONFIGS = sorted((REPO_ROOT / "config").glob("*.yaml"))
@@ -30,8 +29,27 @@ NAMED = ["lightning_swe_verified", "xs_swe_verified", "xs_swe_multilingual", "xs
 COMMENTED = set(NAMED) | {"swe_verified", "swe_multilingual", "swe_pro", "terminal_bench"}
 
 
-def load(path: Path) -> config.Config:
-    return config.load([path], default=REPO_ROOT / "config" / "default.yaml")
+# what a named profile reads from the environment, as its header lists it (the pool stand-in
+# binary is any file here: validating and planning install nothing)
+PROFILE_ENV = {
+    "SANDBATCH_MODEL_URL": "http://10.0.0.7:8000/v1",
+    "SANDBATCH_MODEL_API_KEY": "model-key",
+    "OPEN_SANDBOX_DOMAIN": "127.0.0.1:18080",
+    "OPEN_SANDBOX_API_KEY": "server-key",
+    "SANDBATCH_POOL_ACCEPT_EULA": "1",
+}
+
+
+@pytest.fixture
+def profile_env(monkeypatch):
+    for key in (*PROFILE_ENV, "SANDBATCH_POOL_BINARY"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in PROFILE_ENV.items():
+        monkeypatch.setenv(key, value)
+
+
+def load(path: Path, overrides=None) -> config.Config:
+    return config.load([path], overrides, default=REPO_ROOT / "config" / "default.yaml")
 
 
 def test_named_profiles_and_benchmark_files_exist():
@@ -39,8 +57,26 @@ def test_named_profiles_and_benchmark_files_exist():
     assert set(NAMED) | {"swe_verified", "swe_multilingual", "swe_pro", "terminal_bench", "default"} <= names
 
 
+def header_variables(path: Path) -> set[str]:
+    """The environment variables a profile's header comment lists."""
+    header = "".join(line for line in path.read_text().splitlines(keepends=True) if line.startswith("#"))
+    return set(re.findall(r"^#\s+(?:or\s+)?([A-Z][A-Z0-9_]+)\s", header, re.M))
+
+
+@pytest.mark.parametrize("name", NAMED)
+def test_named_profile_header_lists_exactly_the_variables_it_reads(name):
+    path = REPO_ROOT / "config" / f"{name}.yaml"
+    raw = config.read_yaml(path)
+    conn = raw["sandbox"]["opensandbox"]["connection"]
+    from sandbatch.harness.pool import BINARY_ENV, EULA_ENV
+
+    read = {raw["model"]["base_url_env"], raw["model"]["api_key_env"], conn["domain_env"], conn["api_key_env"],
+            EULA_ENV, BINARY_ENV}
+    assert header_variables(path) == read == set(PROFILE_ENV) | {BINARY_ENV}
+
+
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
-def test_config_validates(path):
+def test_config_validates(path, profile_env):
     cfg = load(path)
     assert cfg.benchmark.kind in FIXTURE_TASKS
     lines = path.read_text().splitlines()
@@ -55,36 +91,32 @@ def test_config_validates(path):
         assert (cfg.nodes, cfg.concurrency * cfg.nodes) == (2, 256)
 
 
-def test_model_url_from_the_environment(monkeypatch):
+def test_model_url_and_service_address_from_the_environment(profile_env, monkeypatch):
     path = REPO_ROOT / "config" / "xs_swe_verified.yaml"
     monkeypatch.setenv("SANDBATCH_MODEL_URL", "http://127.0.0.1:9999/v1")
-    assert load(path).model.base_url == "http://127.0.0.1:9999/v1"
-    monkeypatch.setenv("SANDBATCH_MODEL_URL", "")
-    assert load(path).model.base_url == "http://127.0.0.1:8000/v1"
+    monkeypatch.setenv("OPEN_SANDBOX_DOMAIN", "https://sandboxes.example.com:8443/")
+    cfg = load(path)
+    assert cfg.model.base_url == "http://127.0.0.1:9999/v1"
+    conn = cfg.sandbox.options()["connection"]
+    assert (conn["domain"], conn["protocol"]) == ("sandboxes.example.com:8443", "https")
+    assert cfg.sandbox.service() == "sandboxes.example.com:8443"
 
 
-def snakemake(workdir: Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+def snakemake(workdir: Path, *args: str, timeout: int = 300, env: dict | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")} if env is None else env
     return subprocess.run([sys.executable, "-m", "snakemake", "-s", str(REPO_ROOT / "Snakefile"),
                            "-d", str(workdir), "--cores", "2", *args],
                           capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def overrides(cfg: config.Config, **extra) -> list[str]:
-    """--config values that point a config at fixture tasks and at what this checkout has."""
+    """--config values that point a config at fixture tasks: nothing else is overridden."""
     out = [f'benchmark={json.dumps({"tasks": str(FIXTURE_TASKS[cfg.benchmark.kind])})}']
-    if cfg.harness.name not in HARNESSES:  # e.g. pool, registered by its own module
-        out.append('harness={"name": "oracle"}')
-    elif cfg.harness.name == "pool":  # installing pool is the user's EULA decision; a plan installs nothing
-        out.append('harness={"name": "pool", "config": {"install": {"method": "path", "path": "pool"}}}')
-    sandbox = {"provider": cfg.sandbox.provider if cfg.sandbox.provider in PROVIDERS else "local"}
-    out.append(f"sandbox={json.dumps(sandbox)}")
-    out += [f"{k}={v}" for k, v in extra.items()]
-    return out
+    return out + [f"{k}={v}" for k, v in extra.items()]
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
-def test_config_plans_against_fixture_tasks(path, tmp_path):
+def test_config_plans_against_fixture_tasks(path, tmp_path, profile_env):
     cfg = load(path)
     n_tasks = {"smoke": 5, "swebench": 3, "swebench_multilingual": 2, "swebench_pro": 1, "terminal_bench": 3}
     res = snakemake(tmp_path, "-n", "--configfile", str(path), "--config", *overrides(cfg))
@@ -93,13 +125,96 @@ def test_config_plans_against_fixture_tasks(path, tmp_path):
     assert int(jobs["grade"]) == n_tasks[cfg.benchmark.kind] * cfg.repeats, res.stdout
 
 
+def clean_env(**changes) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env.update(PROFILE_ENV)
+    env.pop("SANDBATCH_POOL_BINARY", None)
+    for key, value in changes.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    return env
+
+
+def validate(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sandbatch.cli", "validate", *args],
+                          capture_output=True, text=True, timeout=120, env=env, cwd=REPO_ROOT)
+
+
+@pytest.mark.parametrize("missing, message", [
+    ("SANDBATCH_MODEL_URL", "model.base_url: .* export SANDBATCH_MODEL_URL="),
+    ("SANDBATCH_MODEL_API_KEY", "model.api_key_env: the environment variable SANDBATCH_MODEL_API_KEY is not set"),
+    ("OPEN_SANDBOX_DOMAIN", "sandbox.opensandbox.connection.domain: .* export OPEN_SANDBOX_DOMAIN="),
+    ("OPEN_SANDBOX_API_KEY", "sandbox.opensandbox.connection.api_key_env: .* OPEN_SANDBOX_API_KEY is not set"),
+    ("SANDBATCH_POOL_ACCEPT_EULA", "harness.config.install.accept_eula: .* export SANDBATCH_POOL_ACCEPT_EULA=1"),
+])
+def test_a_missing_variable_is_named_in_one_line_by_validate_and_plan(missing, message, tmp_path):
+    path = REPO_ROOT / "config" / "xs_swe_verified.yaml"
+    env = clean_env(**{missing: None})
+    tasks = overrides(load(path, {"benchmark": {"tasks": str(FIXTURE_TASKS["swebench"])}}))
+    for res in (validate(str(path), "--config", *tasks, env=env),
+                snakemake(tmp_path, "-n", "--configfile", str(path), "--config", *tasks, env=env)):
+        assert res.returncode != 0
+        errors = [line for line in res.stderr.splitlines() if "error" in line.lower()]
+        assert len(errors) == 1 and re.search(message, errors[0]), res.stderr[-2000:]
+        assert "Traceback" not in res.stderr
+    assert not (tmp_path / "results").exists()
+    ok = validate(str(path), "--config", *tasks, env=clean_env())
+    assert ok.returncode == 0, ok.stderr
+    # the proxy address is derived toward the server (here on this host): never loopback
+    advertise = re.search(r"^# the sandboxes reach the model proxy at (\S+)$", ok.stderr, re.M).group(1)
+    assert not ipaddress.ip_address(advertise).is_loopback
+
+
+def test_pool_binary_variable_replaces_the_installer(tmp_path):
+    path = REPO_ROOT / "config" / "xs_terminal_bench.yaml"
+    tasks = overrides(load(path, {"benchmark": {"tasks": str(FIXTURE_TASKS["terminal_bench"])}}))
+    binary = tmp_path / "pool"
+    binary.write_text("#!/bin/sh\n")
+    res = validate(str(path), "--config", *tasks,
+                   env=clean_env(SANDBATCH_POOL_ACCEPT_EULA=None, SANDBATCH_POOL_BINARY=str(binary)))
+    assert res.returncode == 0, res.stderr
+    res = validate(str(path), "--config", *tasks,
+                   env=clean_env(SANDBATCH_POOL_ACCEPT_EULA=None, SANDBATCH_POOL_BINARY=str(tmp_path / "nope")))
+    assert res.returncode != 0 and "$SANDBATCH_POOL_BINARY: " in res.stderr and "is not a file" in res.stderr
+
+
+def test_missing_task_file_names_fetch_tasks(tmp_path):
+    res = validate(str(REPO_ROOT / "config" / "xs_swe_pro.yaml"), "--config",
+                   f'benchmark={{"tasks": "{tmp_path}/tasks.jsonl"}}', env=clean_env())
+    assert res.returncode != 0
+    assert re.search(r"benchmark.tasks: .* not found; write it with `sandbatch fetch-tasks swebench_pro", res.stderr)
+
+
+def test_pro_rows_without_run_scripts_are_refused_at_plan_time(tmp_path):
+    row = json.loads((FIX / "swe_pro" / "tasks.jsonl").read_text().splitlines()[0])
+    row.pop("repo_dir")
+    (tmp_path / "tasks.jsonl").write_text(json.dumps(row) + "\n")
+    tasks = f'benchmark={{"tasks": "{tmp_path}/tasks.jsonl"}}'
+    path = str(REPO_ROOT / "config" / "xs_swe_pro.yaml")
+    for res in (validate(path, "--config", tasks, env=clean_env()),
+                snakemake(tmp_path, "-n", "--configfile", path, "--config", tasks, env=clean_env())):
+        assert res.returncode != 0
+        assert re.search(r"tasks.jsonl:1: field run_script: missing, and \S+/run_scripts/instance_greeter__greeter-0001/"
+                         r"run_script.sh does not exist; .*`sandbatch fetch-tasks swebench_pro` writes both", res.stderr)
+    assert not (tmp_path / "results").exists()
+
+
+def test_provider_that_needs_an_image_refuses_a_task_without_one(tmp_path):
+    res = snakemake(tmp_path, "-n", "--config", 'sandbox={"provider": "docker"}', env=clean_env())
+    assert res.returncode != 0
+    assert re.search(r"sandbox.default_image: task smoke__\S+ of data/smoke/tasks.jsonl names no image", res.stderr)
+    assert not (tmp_path / "results").exists()
+
+
 @pytest.mark.slow
 def test_terminal_bench_oracle_run(tmp_path):
     """Gold validation: every Terminal-Bench fixture task scores 1 with its solve.sh,
     graded in the agent's sandbox; the broken verifier is an infra error, not a 0."""
     cfg = load(REPO_ROOT / "config" / "terminal_bench.yaml")
     res = snakemake(tmp_path, "--configfile", str(REPO_ROOT / "config" / "terminal_bench.yaml"),
-                    "--config", *overrides(cfg), 'harness={"name": "oracle"}', 'sandbox={"provider": "local"}',
+                    "--config", *overrides(cfg), 'sandbox={"provider": "local"}',
                     "retries=0", "run=tb_gold",
                     timeout=540)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]

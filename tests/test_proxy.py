@@ -557,6 +557,23 @@ def test_proxy_hosts_defaults_and_overrides():
         proxy_hosts("local", {"retry": 1})
 
 
+def test_proxy_address_toward_a_sandbox_service_is_this_hosts_route_source():
+    import ipaddress
+    import socket
+
+    # a service elsewhere: the source address of the route toward it (one of this host's)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.connect(("192.0.2.1", 9))
+        off_host = sock.getsockname()[0]
+    assert proxy_hosts("opensandbox", {}, "192.0.2.1:8080") == ("0.0.0.0", off_host)
+    # a service on this host runs its sandboxes here: never the loopback address they cannot reach
+    bind, advertise = proxy_hosts("opensandbox", {}, "127.0.0.1:18080")
+    assert advertise == off_host and not ipaddress.ip_address(advertise).is_loopback
+    assert proxy_hosts("opensandbox", {"advertise_host": "10.0.0.5"}, "127.0.0.1:18080")[1] == "10.0.0.5"
+    with pytest.raises(UserError, match="advertise_host: .* no route toward no-such-host.invalid:8080"):
+        proxy_hosts("opensandbox", {}, "no-such-host.invalid:8080")
+
+
 def test_schema_defaults_fill_the_proxy_block():
     cfg = parse({})
     assert cfg.model.proxy.enabled is True and cfg.model.proxy.port == 0

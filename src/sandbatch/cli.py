@@ -1,4 +1,5 @@
-"""`sandbatch`: what lives outside the DAG: validate configs; status, stop, rerun-errors, reap of a run."""
+"""`sandbatch`: what lives outside the DAG: validate configs, fetch task files; status, stop,
+rerun-errors, reap of a run."""
 
 from __future__ import annotations
 
@@ -25,15 +26,31 @@ def _overrides(pairs: list[str]) -> dict:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from .config import load
+    from .harness import get_harness
     from .tasks import load_tasks
-    from .workflow import check_registries
+    from .workflow import check_images, check_registries
 
     default = REPO_ROOT / "config" / "default.yaml"
     cfg = load(args.configfile, _overrides(args.config), default=default if not args.no_default else None)
     check_registries(cfg)
     tasks = load_tasks(cfg.benchmark)
+    check_images(cfg, lambda: tasks)
     yaml.safe_dump(cfg.model_dump(mode="json"), sys.stdout, sort_keys=False)
     print(f"# ok: {len(tasks)} tasks x {cfg.repeats} repeats = {len(tasks) * cfg.repeats} rollouts", file=sys.stderr)
+    if get_harness(cfg.harness.name).needs_model and cfg.model.proxy.enabled:
+        from .proxy import proxy_hosts
+
+        advertise = proxy_hosts(cfg.sandbox.provider, cfg.model.proxy, cfg.sandbox.service())[1]
+        print(f"# the sandboxes reach the model proxy at {advertise}", file=sys.stderr)
+    return 0
+
+
+def cmd_fetch_tasks(args: argparse.Namespace) -> int:
+    from .fetch import fetch_tasks
+
+    path, n = fetch_tasks(args.benchmark, args.out, dataset=args.dataset, split=args.split, revision=args.revision,
+                          git=args.git, git_ref=args.git_ref, force=args.force)
+    print(f"wrote {n} {args.benchmark} tasks to {path}")
     return 0
 
 
@@ -116,6 +133,16 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--config", nargs="*", default=[], metavar="KEY=VALUE", help="overrides, as with snakemake")
     v.add_argument("--no-default", action="store_true", help="do not start from config/default.yaml")
     v.set_defaults(func=cmd_validate)
+    f = sub.add_parser("fetch-tasks", help="write a benchmark's task file from its public dataset / repository")
+    f.add_argument("benchmark", help="swebench (Verified), swebench_multilingual, swebench_pro or terminal_bench")
+    f.add_argument("--out", help="where to write (default: the path config/<benchmark>.yaml and the profiles name)")
+    f.add_argument("--dataset", help="Hugging Face dataset id or a local dataset directory (default: the public one)")
+    f.add_argument("--split", default="test", help="dataset split (default: test)")
+    f.add_argument("--revision", help="dataset revision (branch, tag or commit)")
+    f.add_argument("--git", help="git repository of Pro's run_scripts/ or of Terminal-Bench's task directories")
+    f.add_argument("--git-ref", help="branch or tag of that repository")
+    f.add_argument("--force", action="store_true", help="replace an existing task file or directory")
+    f.set_defaults(func=cmd_fetch_tasks)
     r = sub.add_parser("reap", help="delete every sandbox a run left behind (by label; idempotent)")
     r.add_argument("--run", required=True, help="the run name (results/<run>/)")
     r.add_argument("--results-dir", default="results")

@@ -95,6 +95,12 @@ class SandboxConfig(_Model):
         """The options block of `provider` (default: the selected one)."""
         return dict((self.model_extra or {}).get(provider or self.provider) or {})
 
+    def service(self) -> str | None:
+        """host:port of a remote sandbox service (opensandbox), None for engines on this host."""
+        if self.provider != "opensandbox":
+            return None
+        return (self.options().get("connection") or {}).get("domain")
+
 
 class Timeouts(_Model):
     sandbox: float
@@ -264,10 +270,19 @@ def parse(data: Mapping[str, Any], sources: Sequence[tuple[str, Mapping[str, Any
 
 
 def _apply_env(filled: dict[str, Any]) -> None:
-    """model.base_url_env: a set, non-empty environment variable replaces model.base_url."""
+    """`*_env` keys: a set, non-empty environment variable replaces the value beside it
+    (model.base_url; sandbox.opensandbox.connection.domain, whose variable may be a URL)."""
     name = filled["model"].get("base_url_env")
     if name and os.environ.get(name, "").strip():
         filled["model"]["base_url"] = os.environ[name].strip()
+    conn = (filled["sandbox"].get("opensandbox") or {}).get("connection") or {}
+    name = conn.get("domain_env")
+    value = os.environ.get(name, "").strip() if name else ""
+    if value:
+        scheme, sep, rest = value.partition("://")
+        if sep and scheme in ("http", "https"):
+            conn["protocol"], value = scheme, rest
+        conn["domain"] = value.rstrip("/")
 
 
 def _check_benchmark(cfg: "Config") -> None:

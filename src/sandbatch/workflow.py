@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
-from typing import Any
+from typing import Any, Callable, Iterable
 
 from .config import Config, parse, workflow_sources
 from .errors import UserError
-from .tasks import TaskRef, select_tasks
+from .tasks import Task, TaskRef, read_task, select_tasks
 
 
 def load_run(workflow, config: dict[str, Any]) -> tuple[Config, dict[str, Any], list[TaskRef]]:
@@ -25,6 +26,8 @@ def load_run(workflow, config: dict[str, Any]) -> tuple[Config, dict[str, Any], 
         tasks = select_tasks(cfg.benchmark)
         if not tasks:
             raise UserError(f"benchmark: no task of {cfg.benchmark.tasks} is selected by instance_ids/filter/limit")
+        if workflow.is_main_process:  # the jobs Snakemake spawns re-parse; they need not check again
+            check_images(cfg, lambda: (read_task(cfg.benchmark, ref) for ref in tasks))
     except UserError as exc:
         print(f"sandbatch: error: {exc}", file=sys.stderr)
         sys.exit(1)
@@ -32,7 +35,12 @@ def load_run(workflow, config: dict[str, Any]) -> tuple[Config, dict[str, Any], 
 
 
 def check_registries(cfg: Config) -> None:
-    """The schema's enums and the registries must agree; say so in one line if they do not."""
+    """Everything a step would refuse, refused before any sandbox exists (one line each).
+
+    The schema's enums and the registries must agree; the harness's install settings, the
+    model endpoint, its key and the proxy address, and the sandbox service's address and
+    key must all be there. Variables are named as the config names them.
+    """
     from .harness import HARNESSES, get_harness
     from .sandbox import PROVIDERS
 
@@ -40,12 +48,55 @@ def check_registries(cfg: Config) -> None:
         raise UserError(f"harness.name: {cfg.harness.name!r} is not known; choose one of: {', '.join(HARNESSES)}")
     harness = get_harness(cfg.harness.name)
     harness.check_config(harness.merge_config(cfg.harness.config))  # e.g. pool's EULA switch
-    if harness.needs_model and not cfg.model.base_url:
-        raise UserError(f"model.base_url: harness {cfg.harness.name!r} talks to a model but none is set; give the "
-                        "OpenAI-compatible endpoint (e.g. http://host:8000/v1) or name an environment "
-                        "variable holding it in model.base_url_env")
     if cfg.sandbox.provider not in PROVIDERS:
         raise UserError(f"sandbox.provider: {cfg.sandbox.provider!r} is not known; choose one of: {', '.join(PROVIDERS)}")
+    _check_sandbox_service(cfg)
+    if harness.needs_model:
+        _check_model(cfg)
+
+
+def _unset(name: str | None) -> bool:
+    return bool(name) and not os.environ.get(name, "").strip()
+
+
+def _check_model(cfg: Config) -> None:
+    model = cfg.model
+    if not model.base_url:
+        how = (f"export {model.base_url_env}=http://host:8000/v1 (named by model.base_url_env)" if model.base_url_env
+               else "give the OpenAI-compatible endpoint, e.g. http://host:8000/v1")
+        raise UserError(f"model.base_url: harness {cfg.harness.name!r} talks to a model but none is set; {how}")
+    if _unset(model.api_key_env):
+        raise UserError(f"model.api_key_env: the environment variable {model.api_key_env} is not set; export it "
+                        "with the model endpoint's API key, or set model.api_key_env: null for an endpoint without one")
+    if model.proxy.enabled:
+        from .proxy import proxy_hosts
+
+        proxy_hosts(cfg.sandbox.provider, model.proxy, cfg.sandbox.service())
+
+
+def _check_sandbox_service(cfg: Config) -> None:
+    if cfg.sandbox.provider != "opensandbox":
+        return
+    conn = cfg.sandbox.options().get("connection") or {}
+    where = "sandbox.opensandbox.connection"
+    if not conn.get("domain"):
+        how = (f"export {conn['domain_env']}=host:port (named by {where}.domain_env)" if conn.get("domain_env")
+               else "set it to the OpenSandbox server's host:port")
+        raise UserError(f"{where}.domain: the OpenSandbox server's address is not set; {how}")
+    if _unset(conn.get("api_key_env")):
+        raise UserError(f"{where}.api_key_env: the environment variable {conn['api_key_env']} is not set; export it "
+                        f"with the OpenSandbox server's API key, or set {where}.api_key_env: null for a server "
+                        "without one")
+
+
+def check_images(cfg: Config, tasks: Callable[[], Iterable[Task]]) -> None:
+    """A provider that runs images needs one for every task (the task's, or sandbox.default_image)."""
+    if cfg.sandbox.provider == "local" or cfg.sandbox.default_image:
+        return
+    for task in tasks():
+        if not task.image:
+            raise UserError(f"sandbox.default_image: task {task.instance_id} of {cfg.benchmark.tasks} names no image "
+                            f"and provider {cfg.sandbox.provider} needs one; set sandbox.default_image")
 
 
 def stamps(raw: dict[str, Any]) -> dict[str, str]:

@@ -10,6 +10,7 @@ that is graded like any other.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from collections import deque
 from pathlib import Path
@@ -24,6 +25,9 @@ from .base import Conversion, Harness, Outcome, RunContext, keep_unknown, model_
 
 GAVE_UP_EXIT = 4
 INSTALL_METHODS = ("installer", "upload", "path")
+# Read when the install settings are resolved, so a shipped profile runs without edits:
+EULA_ENV = "SANDBATCH_POOL_ACCEPT_EULA"  # 1/true/yes: you accept Poolside's EULA (the installer runs)
+BINARY_ENV = "SANDBATCH_POOL_BINARY"  # a pool binary on this host, uploaded instead of the installer
 SEP = "|◊|"
 
 # pool's built-in agent config. None = filled in per run (model endpoint, compaction from
@@ -66,7 +70,7 @@ class PoolHarness(Harness):
     default_config = {
         "install": {
             "method": "installer",  # installer | upload | path
-            "accept_eula": False,  # the installer runs only after you accept Poolside's EULA here
+            "accept_eula": False,  # the installer runs once Poolside's EULA is accepted (or via EULA_ENV)
             "installer_url": "https://downloads.poolside.ai/pool/install.sh",
             "source": None,  # upload: the pool binary on this host
             "path": None,  # path: the pool binary inside the image
@@ -79,25 +83,42 @@ class PoolHarness(Harness):
         "inline_think": False,
     }
 
+    @staticmethod
+    def install_settings(config: dict[str, Any]) -> dict[str, Any]:
+        """`install` with the environment applied: $SANDBATCH_POOL_BINARY replaces the installer
+        by an upload of that file; $SANDBATCH_POOL_ACCEPT_EULA=1 accepts the EULA."""
+        opts = dict(config.get("install") or {})
+        binary = os.environ.get(BINARY_ENV, "").strip()
+        if opts.get("method") == "installer" and binary:
+            opts.update(method="upload", source=binary)
+        elif opts.get("method") == "installer" and os.environ.get(EULA_ENV, "").strip().lower() in ("1", "true", "yes"):
+            opts["accept_eula"] = True
+        return opts
+
     def check_config(self, config: dict[str, Any]) -> None:
         super().check_config(config)
-        opts = install_options(self.name, config, INSTALL_METHODS)
+        settings = self.install_settings(config)
+        from_env = settings.get("source") != (config.get("install") or {}).get("source")
+        if from_env and not Path(settings["source"]).expanduser().is_file():
+            raise UserError(f"${BINARY_ENV}: {settings['source']} is not a file; give the pool binary, or unset it")
+        opts = install_options(self.name, {**config, "install": settings}, INSTALL_METHODS)
         if opts["method"] == "installer" and opts.get("accept_eula") is not True:
-            raise UserError("harness.config.install.accept_eula: the pool installer needs Poolside's EULA "
-                            "accepted; set it to true, or use install.method upload/path with your own binary")
+            raise UserError(f"harness.config.install.accept_eula: the pool installer needs Poolside's EULA accepted; "
+                            f"export {EULA_ENV}=1 (or set accept_eula: true), or export {BINARY_ENV}=/path/to/pool "
+                            f"to upload your own binary")
         if opts["method"] == "upload" and not Path(opts["source"]).expanduser().is_file():
             raise UserError(f"harness.config.install.source: {opts['source']} is not a file; give the pool binary")
 
     def _home(self, sandbox: Sandbox) -> str:
         return f"{sandbox.tmpdir}/pool"
 
-    def _binary(self, sandbox: Sandbox, config: dict[str, Any]) -> str:
-        opts = config["install"]
+    def _binary(self, sandbox: Sandbox, opts: dict[str, Any]) -> str:
         return opts["path"] if opts["method"] == "path" else f"{self._home(sandbox)}/bin/pool"
 
     async def install(self, sandbox: Sandbox, ctx: RunContext) -> None:
         self.check_config(ctx.config)
-        opts, binary = ctx.config["install"], self._binary(sandbox, ctx.config)
+        opts = self.install_settings(ctx.config)
+        binary = self._binary(sandbox, opts)
         timeout = ctx.timeouts.install
         if opts["method"] == "upload":
             await upload_source(sandbox, opts["source"], binary, timeout)
@@ -135,7 +156,7 @@ class PoolHarness(Harness):
         cfg_path, prompt_path = f"{home}/agent-config.json", f"{home}/prompt.txt"
         await sandbox.upload(cfg_path, json.dumps(self.agent_config(ctx), indent=2).encode(), mode=0o600)
         await sandbox.upload(prompt_path, ctx.prompt.encode("utf-8"))
-        argv = [self._binary(sandbox, ctx.config), "exec", "-o", "json", "--sandbox", "disabled",
+        argv = [self._binary(sandbox, self.install_settings(ctx.config)), "exec", "-o", "json", "--sandbox", "disabled",
                 "--unsafe-auto-allow", "--agent-config-file", cfg_path, "-f", prompt_path,
                 *map(str, ctx.config["extra_args"])]
         # any POOLSIDE_API_KEY skips pool's login; the model key lives in the agent config

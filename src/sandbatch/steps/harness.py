@@ -86,7 +86,7 @@ class HarnessStep(Step):
         else:
             from ..proxy import ModelProxy, proxy_hosts
 
-            bind, advertise = proxy_hosts(cfg.sandbox.provider, cfg.model.proxy)
+            bind, advertise = proxy_hosts(cfg.sandbox.provider, cfg.model.proxy, cfg.sandbox.service())
             async with ModelProxy.from_config(cfg.model, self.ctx.path(MODEL_CALLS), bind_host=bind) as proxy:
                 yield proxy.url_for(advertise), proxy.agent_key
 

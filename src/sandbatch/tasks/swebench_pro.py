@@ -53,7 +53,8 @@ def _script(row: dict, field: str, filename: str, path: Path, where: str) -> str
     if candidate.is_file():
         return candidate.read_text(encoding="utf-8")
     raise UserError(f"{where}: field {field}: missing, and {candidate} does not exist; "
-                    f"put the script in the row or in run_scripts/<instance_id>/{filename}")
+                    f"put the script in the row or in run_scripts/<instance_id>/{filename} "
+                    f"(`sandbatch fetch-tasks swebench_pro` writes both)")
 
 
 def _task(row: dict, path: Path, where: str) -> Task:
