@@ -22,7 +22,7 @@ def test_utilisation_benchmark_prints_its_figures(tmp_path):
                    "delete agent sandbox", "delete grading sandbox", "gap harness -> patch", "sum"):
         assert figure in out, figure
     # the hold made the agent last its second
-    rollout = next((tmp_path / "0" / "results").glob("util-local-*/*/0/")
+    rollout = next((tmp_path / "0" / "results").glob("util-local-*/*/0/"))
     assert '"agent_s": 1.' in (rollout / "harness.json").read_text()
     # the step server reported the patch step done before it deleted the agent's sandbox
     assert "after the step was reported done" in (rollout / "logs" / "patch.log").read_text()
