@@ -51,28 +51,32 @@ ANSWER = json.dumps({
 # --- the two server roles (run as subprocesses of this script) ---------------------------
 
 def serve_upstream(delay_ms: float, stream: bool) -> None:
-    from sandbatch.proxy.httpserver import HTTPServer, Response, StreamingResponse
+    from aiohttp import web
+
+    from sandbatch.proxy.server import catch_all, listen
 
     chunks = [b'data: {"choices":[{"index":0,"delta":{"content":"tok%d "}}]}\n\n' % i for i in range(20)]
     chunks.append(b'data: {"choices":[],"usage":{"prompt_tokens":412,"completion_tokens":20,"total_tokens":432}}\n\n')
     chunks.append(b"data: [DONE]\n\n")
 
     async def handle(request):
+        await request.read()
         if delay_ms:
             await asyncio.sleep(delay_ms / 1000)
         if stream:
-            async def gen():
-                for c in chunks:
-                    yield c
-            return StreamingResponse(200, {"content-type": "text/event-stream"}, gen())
-        return Response(200, ANSWER, {"content-type": "application/json"})
+            out = web.StreamResponse(headers={"content-type": "text/event-stream"})
+            await out.prepare(request)
+            for c in chunks:
+                await out.write(c)
+            await out.write_eof()
+            return out
+        return web.Response(body=ANSWER, content_type="application/json")
 
     async def main():
-        server = HTTPServer(handle, "127.0.0.1", 0)
-        await server.start()
-        print(server.port, flush=True)
+        runner, port = await listen(catch_all(handle), "127.0.0.1", 0)
+        print(port, flush=True)
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)  # until the parent closes stdin
-        await server.close()
+        await runner.cleanup()
 
     asyncio.run(main())
 

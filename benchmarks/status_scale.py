@@ -1,8 +1,9 @@
 """`sandbatch status` on 12,000 rollouts (1,500 synthetic tasks x 8 repeats).
 
 Lays out a run whose rollouts are done, half-done and pending (records copied from a
-template with SWE-bench-sized grade.json files: 2,000 test results each), then times the
-status collection cold-ish (first call) and warm, and reports the time per rollout.
+template with SWE-bench-sized grade.json files: 2,000 test results each, and the record
+index the steps append), then times the status collection cold-ish (first call) and
+warm, and reports the time per rollout.
 
     python benchmarks/status_scale.py [--tasks 1500] [--repeats 8]
 """
@@ -28,6 +29,7 @@ def main() -> int:
     a = p.parse_args()
     from sandbatch.config import parse
     from sandbatch.ids import path_id
+    from sandbatch.records import INDEX, SUMMARY
     from sandbatch.status import collect, render
 
     with tempfile.TemporaryDirectory(prefix="sandbatch-status-") as tmp:
@@ -43,6 +45,10 @@ def main() -> int:
                                                              for i in range(2000)})
         files = {"sandbox.json": rec(), "harness.json": rec(), "response.json": "{}", "patch.json": rec(),
                  "grade.json": grade}
+        # the index lines Record.save appends before each record (response.json is not a Record)
+        index = "".join(json.dumps({"record": name, **{k: v for k, v in json.loads(files[name]).items()
+                                                      if k in SUMMARY}}) + "\n"
+                        for name in files if name != "response.json")
         ids = [path_id(json.loads(l)["instance_id"]) for l in open(tasks)]
         t0 = time.monotonic()
         n = 0
@@ -53,6 +59,8 @@ def main() -> int:
                 k = (i * a.repeats + r) % 4  # 1/4 pending, the rest done up to grade
                 for name in list(files)[: 5 if k else 0]:
                     (d / name).write_text(files[name])
+                if k:
+                    (d / INDEX).write_text(index)
                 n += 1
         size = sum(f.stat().st_size for f in run_dir.rglob("*.json")) / 1e6
         print(f"laid out {n} rollouts ({size:.0f} MB of records) in {time.monotonic() - t0:.1f} s")

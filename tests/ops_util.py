@@ -180,7 +180,7 @@ def records(workdir: Path, run: str = "default") -> dict[str, tuple[int, bytes]]
     """Every per-rollout record file -> (mtime_ns, content)."""
     out = {}
     for p in sorted((workdir / "results" / run).glob("*/*/*")):
-        if p.is_file():
+        if p.is_file() and p.parts[-3] != "report":  # report/view/ holds the aggregate's viewer
             out[str(p.relative_to(workdir))] = (p.stat().st_mtime_ns, p.read_bytes())
     return out
 

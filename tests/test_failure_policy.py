@@ -78,7 +78,9 @@ def test_retry_then_infra_error_then_rerun_errors(tmp_path):
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     after = records(tmp_path)
     redone = sorted(k for k in after if before.get(k) != after[k] and not k.endswith("grade.log"))
-    assert all(BROKEN in k or k.endswith(f"{BAD_GRADER}/0/grade.json") for k in redone), redone
+    # the regraded rollout's grade.json changed, and its record index got the new grade's line
+    assert all(BROKEN in k or k.endswith((f"{BAD_GRADER}/0/grade.json", f"{BAD_GRADER}/0/records.jsonl"))
+               for k in redone), redone
     assert f"results/default/{BAD_GRADER}/0/grade.json" in redone
     assert f"results/default/{BROKEN}/0/harness.json" in redone
     rows = rollouts(tmp_path)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import re
 import socket
 import threading
 import time
@@ -12,15 +13,17 @@ from pathlib import Path
 
 import httpx
 import pytest
+from aiohttp import web
 
 from sandbatch.config import parse
 from sandbatch.proxy import ModelProxy, drop_cache_control, proxy_hosts, split_path, summarize_usage
 from sandbatch.proxy.core import retry_after
-from sandbatch.proxy.httpserver import Response, ServerThread, StreamingResponse, json_response
+from sandbatch.proxy import server as http_server
+from sandbatch.proxy.server import ServerThread, catch_all
 from sandbatch.scripted_model import Script, ScriptedModel, assistant_turns
 from sandbatch.errors import InfraError, UserError
 from sandbatch.usage import normalize_usage, summarize
-from sandbatch.util import iter_jsonl
+from sandbatch.util import backoff_delay, iter_jsonl
 
 SCRIPT = {
     "tasks": {
@@ -75,6 +78,16 @@ def proxy(upstream: str, out: Path, settings=None, **kw) -> ModelProxy:
     return ModelProxy(settings, upstream, kw.pop("api_key", None), out / "model_calls.jsonl", **kw)
 
 
+async def sse(request, chunks):
+    """Send the async iterable `chunks` as an event stream."""
+    out = web.StreamResponse(headers={"content-type": "text/event-stream"})
+    await out.prepare(request)
+    async for chunk in chunks:
+        await out.write(chunk)
+    await out.write_eof()
+    return out
+
+
 class Scripted(ServerThread):
     """A tiny upstream whose answers come from a list of (status, headers, body) or callables."""
 
@@ -84,13 +97,7 @@ class Scripted(ServerThread):
                                                           "finish_reason": "stop"}],
                                             "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}})
         self.hits: list[float] = []
-        super().__init__(self, name="test-upstream")
-
-    async def startup(self):
-        pass
-
-    async def shutdown(self):
-        pass
+        super().__init__(catch_all(self.handle), name="test-upstream")
 
     async def handle(self, request):
         self.hits.append(time.monotonic())
@@ -98,7 +105,7 @@ class Scripted(ServerThread):
         if callable(answer):
             return await answer(request)
         status, headers, body = answer
-        return json_response(status, body, headers)
+        return web.json_response(body, status=status, headers=headers)
 
     @property
     def url(self):
@@ -286,7 +293,7 @@ def test_unreachable_upstream_errors_within_the_bound(out):
 def test_read_timeout_is_not_retried(upstream, out):
     async def silent(request):
         await asyncio.sleep(2)
-        return json_response(200, {})
+        return web.json_response({})
 
     up = upstream([silent])
     with proxy(up.url, out, {"read_timeout": 0.3, "retries": 3, "backoff": 0.01}) as p:
@@ -336,7 +343,7 @@ def test_stream_chunks_are_not_buffered(upstream, out):
             await asyncio.sleep(0.6)
             yield b'data: {"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":1,"total_tokens":5}}\n\n'
             yield b"data: [DONE]\n\n"
-        return StreamingResponse(200, {"content-type": "text/event-stream"}, chunks())
+        return await sse(request, chunks())
 
     up = upstream([slow_stream])
     with proxy(up.url, out) as p:
@@ -357,7 +364,7 @@ def test_agent_closing_a_stream_early_is_recorded(upstream, out):
             for _ in range(50):
                 yield b'data: {"choices":[{"index":0,"delta":{"content":"x"}}]}\n\n'
                 await asyncio.sleep(0.05)
-        return StreamingResponse(200, {"content-type": "text/event-stream"}, chunks())
+        return await sse(request, chunks())
 
     up = upstream([endless])
     with proxy(up.url, out) as p:
@@ -514,7 +521,7 @@ def test_record_tokens_off_keeps_no_tokens(scripted, out):
 def test_async_context_does_not_block_the_callers_loop_and_stops_cleanly(upstream, out):
     async def slow(request):
         await asyncio.sleep(0.5)
-        return json_response(200, {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 1}})
+        return web.json_response({"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 1}})
 
     up = upstream([slow])
 
@@ -713,17 +720,10 @@ console.log(JSON.stringify({plain: plain.choices[0].message.content, stream: tex
 
 
 def test_http_server_reads_chunked_bodies_and_expect_continue():
-    class Echo:
-        async def startup(self):
-            pass
+    async def echo(request):
+        return web.Response(body=(await request.read())[::-1], content_type="text/plain")
 
-        async def shutdown(self):
-            pass
-
-        async def handle(self, request):
-            return Response(200, request.body[::-1], {"content-type": "text/plain"})
-
-    server = ServerThread(Echo())
+    server = ServerThread(catch_all(echo))
     port = server.start()
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
@@ -734,14 +734,38 @@ def test_http_server_reads_chunked_bodies_and_expect_continue():
             s.sendall(b"xy")
             s.sendall(b"GARBAGE\r\n\r\n")
             data = b""
-            while data.count(b"HTTP/1.1") < 4:
+            while data.count(b"HTTP/1.") < 4:
                 chunk = s.recv(65536)
                 if not chunk:
                     break
                 data += chunk
     finally:
         server.stop()
-    first, cont, second, bad = data.split(b"HTTP/1.1 ")[1:]
+    first, cont, second, bad = re.split(rb"HTTP/1\.[01] ", data)[1:]
     assert first.startswith(b"200") and first.endswith(b"\r\n\r\nedcba")
     assert cont.startswith(b"100 Continue") and second.endswith(b"yx")
     assert bad.startswith(b"400")
+
+
+def test_bodies_beyond_the_limit_are_refused(monkeypatch):
+    monkeypatch.setattr(http_server, "MAX_BODY", 1000)
+    seen = []
+
+    async def handle(request):
+        seen.append(len(await request.read()))
+        return web.Response(text="ok")
+
+    thread = ServerThread(catch_all(handle))
+    port = thread.start()
+    try:
+        assert httpx.post(f"http://127.0.0.1:{port}/x", content=b"a" * 1000).status_code == 200
+        assert httpx.post(f"http://127.0.0.1:{port}/x", content=b"a" * 1001).status_code == 413
+    finally:
+        thread.stop()
+    assert seen == [1000]
+
+
+def test_backoff_delay_doubles_up_to_the_cap_with_jitter():
+    for attempt, ceiling in ((0, 0.1), (1, 0.2), (2, 0.4), (5, 1.0)):
+        delays = [backoff_delay(attempt, 0.1, 1.0) for _ in range(200)]
+        assert all(ceiling / 2 <= d <= ceiling for d in delays) and max(delays) > min(delays)

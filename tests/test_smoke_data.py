@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from sandbatch import REPO_ROOT
-from sandbatch.tasks.swebench import load_jsonl
+from sandbatch.tasks.swebench import scan
 
 TASKS_FILE = REPO_ROOT / "data" / "smoke" / "tasks.jsonl"
 WRONG_GOLD_FILE = REPO_ROOT / "tests" / "fixtures" / "smoke_wrong_gold.jsonl"
@@ -78,7 +78,7 @@ def _passed(status: dict[str, str]) -> set[str]:
 
 
 def test_rows_load_and_cover_the_shapes_tests_rely_on():
-    tasks = load_jsonl(TASKS_FILE)  # schema-validated, repo_dir resolved
+    tasks = [task for task, _ in scan(TASKS_FILE)]  # schema-validated, repo_dir resolved
     assert len(tasks) >= 5
     assert len({t.instance_id for t in tasks}) == len(tasks)
     assert all(t.id == t.instance_id for t in tasks), "smoke ids are already path-safe"
@@ -122,7 +122,7 @@ def test_gold_patch_resolves_task(row, tmp_path):
 def test_wrong_gold_fixture_applies_but_does_not_resolve(tmp_path):
     (row,) = _rows(WRONG_GOLD_FILE)
     assert any(r["instance_id"] == row["instance_id"] for r in ROWS)
-    assert load_jsonl(WRONG_GOLD_FILE)[0].repo_dir  # repo_dir resolves from tests/fixtures/
+    assert scan(WRONG_GOLD_FILE)[0][0].repo_dir  # repo_dir resolves from tests/fixtures/
     repo = _checkout(row, WRONG_GOLD_FILE, tmp_path / "repo")
     _apply(repo, row["patch"])
     _apply(repo, row["test_patch"])

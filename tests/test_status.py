@@ -5,25 +5,30 @@ import json
 import pytest
 
 from ops_util import run, sandbatch
-from sandbatch.status import read_head
+from sandbatch.records import INDEX, GradeRecord, read_index, summary
 
 
-def test_read_head_reads_leading_fields_and_falls_back_for_the_rest(tmp_path):
-    p = tmp_path / "grade.json"
-    rec = {"status": "ok", "failure_class": None, "error": "x" * 10_000, "duration_s": 1.5,
-           "resolved": True, "test_results": {f"t{i}": "PASSED" for i in range(5000)}}
-    p.write_text(json.dumps(rec, indent=2))
-    assert read_head(p, ("status", "failure_class")) == {"status": "ok", "failure_class": None}
-    # duration_s lies beyond the first 4 KB (after a long error): the whole file is parsed
-    assert read_head(p) == {"status": "ok", "failure_class": None, "duration_s": 1.5, "resolved": True}
-    # a field that is absent is simply missing; other orders and spacing work too
-    q = tmp_path / "other.json"
-    q.write_text('{"resolved":false,"status":"infra_error" , "x": [1, {"y": "}"}]}')
-    assert read_head(q) == {"resolved": False, "status": "infra_error"}
-    bad = tmp_path / "bad.json"
-    bad.write_text('{"status": ')
+def test_saved_records_are_indexed_and_the_last_line_wins(tmp_path):
+    GradeRecord(status="infra_error", failure_class="grader_crash").save(tmp_path / "grade.json")
+    GradeRecord(resolved=True, duration_s=1.5, test_results={f"t{i}": "PASSED" for i in range(5000)}).save(
+        tmp_path / "grade.json")
+    index = read_index(tmp_path)
+    assert len((tmp_path / INDEX).read_text().splitlines()) == 2
+    assert index == {"grade.json": {"status": "ok", "failure_class": None, "duration_s": 1.5, "resolved": True}}
+    assert summary(tmp_path, "grade.json", index) == index["grade.json"]
+
+
+def test_a_record_missing_from_the_index_is_read_itself(tmp_path):
+    (tmp_path / "harness.json").write_text(json.dumps({"status": "timeout", "failure_class": "harness_timeout",
+                                                       "error": "x" * 10_000, "duration_s": 9.0}))
+    (tmp_path / INDEX).write_text('{"record": "grade.json", "status": "ok"}\n{"record": "harn')  # cut short
+    index = read_index(tmp_path)
+    assert index == {"grade.json": {"status": "ok"}}
+    assert summary(tmp_path, "harness.json", index) == {"status": "timeout", "failure_class": "harness_timeout",
+                                                        "duration_s": 9.0}
+    (tmp_path / "patch.json").write_text('{"status": ')
     with pytest.raises(ValueError):
-        read_head(bad)
+        summary(tmp_path, "patch.json", index)
 
 
 def _status(wd, run="default"):

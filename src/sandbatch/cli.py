@@ -1,9 +1,10 @@
 """`sandbatch`: what lives outside the DAG: validate configs, fetch task files; status, stop,
-rerun-errors, reap of a run."""
+rerun-errors, reap, view of a run; compare two runs."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -118,6 +119,36 @@ def cmd_rerun_errors(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_view(args: argparse.Namespace) -> int:
+    from .view import build, finished_rows
+
+    out = (args.output or Path(args.directory) / args.results_dir / args.run / "view").resolve()
+    os.chdir(args.directory)  # the run's config names paths relative to its working directory
+    cfg = _run_config(args.run, args.results_dir)
+    rows = finished_rows(cfg)
+    index = build(cfg, rows, out)
+    print(f"{len(rows)} rollout(s); open {index.resolve().as_uri()}")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    import json
+
+    from .compare import compare, html, load_run, render
+
+    base = Path(args.directory) / args.results_dir
+    c = compare(load_run(base / args.run_a), load_run(base / args.run_b), args.bootstrap, args.seed)
+    if args.html:
+        from .util import write_atomic
+
+        write_atomic(args.html, html(c))
+    if args.json:
+        print(json.dumps(c, indent=2))
+    else:
+        sys.stdout.write(render(c))
+    return 0
+
+
 def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="the run name (results/<run>/)")
     p.add_argument("--results-dir", default="results", help="directory holding <run>/ (default: results)")
@@ -163,6 +194,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only rollouts of this failure class (repeatable)")
     r.add_argument("-n", "--dry-run", action="store_true", help="list, delete nothing")
     r.set_defaults(func=cmd_rerun_errors)
+    w = sub.add_parser("view", help="write the static trajectory viewer of a run (index + one page per rollout)")
+    _run_args(w)
+    w.add_argument("-o", "--output", type=Path, help="directory to write (default: results/<run>/view)")
+    w.set_defaults(func=cmd_view)
+    c = sub.add_parser("compare", help="paired comparison of two finished runs on the same tasks (B against A)")
+    c.add_argument("run_a", metavar="RUN_A", help="the baseline run (results/<run>/)")
+    c.add_argument("run_b", metavar="RUN_B", help="the run compared with it")
+    c.add_argument("--results-dir", default="results", help="directory holding both runs (default: results)")
+    c.add_argument("-d", "--directory", default=".", type=Path, help="the working directory (default: the current one)")
+    c.add_argument("--json", action="store_true", help="print JSON for machines")
+    c.add_argument("--html", type=Path, metavar="FILE", help="also write the comparison as an HTML page")
+    c.add_argument("--bootstrap", type=int, default=2000, metavar="N", help="bootstrap resamples (default 2000)")
+    c.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
+    c.set_defaults(func=cmd_compare)
     return p
 
 

@@ -11,7 +11,7 @@ import copy
 import functools
 import os
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
@@ -114,6 +114,7 @@ class GradingConfig(_Model):
     reward_threshold: float
     in_agent_sandbox: bool | list[str]
     inconclusive_retries: int
+    tampering: Literal["neutralise", "fail"]
 
 
 class PatchConfig(_Model):
@@ -122,6 +123,7 @@ class PatchConfig(_Model):
 
 class AggregateConfig(_Model):
     report_title: str | None
+    compare_to: str | None
 
 
 class Config(_Model):
@@ -218,7 +220,7 @@ def _source_of(path: Sequence[Any], sources: Sequence[tuple[str, Mapping[str, An
     return sources[-1][0] if sources else "config"
 
 
-def _describe(error) -> tuple[list[Any], str]:
+def _explain_schema_error(error) -> tuple[list[Any], str]:
     """(path of the offending key, one-line message) for a jsonschema error."""
     path = list(error.absolute_path)
     schema = error.schema if isinstance(error.schema, dict) else {}
@@ -255,7 +257,7 @@ def validate(
     validator = _validator_with_defaults()(schema)
     errors = sorted(validator.iter_errors(instance), key=lambda e: (len(e.absolute_path), str(e.absolute_path)))
     if errors:
-        path, message = _describe(errors[0])
+        path, message = _explain_schema_error(errors[0])
         raise UserError(f"{_source_of(path, sources)}: {message}")
     return instance
 

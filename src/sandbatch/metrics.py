@@ -75,6 +75,8 @@ def compute(rollouts: Iterable[Mapping[str, Any]], threshold: float) -> dict[str
         "failure_classes": dict(Counter(r["failure_class"] for r in rows if r["failure_class"])),
         "infra_error_rate": _rate(len(infra), len(rows)),
         "empty_patches": sum(1 for r in rows if r["patch_empty"]),
+        # rollouts whose patch changed what grades it (neutralised or failed, grading.tampering)
+        "tampering_rate": _rate(sum(1 for r in rows if r.get("tampering")), len(rows)),
         "durations_s": {p: {"p50": _round(percentile(v, 50)), "p95": _round(percentile(v, 95))}
                         for p, v in durations.items()},
         "tokens": {"total": sum(tokens), "mean_per_rollout": round(sum(tokens) / len(tokens), 1) if tokens else 0,

@@ -7,6 +7,8 @@ aggregate always runs: `status` is one of ok / agent_error / timeout / infra_err
 
 from __future__ import annotations
 
+import json
+import os
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -16,7 +18,8 @@ from pydantic import BaseModel, Field
 from .sandbox.base import SandboxSpec
 from .util import write_json
 
-Status = Literal["ok", "agent_error", "timeout", "infra_error"]
+# tampered: grade only, the patch changed what grades it and grading.tampering is "fail"
+Status = Literal["ok", "agent_error", "timeout", "infra_error", "tampered"]
 
 # file names inside results/<run>/<task>/<repeat>/
 SANDBOX = "sandbox.json"
@@ -24,9 +27,14 @@ EVENTS = "events.jsonl"
 HARNESS = "harness.json"
 MODEL_CALLS = "model_calls.jsonl"
 RESPONSE = "response.json"
+TRAJECTORY = "trajectory.json"  # the same conversation in Harbor's ATIF (sandbatch.atif)
 PATCH = "patch.diff"
 PATCH_INFO = "patch.json"
 GRADE = "grade.json"
+# one JSON line per record saved, with the fields `sandbatch status` counts (SUMMARY): it
+# reads this small file instead of a 100 KB grade.json; for a record saved twice the last line wins
+INDEX = "records.jsonl"
+SUMMARY = ("status", "failure_class", "duration_s", "resolved")
 
 
 def now() -> str:
@@ -44,7 +52,13 @@ class Record(BaseModel):
     attempt: int = 1
 
     def save(self, path: str | Path) -> None:
-        write_json(path, self.model_dump(mode="json"))
+        path = Path(path)
+        data = self.model_dump(mode="json")
+        # the index line first: a record on disk always has its line
+        line = {"record": path.name, **{k: data[k] for k in SUMMARY if k in data}}
+        with open(path.parent / INDEX, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(line) + "\n")
+        write_json(path, data)
 
     @property
     def failed_infra(self) -> bool:
@@ -56,6 +70,35 @@ R = TypeVar("R", bound=Record)
 
 def load(cls: type[R], path: str | Path) -> R:
     return cls.model_validate_json(Path(path).read_text(encoding="utf-8"))
+
+
+def read_index(rollout_dir: str | Path) -> dict[str, dict[str, Any]]:
+    """Record file name -> its SUMMARY fields, from the rollout's INDEX (empty if none)."""
+    try:
+        with open(os.path.join(rollout_dir, INDEX), encoding="utf-8") as fh:
+            lines = fh.readlines()
+    except FileNotFoundError:
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except ValueError:  # cut short by a killed step
+            continue
+        out[entry.pop("record")] = entry
+    return out
+
+
+def summary(rollout_dir: str | Path, name: str, index: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The SUMMARY fields of record `name`: from `index` (read_index), else from the record itself.
+
+    Raises OSError or ValueError for a record that is missing or not JSON (being replaced).
+    """
+    if name in index:
+        return index[name]
+    with open(os.path.join(rollout_dir, name), encoding="utf-8") as fh:
+        data = json.load(fh)
+    return {k: data[k] for k in SUMMARY if k in data}
 
 
 class SandboxRecord(Record):
@@ -105,4 +148,6 @@ class GradeRecord(Record):
     tests_status: dict[str, dict[str, list[str]]] = Field(default_factory=dict)
     test_results: dict[str, str] = Field(default_factory=dict)  # test name -> PASSED/FAILED/...
     report: dict[str, Any] = Field(default_factory=dict)  # the benchmark's own per-instance report
+    # what of the patch was not graded: [{path, kind, action}] (grading.tamper)
+    tampering: list[dict[str, str]] = Field(default_factory=list)
     log_path: str | None = None

@@ -22,6 +22,7 @@ def metric_rows(m: dict[str, Any]) -> list[tuple[str, str]]:
         ("mean reward", str(m["mean_reward"])),
         ("infra errors", _pct(m["infra_error_rate"])),
         ("empty patches", str(m["empty_patches"])),
+        ("patches that changed tests or test config", _pct(m["tampering_rate"])),
         ("tokens (total / mean per rollout)", f"{m['tokens']['total']} / {m['tokens']['mean_per_rollout']}"),
     ]
 

@@ -18,13 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import UserError
-from .records import EVENTS, GRADE, HARNESS, MODEL_CALLS, PATCH, PATCH_INFO, RESPONSE, SANDBOX
-from .status import read_head
+from .records import EVENTS, GRADE, HARNESS, MODEL_CALLS, PATCH, PATCH_INFO, RESPONSE, SANDBOX, TRAJECTORY, read_index, summary
 
 # phase -> the files that phase writes
 WRITES: dict[str, tuple[str, ...]] = {
     "sandbox": (SANDBOX,),
-    "harness": (EVENTS, HARNESS, MODEL_CALLS, RESPONSE),
+    "harness": (EVENTS, HARNESS, MODEL_CALLS, RESPONSE, TRAJECTORY),
     "patch": (PATCH, PATCH_INFO),
     "grade": (GRADE, "grade.log"),
 }
@@ -44,11 +43,12 @@ class Rerun:
 
 def failed_phase(d: Path) -> tuple[str, str | None] | None:
     """(first phase whose record says infra_error, its failure class), or None."""
+    index = read_index(d)
     for phase, name in (("sandbox", SANDBOX), ("harness", HARNESS), ("patch", PATCH_INFO), ("grade", GRADE)):
         path = d / name
         if not path.is_file():
             return None  # not finished: the next run does it anyway
-        head = read_head(path, ("status", "failure_class"))
+        head = summary(d, name, index)
         if head.get("status") == "infra_error":
             return phase, head.get("failure_class")
     return None

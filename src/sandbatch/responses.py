@@ -37,6 +37,12 @@ def function_call_output(call_id: str, output: Any) -> dict[str, Any]:
             "status": "completed"}
 
 
+def item_text(item: dict[str, Any]) -> str:
+    """The text of a message (its content parts) or of a reasoning item (its summary)."""
+    parts = (item.get("summary") or item.get("content") or []) if item["type"] == "reasoning" else item.get("content") or []
+    return "\n".join(p.get("text", "") for p in parts if isinstance(p, dict))
+
+
 def inline_think(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Fold each reasoning item into the next message as `<think>...</think>` (older consumers)."""
     out: list[dict[str, Any]] = []

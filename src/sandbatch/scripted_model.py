@@ -45,13 +45,14 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterable
+from typing import Any, Iterable
 
 import yaml
+from aiohttp import web
 
 from .errors import UserError
 from .proxy.core import split_path
-from .proxy.httpserver import HTTPServer, Request, Response, ServerThread, StreamingResponse, json_response
+from .proxy.server import ServerThread, catch_all, listen
 
 CHARS_PER_TOKEN = 4
 
@@ -258,7 +259,7 @@ class Reply:
 # --- the server --------------------------------------------------------------------------
 
 class ScriptedModel:
-    """The App (see proxy.httpserver) serving a Script; `serve()` runs it in a thread."""
+    """Serves a Script over HTTP: `app()` is the aiohttp.web application, `serve()` runs it in a thread."""
 
     def __init__(self, script: Script, record_path: str | Path | None = None):
         self.script = script
@@ -267,8 +268,11 @@ class ScriptedModel:
         self.reported_usage: list[dict[str, int]] = []  # (prompt, completion) of every reply sent
         self._record = None
 
+    def app(self) -> web.Application:
+        return catch_all(self.handle, self.startup, self.shutdown)
+
     def serve(self, host: str = "127.0.0.1", port: int = 0) -> ServerThread:
-        server = ServerThread(self, host, port, name="scripted-model")
+        server = ServerThread(self.app(), host, port, name="scripted-model")
         server.start()
         return server
 
@@ -281,33 +285,34 @@ class ScriptedModel:
         if self._record is not None:
             self._record.close()
 
-    async def handle(self, request: Request) -> Response | StreamingResponse:
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
         try:
-            body = request.json() if request.body else None
+            body = json.loads(raw) if raw else None
         except ValueError:
-            return json_response(400, {"error": {"message": "body is not JSON", "type": "invalid_request_error"}})
+            return _json(400, {"error": {"message": "body is not JSON", "type": "invalid_request_error"}})
         entry = {"time": time.time(), "method": request.method, "path": request.path,
-                 "headers": dict(request.headers), "body": body}
+                 "headers": {k.lower(): v for k, v in request.headers.items()}, "body": body}
         self.requests.append(entry)
         if self._record is not None:
             self._record.write(json.dumps(entry) + "\n")
             self._record.flush()
         endpoint, _ = split_path(request.path)
         if endpoint == "models":
-            return json_response(200, {"object": "list", "data": [
+            return _json(200, {"object": "list", "data": [
                 {"id": m, "object": "model", "created": 0, "owned_by": "sandbatch"} for m in self.script.models]})
         if endpoint not in ("chat", "responses") or request.method != "POST" or not isinstance(body, dict):
-            return json_response(404, {"error": {"message": f"no such endpoint: {request.method} {request.path}",
-                                                 "type": "invalid_request_error"}})
+            return _json(404, {"error": {"message": f"no such endpoint: {request.method} {request.path}",
+                                         "type": "invalid_request_error"}})
         reply = self.reply(body)
         stream = body.get("stream") is True
         if endpoint == "chat":
             if stream:
-                return _sse(self._chat_chunks(reply, body))
-            return json_response(200, self._chat(reply, body))
+                return await _sse(request, self._chat_chunks(reply, body))
+            return _json(200, self._chat(reply, body))
         if stream:
-            return _sse(self._responses_events(reply, body))
-        return json_response(200, self._response(reply, body))
+            return await _sse(request, self._responses_events(reply, body))
+        return _json(200, self._response(reply, body))
 
     # which reply ------------------------------------------------------------------------
 
@@ -467,26 +472,30 @@ class ScriptedModel:
         yield "response.completed", {"response": final}
 
 
-def _sse(events: Iterable[tuple[str | None, Any]]) -> StreamingResponse:
-    async def chunks() -> AsyncIterator[bytes]:
-        for sequence, (name, data) in enumerate(events):
-            if isinstance(data, dict) and name is not None:
-                data = {"type": name, "sequence_number": sequence, **data}
-            payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
-            head = f"event: {name}\n" if name else ""
-            yield f"{head}data: {payload}\n\n".encode()
+def _json(status: int, obj: Any) -> web.Response:
+    return web.json_response(obj, status=status, dumps=lambda o: json.dumps(o, separators=(",", ":")))
 
-    return StreamingResponse(200, {"content-type": "text/event-stream", "cache-control": "no-cache"}, chunks())
+
+async def _sse(request: web.Request, events: Iterable[tuple[str | None, Any]]) -> web.StreamResponse:
+    """Send `events` as a server-sent event stream, one chunk per event."""
+    out = web.StreamResponse(headers={"content-type": "text/event-stream", "cache-control": "no-cache"})
+    await out.prepare(request)
+    for sequence, (name, data) in enumerate(events):
+        if isinstance(data, dict) and name is not None:
+            data = {"type": name, "sequence_number": sequence, **data}
+        payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
+        head = f"event: {name}\n" if name else ""
+        await out.write(f"{head}data: {payload}\n\n".encode())
+    await out.write_eof()
+    return out
 
 
 # --- command line -------------------------------------------------------------------------
 
 async def _main(args: argparse.Namespace) -> None:
-    app = ScriptedModel(Script.load(args.script), args.record)
-    await app.startup()
-    server = HTTPServer(app.handle, args.host, args.port)
-    await server.start()
-    print(f"scripted model listening on http://{args.host}:{server.port}/v1", flush=True)
+    model = ScriptedModel(Script.load(args.script), args.record)
+    runner, port = await listen(model.app(), args.host, args.port)
+    print(f"scripted model listening on http://{args.host}:{port}/v1", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -494,8 +503,7 @@ async def _main(args: argparse.Namespace) -> None:
     try:
         await stop.wait()
     finally:
-        await server.close()
-        await app.shutdown()
+        await runner.cleanup()
 
 
 def main(argv: list[str] | None = None) -> int:

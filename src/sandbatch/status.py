@@ -3,72 +3,26 @@
 A step is done when its record exists and Snakemake has no incomplete marker for it; with
 a marker it is running (a live Snakemake works here) or interrupted (none does: the next
 run redoes it). Otherwise it is pending. A rollout is done when grade.json and
-response.json are. Only the head of each record is parsed: `status`, `failure_class` and
-`duration_s` come first in every record (sandbatch.records), so a 100 KB grade.json with
-thousands of test results costs one 4 KB read.
+response.json are. The counted fields come from the rollout's record index
+(sandbatch.records.INDEX, a few short lines), so a 100 KB grade.json with thousands of
+test results is never parsed.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
-from .records import GRADE, HARNESS, PATCH_INFO, RESPONSE, SANDBOX
+from .records import GRADE, HARNESS, PATCH_INFO, RESPONSE, SANDBOX, read_index, summary
 
 # step -> the record that marks it done (in chain order)
 STEPS: dict[str, str] = {"sandbox": SANDBOX, "harness": HARNESS, "convert": RESPONSE, "patch": PATCH_INFO,
                          "grade": GRADE}
 STATUSES = ("ok", "agent_error", "timeout", "infra_error")
-HEAD = 4096
-_FIELDS = ("status", "failure_class", "duration_s", "resolved")
-_DECODER = json.JSONDecoder()
-_WS = " \t\r\n"
-
-
-def read_head(path: str | os.PathLike, keys: Iterable[str] = _FIELDS, head: int = HEAD) -> dict[str, Any]:
-    """The top-level `keys` of a JSON object file, parsing no further than needed.
-
-    Reads `head` bytes and decodes key by key; a key not found there (a truncated value,
-    or fields in another order) falls back to parsing the whole file.
-    """
-    wanted = set(keys)
-    with open(path, "rb") as fh:
-        data = fh.read(head)
-        complete = len(data) < head
-    text = data.decode("utf-8", "replace")
-    out: dict[str, Any] = {}
-    try:
-        i = text.index("{") + 1
-        while wanted - out.keys():
-            while text[i] in _WS:
-                i += 1
-            if text[i] == "}":
-                return out
-            key, i = _DECODER.raw_decode(text, i)
-            while text[i] in _WS:
-                i += 1
-            i += 1  # ':'
-            while text[i] in _WS:
-                i += 1
-            value, i = _DECODER.raw_decode(text, i)
-            if key in wanted:
-                out[key] = value
-            while text[i] in _WS:
-                i += 1
-            if text[i] == ",":
-                i += 1
-        return out
-    except (ValueError, IndexError):
-        if complete:
-            raise ValueError(f"{path}: not a complete JSON object") from None
-    with open(path, encoding="utf-8") as fh:
-        obj = json.load(fh)
-    return {k: obj[k] for k in wanted if k in obj}
 
 
 def incomplete_outputs(workdir: Path) -> set[str]:
@@ -143,22 +97,24 @@ def collect(run: str, results_dir: str = "results", workdir: str | os.PathLike =
     durations: dict[str, list[float]] = {s: [] for s in STEPS}
     todo: Counter = Counter()  # step -> rollouts that still need it
 
+    root = str(run_dir)  # plain strings: pathlib would cost more than the reads on 12,000 rollouts
     for task in tasks:
         for repeat in range(cfg.repeats):
-            d = run_dir / task.id / str(repeat)
+            d = os.path.join(root, task.id, str(repeat))
             try:
                 names = set(os.listdir(d))
             except FileNotFoundError:
                 names = set()
+            index = read_index(d) if names else {}
             recs: dict[str, dict[str, Any]] = {}
             for step, name in STEPS.items():
-                path = d / name
-                if name in names and str(path) not in marked:
+                path = os.path.join(d, name)
+                if name in names and path not in marked:
                     if name == RESPONSE:  # not a Record: no status / duration of its own
                         recs[step] = {"status": "ok"}
                     else:
                         try:
-                            recs[step] = read_head(path)
+                            recs[step] = summary(d, name, index)
                         except (OSError, ValueError):  # being replaced right now
                             st.steps[step]["unreadable"] += 1
                             todo[step] += 1
@@ -168,7 +124,7 @@ def collect(run: str, results_dir: str = "results", workdir: str | os.PathLike =
                     if dur is not None:
                         durations[step].append(dur)
                 else:
-                    state = "pending" if str(path) not in marked else ("running" if live else "interrupted")
+                    state = "pending" if path not in marked else ("running" if live else "interrupted")
                     st.steps[step][state] += 1
                     todo[step] += 1
             if "grade" in recs and "convert" in recs:
@@ -198,6 +154,8 @@ def _account(st: RunStatus, recs: dict[str, dict[str, Any]]) -> None:
         if recs.get(step, {}).get("status") == "infra_error":
             status, failure = "infra_error", recs[step].get("failure_class")
             break
+    if grade.get("status") == "tampered":  # grading.tampering: fail
+        status, failure = "tampered", grade.get("failure_class")
     st.status_counts[status] += 1
     if failure:
         st.failure_classes[failure] += 1

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from . import responses
 
@@ -69,46 +69,56 @@ def usage_of(body: Any) -> dict[str, int] | None:
     return None
 
 
-def summarize_usage(path: str | os.PathLike) -> dict[str, Any]:
-    """Sum a model_calls.jsonl: token totals plus call counts. A missing file sums to zero.
-
-    Keys: calls (model calls answered or refused), failed_calls (status >= 400 or no
-    status), refused_calls (per-rollout caps), calls_without_usage (answered 2xx without
-    a usage object), other_requests (e.g. /models), latency_s, and the USAGE_KEYS sums.
-    A truncated last line (a killed job) is skipped.
-    """
-    out: dict[str, Any] = {
-        "calls": 0, "failed_calls": 0, "refused_calls": 0, "calls_without_usage": 0,
-        "other_requests": 0, "latency_s": 0.0, **{k: 0 for k in USAGE_KEYS},
-    }
+def iter_calls(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
+    """The rows of a model_calls.jsonl, in order. A missing file has none; a truncated last
+    line (a killed job) is skipped."""
     try:
         fh = open(path, encoding="utf-8")
     except FileNotFoundError:
-        return out
+        return
     with fh:
         for line in fh:
             try:
                 row = json.loads(line)
             except ValueError:
                 continue
-            if not isinstance(row, dict):
-                continue
-            if row.get("endpoint", "chat") not in MODEL_ENDPOINTS:  # no endpoint: another writer
-                out["other_requests"] += 1
-                continue
-            out["calls"] += 1
-            status = row.get("status")
-            if not isinstance(status, int) or status >= 400:
-                out["failed_calls"] += 1
-            if row.get("refused"):
-                out["refused_calls"] += 1
-            out["latency_s"] += float(row.get("latency_s") or 0.0)
-            usage = row.get("usage")
-            if isinstance(usage, dict):
-                for key in USAGE_KEYS:
-                    out[key] += _int(usage.get(key))
-            elif isinstance(status, int) and status < 400:
-                out["calls_without_usage"] += 1
+            if isinstance(row, dict):
+                yield row
+
+
+def is_model_call(row: Mapping[str, Any]) -> bool:
+    """A call that generates tokens; the others (/models, ...) are recorded but not counted."""
+    return row.get("endpoint", "chat") in MODEL_ENDPOINTS  # no endpoint: another writer
+
+
+def summarize_usage(path: str | os.PathLike) -> dict[str, Any]:
+    """Sum a model_calls.jsonl: token totals plus call counts. A missing file sums to zero.
+
+    Keys: calls (model calls answered or refused), failed_calls (status >= 400 or no
+    status), refused_calls (per-rollout caps), calls_without_usage (answered 2xx without
+    a usage object), other_requests (e.g. /models), latency_s, and the USAGE_KEYS sums.
+    """
+    out: dict[str, Any] = {
+        "calls": 0, "failed_calls": 0, "refused_calls": 0, "calls_without_usage": 0,
+        "other_requests": 0, "latency_s": 0.0, **{k: 0 for k in USAGE_KEYS},
+    }
+    for row in iter_calls(path):
+        if not is_model_call(row):
+            out["other_requests"] += 1
+            continue
+        out["calls"] += 1
+        status = row.get("status")
+        if not isinstance(status, int) or status >= 400:
+            out["failed_calls"] += 1
+        if row.get("refused"):
+            out["refused_calls"] += 1
+        out["latency_s"] += float(row.get("latency_s") or 0.0)
+        usage = row.get("usage")
+        if isinstance(usage, dict):
+            for key in USAGE_KEYS:
+                out[key] += _int(usage.get(key))
+        elif isinstance(status, int) and status < 400:
+            out["calls_without_usage"] += 1
     out["latency_s"] = round(out["latency_s"], 6)
     return out
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import random
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
@@ -62,3 +63,10 @@ def iter_jsonl(path: str | os.PathLike) -> Iterator[Any]:
         for line in fh:
             if line.strip():
                 yield json.loads(line)
+
+
+def backoff_delay(attempt: int, initial: float, cap: float) -> float:
+    """Seconds before retry `attempt` (0-based): `initial` doubled per attempt up to `cap`,
+    then jittered to between half and all of that, so that clients retrying together spread out."""
+    ceiling = min(cap, initial * 2 ** attempt)
+    return ceiling * random.uniform(0.5, 1.0)

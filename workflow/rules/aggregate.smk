@@ -20,8 +20,28 @@ rule aggregate:
         tokens_plot=report(RUN_DIR + "/report/tokens.svg", caption="../report/tokens.rst", category="Plots"),
         failures_plot=report(RUN_DIR + "/report/failures.svg", caption="../report/failures.rst",
                              category="Plots"),
+        # one report entry per page (task and repeat as columns); htmlindex would need --report x.zip
+        view=report(directory(RUN_DIR + "/report/view"), patterns=["{page,index}.html", "rollouts/{task}/{repeat}.html"],
+                    caption="../report/view.rst", category="Trajectories"),
     log:
         RUN_DIR + "/logs/aggregate.log",
     localrule: True
     shell:
         f"{PYTHON} {shlex.quote(os.path.join(SCRIPTS, 'aggregate.py'))} --config {shlex.quote(RUN_SETTINGS)} 2> {{log}}"
+
+
+# aggregate.compare_to: this run against an earlier one, a page of the report
+if CFG.aggregate.compare_to:
+
+    rule compare_runs:
+        input:
+            rollouts=RUN_DIR + "/rollouts.jsonl",
+            baseline=ancient(f"{CFG.results_dir}/{CFG.aggregate.compare_to}/rollouts.jsonl"),
+        output:
+            report(RUN_DIR + "/report/compare.html", caption="../report/compare.rst", category="Comparison"),
+        log:
+            RUN_DIR + "/logs/compare.log",
+        localrule: True
+        shell:
+            f"{PYTHON} -m sandbatch.cli compare {shlex.quote(CFG.aggregate.compare_to)} {shlex.quote(CFG.run)} "
+            f"--results-dir {shlex.quote(CFG.results_dir)} --html {{output}} > {{log}} 2>&1"

@@ -35,9 +35,11 @@ def rollout_files(name):
 
 def get_final_outputs():
     """The run's summary files, and every rollout's final records: naming those too means a
-    deleted grade.json or response.json is redone even though the summary is newer."""
+    deleted grade.json, response.json or trajectory.json is redone even though the summary is newer."""
     summary = list(rules.aggregate.output)  # every output: a missing plot is redone too
-    return summary + rollout_files("grade.json") + rollout_files("response.json")
+    if CFG.aggregate.compare_to:
+        summary += list(rules.compare_runs.output)
+    return summary + rollout_files("grade.json") + rollout_files("response.json") + rollout_files("trajectory.json")
 
 
 def step_command(step):

@@ -5,7 +5,8 @@ rule convert:
         harness=ROLLOUT + "/harness.json",
         calls=ROLLOUT + "/model_calls.jsonl",
     output:
-        ROLLOUT + "/response.json",
+        response=ROLLOUT + "/response.json",
+        trajectory=ROLLOUT + "/trajectory.json",
     log:
         ROLLOUT + "/logs/convert.log",
     resources:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from . import write_log
 
 if TYPE_CHECKING:
+    from . import GradeContext
     from ..records import GradeRecord
     from ..sandbox import Sandbox
 
@@ -61,3 +62,23 @@ async def apply_patch(sandbox: "Sandbox", patch: str, path: str, rec: "GradeReco
         rec.failure_class = "patch_apply_failed"
         write_log(rec.log_path, log)
     return rec.patch_applied
+
+
+async def keep_code_only(g: "GradeContext", rec: "GradeRecord", log: list[str], snap: str,
+                         cwd: str | None = None, tools_only: bool = False) -> bool:
+    """After the patch is applied: put back what it may not change as `snap` (tamper.snapshot, taken
+    before) has it, listed in rec.tampering; False when grading stops here (grading.tampering: fail,
+    rec is then final). tools_only: only what stands in for the test tools (Terminal-Bench)."""
+    from . import tamper
+
+    cwd = cwd or g.sandbox.workdir
+    findings = await tamper.find(g.sandbox, g.patch, snap, cwd, g.timeout, tamper.task_test_files(g.task),
+                                 tools_only=tools_only)
+    await tamper.restore(g.sandbox, findings, snap, cwd, g.timeout, log)
+    rec.tampering = [f.as_dict() for f in findings]
+    if rec.tampering and g.cfg.grading.tampering == "fail":
+        rec.status, rec.failure_class = "tampered", "tampering"
+        rec.error = f"the patch changes what grades it: {', '.join(t['path'] for t in rec.tampering[:5])}"
+        write_log(rec.log_path, log)
+        return False
+    return True

@@ -2,7 +2,8 @@
 with the `swebench` package's pieces: the eval script from its per-repo specs, its log
 parsers, its report comparison.
 
-In a fresh sandbox from the task image: apply the model patch (with fallbacks), then run
+In a fresh sandbox from the task image: apply the model patch (with fallbacks), put back
+what it may not change (tests, runner config and hooks, shims: grading.tamper), then run
 the eval script - reset the test files, apply test_patch, run the tests between the
 swebench markers - and compare the parsed statuses with FAIL_TO_PASS / PASS_TO_PASS.
 The test command's own exit code is recorded after the end marker; a run that printed
@@ -18,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..records import GradeRecord
-from . import GradeContext, write_log
-from .apply import apply_patch
+from . import GradeContext, tamper, write_log
+from .apply import apply_patch, keep_code_only
 
 EXIT_VAR = "SANDBATCH_TEST_EXIT_CODE"
 _EXIT_RE = re.compile(rf"^{EXIT_VAR}: (-?\d+)\s*$", re.M)
@@ -160,9 +161,12 @@ async def grade(g: GradeContext) -> GradeRecord:
         rec.status, rec.failure_class, rec.error = "infra_error", "grading_unsupported", str(exc)
         return rec
     log: list[str] = []
+    snap = await tamper.snapshot(sandbox, sandbox.workdir, g.timeout, g.base_ref)
     if not await apply_patch(sandbox, g.patch, f"{sandbox.tmpdir}/model.patch", rec, log, g.timeout):
         return rec
     rec.report["patch_successfully_applied"] = True
+    if not await keep_code_only(g, rec, log, snap):
+        return rec
 
     eval_path = f"{sandbox.tmpdir}/eval.sh"
     await sandbox.upload(eval_path, p.script.encode("utf-8"), mode=0o755)

@@ -15,7 +15,7 @@ import shlex
 
 from ..records import GradeRecord
 from . import GradeContext, write_log
-from .apply import apply_patch
+from .apply import apply_patch, keep_code_only
 
 
 def last_command(before_repo_set_cmd: str) -> str:
@@ -56,6 +56,8 @@ async def grade(g: GradeContext) -> GradeRecord:
     reset = await sandbox.exec(f"git reset -q --hard {base} && git checkout -q {base}", timeout=g.timeout, cwd=wd)
     log += ["$ reset to base", reset.stdout, reset.stderr]
     if not await apply_patch(sandbox, g.patch, f"{tmp}/patch.diff", rec, log, g.timeout, cwd=wd):
+        return rec
+    if not await keep_code_only(g, rec, log, g.base_ref, cwd=wd):  # reset above: the snapshot is the base
         return rec
 
     setup = last_command(task.before_repo_set_cmd or "")

@@ -2,8 +2,10 @@
 
 Fresh sandbox (default): the agent's final workdir state (its diff) is replayed into a
 new sandbox from the task image. In the agent's own sandbox (grading.in_agent_sandbox):
-nothing is replayed. Either way every reward file is deleted and tests/ is uploaded
-only now (the agent never saw it), then `bash /tests/test.sh` runs in the workdir and
+nothing is replayed. Either way stand-ins for the verifier's tools left in the workdir
+go back to the base state (grading.tamper), every reward file is deleted and tests/ is
+uploaded only now (the agent never saw it), then `/bin/bash /tests/test.sh` runs in the
+workdir with a PATH cleaned of relative (and, in the agent's sandbox, workdir) entries and
 the reward is /logs/verifier/reward.json (a dict of numbers: its "reward" entry, else
 their mean) or else /logs/verifier/reward.txt (one number). No reward, or a non-finite
 one, is a grading error (infra_error, class grading_no_reward), never a 0.
@@ -23,8 +25,8 @@ from pathlib import Path
 from ..errors import InfraError
 from ..records import GradeRecord
 from ..sandbox import Sandbox
-from . import GradeContext, write_log
-from .apply import apply_patch
+from . import GradeContext, tamper, write_log
+from .apply import apply_patch, keep_code_only
 
 TESTS, LOGS = "/tests", "/logs/verifier"
 
@@ -93,10 +95,14 @@ async def grade(g: GradeContext) -> GradeRecord:
     rec = GradeRecord(log_path=g.log_path)
     log: list[str] = []
     wd = sandbox.workdir
+    # in the agent's sandbox its changes are there already: what it may not leave goes back to the base
+    snap = g.base_ref if g.in_agent_sandbox else await tamper.snapshot(sandbox, wd, g.timeout, g.base_ref)
     if not g.in_agent_sandbox and g.patch.strip():
         if not await apply_patch(sandbox, g.patch, f"{sandbox.tmpdir}/agent.patch", rec, log, g.timeout, cwd=wd,
                                  label="$ replay the agent's workdir changes"):
             return rec
+    if not await keep_code_only(g, rec, log, snap, tools_only=True):
+        return rec
     tests, logs = sandbox.map_path(TESTS), sandbox.map_path(LOGS)
     # whatever the agent left there (a reward file, tests of its own) goes first
     clean = await sandbox.exec(f"rm -rf {shlex.quote(tests)} {shlex.quote(logs)} && mkdir -p {shlex.quote(logs)}",
@@ -104,7 +110,8 @@ async def grade(g: GradeContext) -> GradeRecord:
     if not clean.ok:
         raise InfraError(f"cannot reset {LOGS} and {TESTS}: {clean.stderr.strip()[-200:]}", "sandbox_exec")
     n = await upload_dir(sandbox, Path(task.task_dir or "") / "tests", TESTS, task.workdir)
-    run = await sandbox.exec(f"bash {shlex.quote(tests + '/test.sh')}", timeout=g.timeout, cwd=wd)
+    verifier = tamper.verifier_command(tests + "/test.sh", wd, g.in_agent_sandbox)
+    run = await sandbox.exec(verifier, timeout=g.timeout, cwd=wd)
     rec.test_exit_code = None if run.timed_out else run.exit_code
     log += [f"$ bash {TESTS}/test.sh ({n} test files): exit {run.exit_code}"
             f"{' (timed out)' if run.timed_out else ''}", run.stdout, run.stderr]

@@ -1,4 +1,4 @@
-"""The per-rollout model proxy (see core.py for the API); aiohttp is imported only on start."""
+"""The per-rollout model proxy (see core.py for the API), served with aiohttp.web (server.py)."""
 
 from ..usage import normalize_usage, summarize_usage
 from .core import PROVIDER_HOSTS, ModelProxy, proxy_hosts, proxy_settings, split_path

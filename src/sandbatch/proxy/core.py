@@ -11,12 +11,12 @@ Usage in the harness job (an asyncio program)::
         ...run the agent with base_url and proxy.agent_key as its API key...
         proxy.stats                                 # calls, tokens, which cap was hit
 
-The proxy runs its own event loop in a daemon thread of the job process (see
-`ServerThread`): the job's loop never does proxy work and is never blocked by it,
-nothing is left behind if the job is killed (a thread dies with its process, a child
-process would need reaping), and aiohttp is imported once per job rather than in a second
-interpreter. The job itself only waits on the sandbox, so the two barely compete for
-the GIL.
+The proxy is an aiohttp.web server on its own event loop in a daemon thread of the job
+process (see `ServerThread`): the job's loop never does proxy work and is never blocked
+by it, nothing is left behind if the job is killed (a thread dies with its process, a
+child process would need reaping), and aiohttp is not imported again in a second
+interpreter (a local run's step server imports it once for all jobs). The job itself
+only waits on the sandbox, so the two barely compete for the GIL.
 
 Per call it: drops `cache_control` at messages[].content[] and tools[]; applies
 `model.sampling` and `model.proxy.extra_body` (they win over the agent); optionally
@@ -34,22 +34,23 @@ import email.utils
 import hmac
 import json
 import os
-import random
 import secrets
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, AsyncIterator, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
+
+import aiohttp
+from aiohttp import web
 
 from ..errors import InfraError, UserError
 from ..usage import MODEL_ENDPOINTS, usage_of
-from .httpserver import Request, Response, ServerThread, StreamingResponse, json_response
+from ..util import backoff_delay
 from .rewrite import rewrite_request
+from .server import ServerThread, catch_all
 from .tokens import TokenCollector
 
 if TYPE_CHECKING:
-    import aiohttp
-
     from ..config import ModelConfig, ProxyConfig
 
 # sandbox provider -> (bind host, advertised host) when model.proxy leaves them null
@@ -187,8 +188,9 @@ def retry_after(headers: Mapping[str, str]) -> float | None:
     return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
 
 
-def _error(status: int, message: str, code: str, kind: str = "proxy_error") -> Response:
-    return json_response(status, {"error": {"message": message, "type": kind, "param": None, "code": code}})
+def _error(status: int, message: str, code: str, kind: str = "proxy_error") -> web.Response:
+    return web.json_response({"error": {"message": message, "type": kind, "param": None, "code": code}},
+                             status=status)
 
 
 def _now() -> str:
@@ -198,7 +200,7 @@ def _now() -> str:
 class _Failure(Exception):
     """The upstream could not answer; carries the response for the agent and the record."""
 
-    def __init__(self, response: Response, error: str, attempts: int, statuses: list):
+    def __init__(self, response: web.Response, error: str, attempts: int, statuses: list):
         super().__init__(error)
         self.response = response
         self.error = error
@@ -293,9 +295,9 @@ class ModelProxy:
         self.bind_host = bind_host or self.settings.bind_host or "127.0.0.1"
         self._api_key = api_key
         self.agent_key = agent_key or "sbx-" + secrets.token_urlsafe(24)
-        self._thread = ServerThread(self, self.bind_host,
+        self._thread = ServerThread(catch_all(self.handle, self.startup, self.shutdown), self.bind_host,
                                     self.settings.port if port is None else port, name="model-proxy")
-        self._client: "aiohttp.ClientSession | None" = None
+        self._client: aiohttp.ClientSession | None = None
         self._log = None
         self.calls = 0  # model calls forwarded (refused ones excluded)
         self.refused = 0
@@ -357,11 +359,9 @@ class ModelProxy:
     async def __aexit__(self, *exc) -> None:
         await asyncio.to_thread(self.stop)
 
-    # --- App protocol (runs on the proxy's own loop) -------------------------------------
+    # --- the server (runs on the proxy's own loop) ----------------------------------------
 
     async def startup(self) -> None:
-        import aiohttp
-
         s = self.settings
         # aiohttp rather than httpx: ~0.2 ms of CPU per proxied call instead of 0.7-1.1 ms
         # (benchmarks/proxy_overhead.py), which alone would exceed the 1 ms overhead target
@@ -386,7 +386,7 @@ class ModelProxy:
         if self._log is not None:
             self._log.close()
 
-    async def handle(self, request: Request) -> Response | StreamingResponse:
+    async def handle(self, request: web.Request) -> web.StreamResponse:
         endpoint, rest = split_path(request.path)
         record: dict[str, Any] = {"timestamp": _now(), "method": request.method, "path": request.path,
                                   "endpoint": endpoint}
@@ -397,10 +397,11 @@ class ModelProxy:
             self._write(record)
             return _error(401, "sandbatch model proxy: missing or wrong API key; give the agent the proxy's "
                                "agent_key as its API key", "invalid_api_key", "invalid_request_error")
+        body = await request.read()
         try:
             if request.method == "POST" and endpoint in MODEL_ENDPOINTS:
-                return await self._model_call(request, endpoint, rest, record, t0)
-            return await self._passthrough(request, rest, record, t0)
+                return await self._model_call(request, body, endpoint, rest, record, t0)
+            return await self._passthrough(request, body, rest, record, t0)
         except asyncio.CancelledError:
             record.update(status=None, error="proxy stopped during the call", latency_s=_since(t0))
             self._write(record)
@@ -430,10 +431,10 @@ class ModelProxy:
 
     # --- forwarding -------------------------------------------------------------------------
 
-    def _headers(self, request: Request) -> dict[str, str]:
-        headers = {k: v for k, v in request.headers.items() if k not in _DROP_REQUEST}
+    def _headers(self, request: web.Request, body: bytes) -> dict[str, str]:
+        headers = _lower(request.headers, _DROP_REQUEST)
         headers["accept-encoding"] = "identity"  # bytes are relayed as they come
-        if request.body:
+        if body:
             headers.setdefault("content-type", "application/json")
         if self._api_key:
             headers["authorization"] = f"Bearer {self._api_key}"
@@ -449,10 +450,11 @@ class ModelProxy:
                                   f"reached ({self.tokens} tokens used); no further calls are forwarded")
         return None
 
-    async def _model_call(self, request: Request, endpoint: str, rest: str, record: dict, t0: float):
+    async def _model_call(self, request: web.Request, raw: bytes, endpoint: str, rest: str, record: dict,
+                          t0: float) -> web.StreamResponse:
         s = self.settings
         try:
-            body = json.loads(request.body)
+            body = json.loads(raw)
         except ValueError as exc:
             body = exc
         if not isinstance(body, dict):
@@ -478,8 +480,8 @@ class ModelProxy:
         content = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
         record["request_bytes"] = len(content)
         try:
-            upstream = await self._send("POST", self.upstream_url + rest, request.query, content,
-                                        self._headers(request))
+            upstream = await self._send("POST", self.upstream_url + rest, request.query_string, content,
+                                        self._headers(request, content))
         except _Failure as failure:
             record.update(status=failure.response.status, attempts=failure.attempts,
                           attempt_statuses=failure.statuses, error=failure.error, latency_s=_since(t0))
@@ -491,11 +493,11 @@ class ModelProxy:
             record["attempt_statuses"] = statuses
         headers = _response_headers(resp)
         if resp.content_type == "text/event-stream":
-            return StreamingResponse(resp.status, headers, self._relay(resp, record, t0))
+            return await self._relay(request, resp, headers, record, t0)
         try:
             data = await resp.read()
         except self._errors as exc:
-            error = f"upstream failed while sending its answer ({_describe(exc)})"
+            error = f"upstream failed while sending its answer ({_exception_text(exc)})"
             record.update(status=502, upstream_status=resp.status, error=error, latency_s=_since(t0))
             self._account(record)
             return _error(502, f"sandbatch model proxy: {error}", "upstream_error")
@@ -503,8 +505,12 @@ class ModelProxy:
             resp.release()
         record["latency_s"] = _since(t0)
         record["response_bytes"] = len(data)
+        answer = web.Response(status=resp.status, body=data, headers=headers)
         # parse after the bytes are on their way: the agent does not wait for bookkeeping
-        return Response(resp.status, data, headers, after=lambda: self._finish(record, data))
+        await answer.prepare(request)
+        await answer.write_eof()
+        self._finish(record, data)
+        return answer
 
     def _finish(self, record: dict[str, Any], data: bytes) -> None:
         try:
@@ -524,22 +530,31 @@ class ModelProxy:
             record["usage"] = None
         self._account(record)
 
-    async def _relay(self, resp: "aiohttp.ClientResponse", record: dict, t0: float) -> AsyncIterator[bytes]:
+    async def _relay(self, request: web.Request, resp: aiohttp.ClientResponse, headers: dict[str, str],
+                     record: dict, t0: float) -> web.StreamResponse:
+        """Relay an event stream chunk by chunk, scanning it for usage and tokens on the way."""
         scanner = _SSEScanner(TokenCollector() if self.settings.record_tokens else None)
+        out = web.StreamResponse(status=resp.status, headers=headers)
         size = 0
         try:
+            await out.prepare(request)
             async for chunk in resp.content.iter_any():
                 if size == 0:
                     record["first_byte_s"] = _since(t0)
                 size += len(chunk)
                 scanner.feed(chunk)
-                yield chunk
+                await out.write(chunk)
             scanner.close()
-        except self._errors as exc:
-            record["error"] = f"upstream stream broke ({_describe(exc)})"
-            raise
-        except (asyncio.CancelledError, GeneratorExit):
+            await out.write_eof()
+        except ConnectionResetError:  # the agent closed the connection: nothing more to send
             record.setdefault("error", "the agent closed the stream early")
+        except asyncio.CancelledError:
+            record.setdefault("error", "the agent closed the stream early")
+            raise
+        except self._errors as exc:
+            # a status can no longer be sent: raising ends the connection without the final
+            # chunk, so the agent sees a truncated stream
+            record["error"] = f"upstream stream broke ({_exception_text(exc)})"
             raise
         finally:
             resp.release()
@@ -547,12 +562,14 @@ class ModelProxy:
             if scanner.tokens is not None:
                 record["tokens"] = scanner.tokens.result()
             self._account(record)
+        return out
 
-    async def _passthrough(self, request: Request, rest: str, record: dict, t0: float) -> Response:
+    async def _passthrough(self, request: web.Request, body: bytes, rest: str, record: dict,
+                           t0: float) -> web.Response:
         """Any other path (e.g. /models): forwarded as is, recorded, never counted as a call."""
         try:
-            resp, attempts, statuses = await self._send(request.method, self.upstream_url + rest, request.query,
-                                                        request.body, self._headers(request))
+            resp, attempts, statuses = await self._send(request.method, self.upstream_url + rest,
+                                                        request.query_string, body, self._headers(request, body))
         except _Failure as failure:
             record.update(status=failure.response.status, attempts=failure.attempts, error=failure.error,
                           latency_s=_since(t0))
@@ -562,15 +579,15 @@ class ModelProxy:
             data = await resp.read()
         except self._errors as exc:
             data = b""
-            record["error"] = _describe(exc)
+            record["error"] = _exception_text(exc)
         finally:
             resp.release()
         record.update(status=resp.status, attempts=attempts, latency_s=_since(t0))
         self._write(record)
-        return Response(resp.status, data, _response_headers(resp))
+        return web.Response(status=resp.status, body=data, headers=_response_headers(resp))
 
     async def _send(self, method: str, url: str, query: str, content: bytes,
-                    headers: dict[str, str]) -> tuple["aiohttp.ClientResponse", int, list]:
+                    headers: dict[str, str]) -> tuple[aiohttp.ClientResponse, int, list]:
         """Send with retries; returns (response with unread body, attempts, statuses per attempt).
 
         Raises _Failure when no response can be had (unreachable, timeout, budget spent).
@@ -591,29 +608,28 @@ class ModelProxy:
                                                   allow_redirects=False, proxy=self._via)
             except self._retryable as exc:
                 statuses.append(type(exc).__name__)
-                final = _error(502, f"sandbatch model proxy: upstream {self.upstream_url} not reachable after "
-                                    f"{attempt} attempt(s) in {time.monotonic() - start:.1f} s ({_describe(exc)})",
-                               "upstream_unreachable")
+                unreachable = (f"sandbatch model proxy: upstream {self.upstream_url} not reachable after "
+                               f"{attempt} attempt(s) in {time.monotonic() - start:.1f} s ({_exception_text(exc)})")
             except asyncio.TimeoutError as exc:  # no answer within read_timeout: the call may be running
                 statuses.append(type(exc).__name__)
                 raise _Failure(_error(504, f"sandbatch model proxy: upstream {self.upstream_url} sent nothing for "
                                            f"{s.read_timeout} s (model.proxy.read_timeout)", "upstream_timeout"),
-                               _describe(exc), attempt, statuses) from None
+                               _exception_text(exc), attempt, statuses) from None
             except self._errors as exc:
                 statuses.append(type(exc).__name__)
-                raise _Failure(_error(502, f"sandbatch model proxy: upstream request failed ({_describe(exc)})",
-                                      "upstream_error"), _describe(exc), attempt, statuses) from None
+                raise _Failure(_error(502, f"sandbatch model proxy: upstream request failed ({_exception_text(exc)})",
+                                      "upstream_error"), _exception_text(exc), attempt, statuses) from None
             else:
                 statuses.append(resp.status)
                 if resp.status not in RETRY_STATUSES:
                     return resp, attempt, statuses
                 wait = retry_after(resp.headers) if resp.status == 429 else None
             if wait is None:
-                wait = min(s.backoff * 2 ** (attempt - 1), s.backoff_max) * random.uniform(0.75, 1.0)
+                wait = backoff_delay(attempt - 1, s.backoff, s.backoff_max)
             if attempt > s.retries or time.monotonic() + wait > deadline:
                 if resp is not None:
                     return resp, attempt, statuses  # the agent sees the upstream's own 429/502/503
-                raise _Failure(final, json.loads(final.body)["error"]["message"], attempt, statuses)
+                raise _Failure(_error(502, unreachable, "upstream_unreachable"), unreachable, attempt, statuses)
             if resp is not None:
                 resp.release()
             await asyncio.sleep(wait)
@@ -630,16 +646,21 @@ def _env_proxy(url: str) -> str | None:
     return urllib.request.getproxies_environment().get(parts.scheme)
 
 
-def _response_headers(resp: "aiohttp.ClientResponse") -> dict[str, str]:
+def _lower(headers: Mapping[str, str], drop: frozenset[str]) -> dict[str, str]:
+    """Headers with lower-cased names, repeated ones joined with ", ", those in `drop` left out."""
     out: dict[str, str] = {}
-    for key, value in resp.headers.items():
+    for key, value in headers.items():
         key = key.lower()
-        if key not in _DROP_RESPONSE:
+        if key not in drop:
             out[key] = f"{out[key]}, {value}" if key in out else value
     return out
 
 
-def _describe(exc: BaseException) -> str:
+def _response_headers(resp: aiohttp.ClientResponse) -> dict[str, str]:
+    return _lower(resp.headers, _DROP_RESPONSE)
+
+
+def _exception_text(exc: BaseException) -> str:
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 

@@ -88,8 +88,8 @@ class Sandbox(abc.ABC):
         env: dict[str, str] | None = None,
         stdin: bytes | None = None,
     ) -> ExecResult:
-        """Run a command (a string runs under bash; the docker provider uses a login shell so
-        the image's profile sets PATH). Never retried blindly: it may have run."""
+        """Run a command (a string runs under `bash -c`, not a login shell, so the PATH the
+        image's ENV set is kept). Never retried blindly: it may have run."""
 
     @abc.abstractmethod
     async def upload(self, path: str, data: bytes, mode: int = 0o644) -> None:

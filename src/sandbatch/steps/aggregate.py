@@ -10,7 +10,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from .. import metrics, plots, report
+from .. import metrics, plots, report, view
 from ..cleanup import reap_run
 from ..config import Config
 from ..errors import InfraError, UserError
@@ -32,6 +32,8 @@ def rollout_row(cfg: Config, task: TaskRef, repeat: int) -> dict[str, Any]:
         if rec.status == "infra_error":
             status, failure_class, failed_phase = "infra_error", rec.failure_class, phase
             break
+    if gr.status == "tampered":  # grading.tampering: fail
+        status, failure_class, failed_phase = "tampered", gr.failure_class, "grade"
     durations = {"sandbox": sb.duration_s, "install": hr.install_s, "agent": hr.agent_s, "harness": hr.duration_s,
                  "patch": pr.duration_s, "grade": gr.duration_s}
     return {
@@ -41,6 +43,7 @@ def rollout_row(cfg: Config, task: TaskRef, repeat: int) -> dict[str, Any]:
         "patch_applied": gr.patch_applied, "tests_ran": gr.tests_ran,
         "harness": hr.harness, "harness_status": hr.status, "exit_code": hr.exit_code,
         "usage": resp.get("usage", {}), "durations": durations, "tests_status": gr.tests_status,
+        "tampering": gr.tampering,
         "started_at": sb.started_at, "finished_at": gr.finished_at, "dir": str(d),
     }
 
@@ -64,6 +67,7 @@ def run(cfg: Config, cfg_raw: dict[str, Any]) -> None:
     write_atomic(out / "report" / "metrics.rst", report.rst(cfg, m))
     for name, plot in plots.PLOTS.items():
         write_atomic(out / "report" / f"{name}.svg", plot(rows))
+    view.build(cfg, rows, out / "report" / "view")
     # every rollout is graded: a sandbox of this run still alive belongs to a killed job
     try:
         reaped: list[str] | None = reap_run(cfg)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from .. import responses, usage
+from .. import atif, responses, usage
 from ..errors import InfraError
 from ..harness import Conversion, get_harness
-from ..records import EVENTS, HARNESS, MODEL_CALLS, RESPONSE, HarnessRecord, load
+from ..records import EVENTS, HARNESS, MODEL_CALLS, RESPONSE, TRAJECTORY, HarnessRecord, load
+from ..tasks.settings import prompt_for
 from ..util import iter_jsonl, write_json
 from .common import Step
 
@@ -29,8 +30,16 @@ class ConvertStep(Step):
         meta = {"harness": harness.name, "status": rec.status, "failure_class": rec.failure_class,
                 "task_id": ctx.task_id, "instance_id": ctx.task.instance_id, "repeat": ctx.repeat,
                 "events": len(events), "unknown_events": conv.unknown, **conv.metadata}
-        write_json(ctx.path(RESPONSE), responses.response(
-            items, usage.summarize(ctx.path(MODEL_CALLS)), cfg.model.name, _RESPONSE_STATUS[rec.status], meta))
+        resp = responses.response(items, usage.summarize(ctx.path(MODEL_CALLS)), cfg.model.name,
+                                  _RESPONSE_STATUS[rec.status], meta)
+        calls = [c for c in usage.iter_calls(ctx.path(MODEL_CALLS)) if usage.is_model_call(c)]
+        write_json(ctx.path(TRAJECTORY), atif.trajectory(
+            resp, prompt_for(ctx.task, cfg.benchmark),
+            {"name": harness.name, "version": rec.version, "model_name": cfg.model.name if harness.needs_model else None},
+            f"{cfg.run}/{ctx.task_id}/{ctx.repeat}", calls,
+            {"sandbatch": {"run": cfg.run, "task_id": ctx.task_id, "instance_id": ctx.task.instance_id,
+                           "repeat": ctx.repeat, "status": rec.status, "response_id": resp["id"]}}))
+        write_json(ctx.path(RESPONSE), resp)
 
     def fail(self, exc: InfraError) -> None:  # conversion touches no infrastructure
         raise exc

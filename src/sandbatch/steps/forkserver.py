@@ -47,7 +47,7 @@ PR_SET_PDEATHSIG = 1
 
 
 def preload_modules(cfg) -> list[str]:
-    """What the steps of this run import: every step, its provider, harness and grader."""
+    """What the steps of this run import: every step, its provider, harness, grader and model proxy."""
     from ..grading import GRADERS
     from ..harness import HARNESSES
     from ..sandbox import PROVIDERS
@@ -56,6 +56,8 @@ def preload_modules(cfg) -> list[str]:
     modules = [target.partition(":")[0] for target in STEPS.values()]
     modules.append(PROVIDERS[cfg.sandbox.provider].partition(":")[0])
     modules.append(HARNESSES[cfg.harness.name].partition(":")[0])
+    if cfg.model.proxy.enabled:
+        modules.append("sandbatch.proxy")  # with aiohttp: ~0.25 CPU-s each harness step would pay
     loader = BENCHMARKS[cfg.benchmark.kind]
     modules.append(loader)
     family = getattr(importlib.import_module(loader), "FAMILY", None)

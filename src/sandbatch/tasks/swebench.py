@@ -34,10 +34,6 @@ def read(path: Path, locator: Any) -> Task:
     return task_at(path, locator, SCHEMA, _task)
 
 
-def load_jsonl(path: Path) -> list[Task]:
-    return [task for task, _ in scan(path)]
-
-
 def _task(row: dict, path: Path, where: str) -> Task:
     iid = row["instance_id"]
     repo_dir = resolve_repo_dir(row, path, where)

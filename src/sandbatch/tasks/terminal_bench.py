@@ -9,7 +9,6 @@ the grader uploads tests/ after the agent is done.
 
 from __future__ import annotations
 
-import math
 import re
 import tomllib
 from pathlib import Path
@@ -132,6 +131,3 @@ def read(root: Path, name: str) -> Task:
 def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else str(x)
 
-
-def is_finite(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)

@@ -1,0 +1,101 @@
+"""Static trajectory viewer: an index of every rollout and one page per rollout.
+
+`build` writes `index.html` (one short row per rollout, inline: file:// pages may not
+fetch) and `rollouts/<task>/<repeat>.html`. Nothing needs a server: the index renders its
+rows a chunk at a time as they scroll into view, and a rollout page is only read when it
+is opened. The aggregate writes it into the report
+(`results/<run>/report/view/`), `sandbatch view <run>` anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from html import escape
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from ..config import Config
+from ..records import GRADE
+from ..tasks import read_task, select_tasks
+from ..tasks.settings import prompt_for
+from ..util import write_atomic
+from . import page
+from .assets import CSS, INDEX_JS
+
+COLUMNS = ("task", "repeat", "repo", "status", "failure_class", "reward", "tokens", "duration", "href")
+
+
+def page_href(row: Mapping[str, Any]) -> str:
+    return f"rollouts/{row['task_id']}/{row['repeat']}.html"
+
+
+def _duration(row: Mapping[str, Any]) -> float | None:
+    vals = [v for k, v in (row.get("durations") or {}).items() if k in ("sandbox", "harness", "patch", "grade") and v]
+    return round(sum(vals), 3) if vals else None
+
+
+def index_row(row: Mapping[str, Any]) -> list[Any]:
+    return [row["instance_id"], row["repeat"], row.get("repo") or "", row["status"], row.get("failure_class"),
+            row.get("reward"), (row.get("usage") or {}).get("total_tokens", 0), _duration(row), page_href(row)]
+
+
+def index_html(rows: list[list[Any]], title: str, subtitle: str) -> str:
+    heads = [("task", "task"), ("repeat", "repeat"), ("repo", "repository"), ("status", "status"),
+             ("failure_class", "failure class"), ("reward", "reward"), ("tokens", "tokens"), ("duration", "duration s")]
+    data = json.dumps(rows, separators=(",", ":")).replace("</", "<\\/")  # a task id cannot end the script
+    th = "".join(f'<th class="sort" data-key="{k}">{escape(label)}</th>' for k, label in heads)
+    return f"""<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>{escape(title)}</title><style>{CSS}</style></head>
+<body><h1>{escape(title)}</h1><p>{escape(subtitle)}</p>
+<div class="filters"><label>status <select id="f-status"><option value="">all</option></select></label>
+<label>repository <select id="f-repo"><option value="">all</option></select></label>
+<label>task <input id="f-text" type="search" placeholder="filter by task id"></label>
+<span id="count" class="muted"></span></div>
+<table id="rollouts"><thead><tr>{th}</tr></thead><tbody id="rows"></tbody></table>
+<p id="more" class="muted">loading more&hellip;</p>
+<noscript>The table needs JavaScript; the pages are under rollouts/.</noscript>
+<script>var ROLLOUT_COLUMNS = {json.dumps(COLUMNS)};
+var ROLLOUT_ROWS = {data};</script>
+<script>{INDEX_JS}</script>
+</body></html>
+"""
+
+
+def write_index(out: Path, rows: list[list[Any]], title: str, subtitle: str) -> None:
+    """index.html, its rows (as `index_row` makes them) inline: one file, as the report embeds it."""
+    write_atomic(out / "index.html", index_html(rows, title, subtitle))
+
+
+def _prompts(cfg: Config) -> dict[str, str | None]:
+    """The prompt each task's agent got, as the harness step built it (None when unreadable)."""
+    out: dict[str, str | None] = {}
+    for ref in select_tasks(cfg.benchmark):
+        try:
+            out[ref.id] = prompt_for(read_task(cfg.benchmark, ref), cfg.benchmark)
+        except Exception:  # a task file changed since the run: show the rest without its prompt
+            out[ref.id] = None
+    return out
+
+
+def finished_rows(cfg: Config) -> list[dict[str, Any]]:
+    """rollouts.jsonl rows of every rollout graded so far (the viewer works during a run too)."""
+    from ..steps.aggregate import rollout_row
+
+    return [rollout_row(cfg, t, r) for t in select_tasks(cfg.benchmark) for r in range(cfg.repeats)
+            if (cfg.run_dir / t.id / str(r) / GRADE).is_file()]
+
+
+def build(cfg: Config, rows: Iterable[Mapping[str, Any]], out_dir: str | Path) -> Path:
+    """Write the viewer for `rows` (rollouts.jsonl rows) into out_dir; returns index.html."""
+    out, rows = Path(out_dir), list(rows)
+    shutil.rmtree(out / "rollouts", ignore_errors=True)  # pages of rollouts no longer in the run
+    prompts = _prompts(cfg)
+    for row in rows:
+        write_atomic(out / page_href(row), page.render(row, prompts.get(row["task_id"]), "../../index.html"))
+    n_tasks = len({r["task_id"] for r in rows})
+    subtitle = (f"{len(rows)} rollouts of {n_tasks} tasks; benchmark {cfg.benchmark.kind}, harness "
+                f"{cfg.harness.name}, model {cfg.model.name}. Click a column to sort; open a task for its trajectory.")
+    write_index(out, [index_row(r) for r in rows], f"Trajectories of run {cfg.run}", subtitle)
+    return out / "index.html"
+

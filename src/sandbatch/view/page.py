@@ -1,0 +1,184 @@
+"""One rollout's page: prompt, conversation, patch, grade, timings and model usage.
+
+Everything is rendered here into static HTML (no script), so the page reads the same in
+any browser, in `snakemake --report` and in a text dump of its DOM.
+"""
+
+from __future__ import annotations
+
+import json
+from html import escape
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from ..records import GRADE, MODEL_CALLS, PATCH, RESPONSE
+from ..responses import item_text
+from ..usage import iter_calls
+from ..util import read_json
+from .assets import CSS
+
+FOLD_CHARS = 2000  # tool outputs and arguments longer than this are folded, with their size
+LOG_TAIL_LINES = 80
+
+
+def size(n: int) -> str:
+    return f"{n} B" if n < 1024 else f"{n / 1024:.1f} KB" if n < 1024 ** 2 else f"{n / 1024 ** 2:.1f} MB"
+
+
+def _pre(text: str, label: str) -> str:
+    """A <pre> block, folded behind its size when long."""
+    body = f"<pre>{escape(text)}</pre>"
+    if len(text) <= FOLD_CHARS:
+        return body
+    return f"<details><summary>{escape(label)} ({size(len(text.encode()))}, {text.count(chr(10)) + 1} lines)</summary>{body}</details>"
+
+
+def _pretty_args(arguments: str) -> str:
+    try:
+        return json.dumps(json.loads(arguments), indent=2, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return arguments
+
+
+def conversation(prompt: str | None, items: Iterable[Mapping[str, Any]]) -> str:
+    """The prompt and the Responses items in order; each tool call carries its output."""
+    items = list(items)
+    outputs = {it.get("call_id"): it for it in items if it.get("type") == "function_call_output"}
+    out = []
+    if prompt is not None:
+        out.append(f'<div class="turn user"><div class="role">prompt</div>{_pre(prompt, "prompt")}</div>')
+    paired = set()
+    for it in items:
+        kind = it.get("type")
+        if kind == "message":
+            out.append(f'<div class="turn assistant"><div class="role">assistant</div><pre>{escape(item_text(it))}</pre></div>')
+        elif kind == "reasoning":
+            text = item_text(it)
+            out.append(f'<details class="turn reasoning"><summary class="role">reasoning ({size(len(text.encode()))})'
+                       f'</summary><pre>{escape(text)}</pre></details>')
+        elif kind == "function_call":
+            call_id = it.get("call_id")
+            result = outputs.get(call_id)
+            html = (f'<div class="turn tool-call"><div class="role">tool call <span class="fname">{escape(it.get("name", ""))}'
+                    f'</span> <span class="muted">{escape(call_id or "")}</span></div>'
+                    f'{_pre(_pretty_args(it.get("arguments", "")), "arguments")}')
+            if result is not None:
+                paired.add(call_id)
+                html += f'<div class="turn tool-output"><div class="role">output</div>{_pre(result.get("output", ""), "output")}</div>'
+            out.append(html + "</div>")
+        elif kind == "function_call_output":
+            if it.get("call_id") not in paired:
+                out.append(f'<div class="turn tool-output"><div class="role">output of {escape(it.get("call_id") or "?")}'
+                           f'</div>{_pre(it.get("output", ""), "output")}</div>')
+        else:
+            out.append(f'<div class="turn"><div class="role">{escape(str(kind))}</div>'
+                       f'{_pre(json.dumps(it, indent=2, ensure_ascii=False), str(kind))}</div>')
+    return "\n".join(out)
+
+
+def diff_html(patch: str) -> str:
+    if not patch.strip():
+        return '<p class="muted">empty patch</p>'
+    lines = []
+    for line in patch.splitlines():
+        cls = ("file" if line.startswith(("diff ", "+++", "---", "index ", "new file", "deleted file"))
+               else "hunk" if line.startswith("@@") else "add" if line.startswith("+")
+               else "del" if line.startswith("-") else "")
+        lines.append(f'<span class="{cls}">{escape(line) or " "}</span>')
+    return f'<pre class="diff">{"".join(lines)}</pre>'
+
+
+def _kv(rows: Iterable[tuple[str, Any]]) -> str:
+    return '<table class="kv">' + "".join(
+        f"<tr><td>{escape(k)}</td><td>{escape('' if v is None else str(v))}</td></tr>" for k, v in rows) + "</table>"
+
+
+def grade_html(grade: Mapping[str, Any], log_tail: str | None) -> str:
+    parts = [_kv([("reward", grade.get("reward")), ("resolved", grade.get("resolved")),
+                  ("status", grade.get("status")), ("failure class", grade.get("failure_class")),
+                  ("patch applied", grade.get("patch_applied")), ("apply method", grade.get("apply_method")),
+                  ("tests ran", grade.get("tests_ran")), ("test exit code", grade.get("test_exit_code")),
+                  ("error", grade.get("error"))])]
+    results = grade.get("test_results") or {}
+    rows = []
+    for group, by_outcome in (grade.get("tests_status") or {}).items():  # FAIL_TO_PASS / PASS_TO_PASS
+        for outcome, names in by_outcome.items():  # success / failure
+            for name in names:
+                status = results.get(name, outcome)
+                rows.append(f'<tr><td>{escape(group)}</td><td>{escape(name)}</td>'
+                            f'<td class="{escape(str(status))}">{escape(str(status))}</td></tr>')
+    if rows:
+        parts.append(f'<table id="tests"><tr><th>group</th><th>test</th><th>status</th></tr>{"".join(rows)}</table>')
+    tampering = grade.get("tampering") or []
+    if tampering:
+        body = "".join(f"<tr><td>{escape(str(t.get('path')))}</td><td>{escape(str(t.get('kind')))}</td>"
+                       f"<td>{escape(str(t.get('action')))}</td></tr>" for t in tampering)
+        parts.append(f'<h3>Tampering</h3><table id="tampering"><tr><th>path</th><th>kind</th><th>action</th></tr>{body}</table>')
+    if log_tail:
+        parts.append(f"<h3>Grader log (last {LOG_TAIL_LINES} lines)</h3>{_pre(log_tail, 'grader log')}")
+    return "\n".join(parts)
+
+
+def _log_tail(path: Path) -> str | None:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, 2)
+            fh.seek(max(0, fh.tell() - 64 * 1024))
+            text = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    return "\n".join(text.splitlines()[-LOG_TAIL_LINES:])
+
+
+def calls_html(path: Path) -> str:
+    rows = []
+    for i, c in enumerate(iter_calls(path), 1):
+        u = c.get("usage") or {}
+        rows.append(f"<tr><td>{i}</td><td>{escape(str(c.get('endpoint', '')))}</td><td>{escape(str(c.get('status')))}</td>"
+                    f"<td>{c.get('latency_s', '')}</td><td>{u.get('prompt_tokens', '')}</td>"
+                    f"<td>{u.get('completion_tokens', '')}</td><td>{u.get('cached_tokens', '')}</td></tr>")
+    if not rows:
+        return '<p class="muted">no model calls</p>'
+    return (f'<details><summary>{len(rows)} model call(s)</summary><table><tr><th>#</th><th>endpoint</th><th>status</th>'
+            f'<th>latency s</th><th>prompt tokens</th><th>completion tokens</th><th>cached</th></tr>{"".join(rows)}</table></details>')
+
+
+def render(row: Mapping[str, Any], prompt: str | None, index_href: str) -> str:
+    """The page of one rollout; `row` is its rollouts.jsonl row (steps.aggregate.rollout_row)."""
+    d = Path(row["dir"])
+    resp = read_json(d / RESPONSE) if (d / RESPONSE).is_file() else {}
+    grade = read_json(d / GRADE) if (d / GRADE).is_file() else {}
+    patch = (d / PATCH).read_bytes().decode("utf-8", "replace") if (d / PATCH).is_file() else ""
+    usage = resp.get("usage") or row.get("usage") or {}
+    title = f"{row['instance_id']} #{row['repeat']}"
+    summary = _kv([("task", row["task_id"]), ("repository", row.get("repo")), ("repeat", row["repeat"]),
+                   ("status", row["status"]), ("failure class", row.get("failure_class")),
+                   ("failed phase", row.get("failed_phase")), ("reward", row.get("reward")),
+                   ("resolved", row.get("resolved")), ("harness", row.get("harness")),
+                   ("exit code", row.get("exit_code")), ("model", resp.get("model"))])
+    timings = "".join(f"<tr><td>{escape(p)}</td><td>{'' if v is None else f'{v:.2f}'}</td></tr>"
+                      for p, v in (row.get("durations") or {}).items())
+    tokens = _kv([("model calls", usage.get("model_calls")), ("input tokens", usage.get("input_tokens")),
+                  ("cached input tokens", (usage.get("input_tokens_details") or {}).get("cached_tokens")),
+                  ("output tokens", usage.get("output_tokens")),
+                  ("reasoning tokens", (usage.get("output_tokens_details") or {}).get("reasoning_tokens")),
+                  ("total tokens", usage.get("total_tokens"))])
+    meta = resp.get("metadata") or {}
+    notes = ""
+    if meta.get("unknown_events") or meta.get("conversion_error"):
+        notes = (f'<p class="muted">{meta.get("unknown_events", 0)} event(s) the converter did not recognise'
+                 + (f"; conversion error: {escape(str(meta['conversion_error']))}" if meta.get("conversion_error") else "")
+                 + "</p>")
+    return f"""<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>{escape(title)}</title><style>{CSS}</style></head>
+<body><p><a href="{escape(index_href)}">&larr; all rollouts</a></p>
+<h1>{escape(title)} <span class="status-{escape(row['status'])}">{escape(row['status'])}</span></h1>
+{summary}
+<h2>Conversation</h2>{notes}
+<div id="conversation">{conversation(prompt, resp.get("output") or [])}</div>
+<h2>Patch <span class="muted">{size(len(patch.encode()))}</span></h2>{diff_html(patch)}
+<h2>Grade</h2>{grade_html(grade, _log_tail(d / "grade.log"))}
+<h2>Timings</h2><table id="timings"><tr><th>phase</th><th>seconds</th></tr>{timings}</table>
+<h2>Model calls and tokens</h2>{tokens}{calls_html(d / MODEL_CALLS)}
+</body></html>
+"""

@@ -1,0 +1,129 @@
+"""The trajectory viewer: pages of real rollouts, read back from a real browser's DOM.
+
+The run is the real workflow on two smoke tasks (oracle harness: one known tool call,
+`apply_patch`, and its output); the conversation rendering is also checked on the real
+OpenCode converter's output of a recorded OpenCode run.
+"""
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ops_util import run, sandbatch
+from sandbatch.harness import get_harness
+from sandbatch.view import COLUMNS, page, write_index
+
+CHROMIUM = shutil.which("chromium")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+RECORDED = Path(__file__).parent / "fixtures" / "opencode_1.18.33_events.jsonl"
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="Debian chromium is not installed "
+                                    "(scripts/services/chromium.sh)")
+
+
+def dom(url: str, tmp_path: Path) -> str:
+    """The DOM after the page's scripts ran, without the scripts themselves."""
+    out = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=5000",
+                          "--dump-dom", url], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return re.sub(r"<script\b.*?</script>", "", out.stdout, flags=re.S)
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    wd = tmp_path_factory.mktemp("view")
+    done = run(wd, "--config", "benchmark={'limit': 2}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    return wd
+
+
+@pytest.mark.slow
+@needs_chromium
+def test_rollout_page_shows_the_tool_calls_of_a_known_rollout(smoke_run, tmp_path):
+    view = smoke_run / "results" / "default" / "report" / "view"
+    html = dom((view / "rollouts" / "smoke__calc-1" / "0.html").as_uri(), tmp_path)
+    call = re.search(r'<div class="turn tool-call">.*?</div></div>', html, re.S)
+    assert call, html[:3000]
+    assert '<span class="fname">apply_patch</span>' in call.group(0)
+    assert "gold.patch" in call.group(0)  # its arguments
+    assert "Applied patch calc.py cleanly." in call.group(0)  # its output, inside the call
+    assert "divide() truncates the result" in html  # the prompt
+    assert '<span class="add">+    return a / b</span>' in html  # the patch, highlighted
+    assert re.search(r"<td>FAIL_TO_PASS</td><td>tests/test_calc.py::test_divide</td><td class=\"PASSED\">PASSED", html)
+    assert "Grader log" in html and "SANDBATCH_TEST_EXIT_CODE" in html
+    assert re.search(r"<td>grade</td><td>\d+\.\d\d</td>", html)  # phase timings
+
+
+@pytest.mark.slow
+@needs_chromium
+def test_index_lists_every_rollout_with_links(smoke_run, tmp_path):
+    view = smoke_run / "results" / "default" / "report" / "view"
+    html = dom((view / "index.html").as_uri(), tmp_path)
+    rows = re.findall(r'<tr><td><a href="(rollouts/[^"]+)">([^<]+)</a></td><td>(\d+)</td><td>([^<]*)</td>'
+                      r'<td class="status-(\w+)">', html)
+    assert sorted(rows) == [("rollouts/smoke__calc-1/0.html", "smoke__calc-1", "0", "smoke/calc", "ok"),
+                            ("rollouts/smoke__textutils-1/0.html", "smoke__textutils-1", "0", "smoke/textutils", "ok")]
+    assert "2 of 2 rollouts" in html
+    assert '<option value="smoke/calc">smoke/calc</option>' in html  # the repository filter
+
+
+@pytest.mark.slow
+def test_sandbatch_view_writes_the_same_pages(smoke_run, tmp_path):
+    out = sandbatch("view", "default", "-d", str(smoke_run), "-o", str(tmp_path / "v"))
+    assert out.returncode == 0, out.stderr
+    assert "2 rollout(s); open file://" in out.stdout
+    report = smoke_run / "results" / "default" / "report" / "view"
+    for rel in ("index.html", "rollouts/smoke__calc-1/0.html", "rollouts/smoke__textutils-1/0.html"):
+        assert (tmp_path / "v" / rel).read_text() == (report / rel).read_text(), rel
+    bad = sandbatch("view", "nosuchrun", "-d", str(smoke_run))
+    assert bad.returncode == 2 and "no such run" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@needs_chromium
+def test_index_renders_rows_lazily(tmp_path):
+    rows = [[f"org__proj-{i:04d}", 0, f"org/p{i % 3}", "ok" if i % 4 else "agent_error", None, float(i % 2),
+             1000 + i, 12.5, f"rollouts/org__proj-{i:04d}/0.html"] for i in range(250)]
+    assert len(rows[0]) == len(COLUMNS)
+    write_index(tmp_path, rows, "t", "s")
+    html = dom((tmp_path / "index.html").as_uri(), tmp_path)
+    body = html[html.index('<tbody id="rows">'):html.index("</tbody>")]
+    assert body.count("<tr>") == 100  # the first chunk; more as the table scrolls
+    assert "250 of 250 rollouts" in html
+    assert '<option value="agent_error">agent_error</option>' in html
+    # filter and sort from the address: agent_error rows (every 4th), most tokens first
+    html = dom((tmp_path / "index.html").as_uri() + "#status=agent_error&repo=org%2Fp1&sort=tokens&desc=1", tmp_path)
+    tasks = re.findall(r'<a href="rollouts/[^"]+">(org__proj-\d+)</a>', html)
+    expected = sorted((r for r in rows if r[3] == "agent_error" and r[2] == "org/p1"), key=lambda r: -r[6])
+    assert tasks == [r[0] for r in expected] and len(tasks) == 21
+    assert "21 of 250 rollouts" in html
+
+
+def test_conversation_of_a_recorded_opencode_run():
+    harness = get_harness("opencode")
+    items = harness.convert([json.loads(line) for line in RECORDED.read_text().splitlines()],
+                            harness.merge_config({})).items
+    html = page.conversation("fix the bug", items)
+    assert html.index("fix the bug") < html.index("reasoning") < html.index('<span class="fname">bash</span>')
+    assert re.search(r'<details class="turn reasoning"><summary class="role">reasoning \(\d+ B\)</summary>', html)
+    assert html.count('class="turn tool-call"') == 2 and html.count('class="turn tool-output"') == 2
+    assert "&quot;command&quot;: &quot;ls&quot;" in html
+    assert "README.md\ncalc.py" in html  # the first call's output, with it
+
+
+def test_long_outputs_fold_with_their_size():
+    items = [{"type": "function_call", "call_id": "c", "name": "bash", "arguments": "{}"},
+             {"type": "function_call_output", "call_id": "c", "output": "x\n" * 5000}]
+    html = page.conversation(None, items)
+    assert "<details><summary>output (9.8 KB, 5001 lines)</summary>" in html
+
+
+def test_grade_shows_tampering_when_present():
+    base = {"reward": 0.0, "resolved": False, "tests_status": {}, "test_results": {}}
+    assert "Tampering" not in page.grade_html(base, None)
+    html = page.grade_html({**base, "tampering": [{"path": "tests/test_calc.py", "kind": "modified",
+                                                   "action": "restored"}]}, None)
+    assert "<td>tests/test_calc.py</td><td>modified</td><td>restored</td>" in html
