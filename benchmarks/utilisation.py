@@ -14,8 +14,10 @@ tasks, then reads the records and prints:
   of their grading) and the mean number of agents running, against C;
 - per rollout, the time outside the agent and the tests, by phase: create, prepare,
   install, patch (extract), grade-sandbox create and prepare, delete (agent and grading
-  sandbox), the rest of each step, and the gaps between a rollout's jobs (Snakemake
-  noticing a job's end, selecting and starting the next, its process start-up).
+  sandbox; 0 where a step deletes after its record, as steps do now, the delete then
+  falls into the next gap unless the step server reported the job done first), the rest
+  of each step, and the gaps between a rollout's jobs (Snakemake noticing a job's end,
+  selecting and starting the next, its process start-up).
 
     python benchmarks/utilisation.py                          # local: N=256, C=64, T=20 s
     python benchmarks/utilisation.py --provider docker        # N=24, C=8
