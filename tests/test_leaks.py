@@ -2,8 +2,10 @@
 injected API faults, the provider holds 0 sandboxes of the run.
 
 Counted where the sandboxes live: on a real Docker engine (`docker ps -a` by run label)
-and on the OpenSandbox stand-in server (its live sandboxes), one server per test. The
-agent is a hanging `opencode` (a script uploaded as the user's own binary would be).
+and on the real OpenSandbox server (its sandboxes carrying the run's label; every run has
+a name of its own, as the server is shared). API faults are injected by a proxy in front
+of the server (tests/opensandbox_proxy.py). The agent is a hanging `opencode` (a script
+uploaded as the user's own binary would be).
 """
 
 from __future__ import annotations
@@ -15,8 +17,14 @@ from pathlib import Path
 
 import pytest
 
+from sandbatch.ids import label_value
+from sandbatch.sandbox import SandboxError, SandboxSpec
+
 from docker_fixtures import docker_base_image, docker_engine, docker_run_label  # noqa: F401 (fixtures)
 from harness_support import sleeper
+from opensandbox_proxy import FaultProxy
+from real_opensandbox import real_opensandbox  # noqa: F401 (fixture)
+from real_opensandbox import IMAGE, host_address, reap_run, unique_run, with_provider
 from ops_util import kill_group, run, sandbatch, start, wait_for
 from workflow_util import rollouts, write_config
 
@@ -46,47 +54,42 @@ class DockerBackend:
 
 
 class OpenSandboxBackend:
-    """Live sandboxes of a stand-in server that serves this test only."""
+    """Sandboxes of the run on the real OpenSandbox server (reached at `domain`: the server
+    itself, or a fault proxy in front of it)."""
 
-    def __init__(self, server, run: str):
-        self.server, self.run = server, run
-        self.sandbox = {
-            "provider": "opensandbox", "default_image": "sandbatch/base:bookworm",
-            "opensandbox": {
-                "connection": {"domain": server.domain, "protocol": "http", "api_key_env": None,
-                               "request_timeout": 10},
-                "create": {"retries": 1, "backoff_initial": 0.05, "backoff_max": 0.2, "ready_timeout": 10},
-                "probe": {"interval": 0.05, "timeout": 15},
-                "operations": {"retries": 1, "backoff_initial": 0.02, "backoff_max": 0.1},
-            }}
-        # the stand-in runs sandbox commands on this host
-        self.model = {"name": "m", "base_url": NO_MODEL,
-                      "proxy": {"bind_host": "127.0.0.1", "advertise_host": "127.0.0.1"}}
+    def __init__(self, real, run: str, domain: str | None = None):
+        self.real, self.run = real, run
+        self.sandbox = {"provider": "opensandbox", "default_image": IMAGE,
+                        "opensandbox": real.options(domain, create={"retries": 1, "backoff_initial": 0.05},
+                                                    operations={"retries": 1, "backoff_initial": 0.02})}
+        self.model = {"name": "m", "base_url": NO_MODEL, "proxy": {"advertise_host": host_address()}}
 
     def live(self) -> list[str]:
-        return self.server.stats()["ids"]
+        infos = with_provider(self.real.options(), lambda p: p.list({"run": label_value(self.run)}))
+        return sorted(i.id for i in infos)
 
     def agent_running(self, handle: dict) -> bool:
-        out = self.server.host_path(handle["sandbox_id"], f"{handle['tmpdir']}/agent.stdout")
-        return out.is_file() and out.stat().st_size > 0
+        async def check(p):
+            sb = await p.connect(handle["sandbox_id"], SandboxSpec(image=IMAGE))
+            res = await sb.exec(["test", "-s", f"{handle['tmpdir']}/agent.stdout"], timeout=30, cwd="/")
+            return res.exit_code == 0
 
-
-@pytest.fixture
-def standin(tmp_path_factory):
-    pytest.importorskip("aiohttp", reason="the stand-in server needs the test extra: pip install -e .[test]")
-    from opensandbox_server import StandIn
-
-    server = StandIn.in_thread(tmp_path_factory.mktemp("standin"))
-    yield server
-    server.stop()
+        try:
+            return with_provider(self.real.options(), check)
+        except SandboxError:  # e.g. being deleted by a step that just ended
+            return False
 
 
 @pytest.fixture(params=["docker", "opensandbox"])
 def backend(request):
     if request.param == "docker":
-        return DockerBackend(request.getfixturevalue("docker_engine"), request.getfixturevalue("docker_base_image"),
+        yield DockerBackend(request.getfixturevalue("docker_engine"), request.getfixturevalue("docker_base_image"),
                              request.getfixturevalue("docker_run_label"))  # the label's fixture sweeps leftovers
-    return OpenSandboxBackend(request.getfixturevalue("standin"), "leaks")
+        return
+    real = request.getfixturevalue("real_opensandbox")
+    run_name = unique_run("leaks")
+    yield OpenSandboxBackend(real, run_name)
+    reap_run(real, run_name)  # whatever a failed test left
 
 
 def hanging_opencode(tmp: Path) -> dict:
@@ -171,7 +174,7 @@ def test_sigkilled_run_leaves_no_sandbox(tmp_path, backend, recovery):
     assert backend.live() == []
 
 
-def test_api_faults_leave_no_sandbox(tmp_path, standin):
+def test_api_faults_leave_no_sandbox(tmp_path, real_opensandbox):
     """A create the client gives up on while the server makes it anyway, whose clean-up
     delete fails beyond its retries, and a delete that fails once.
 
@@ -180,21 +183,25 @@ def test_api_faults_leave_no_sandbox(tmp_path, standin):
     delete of the stray fails, which leaves it to the end-of-run reaper; the next delete
     (the other rollout's patch step) is retried.
     """
-    backend = OpenSandboxBackend(standin, "leaks-faults")
-    options = backend.sandbox["opensandbox"]
-    options["connection"]["request_timeout"] = 3
-    options["create"]["retries"] = 0
-    standin.add_fault(op="create", action="delay", seconds=6, visible=True, count=1)
-    standin.add_fault(op="delete", action="status", status=500, count=options["operations"]["retries"] + 1)
-    standin.add_fault(op="delete", action="status", status=500, count=1)
-    cfg = configfile(tmp_path, backend.run, backend.sandbox, concurrency=1)
-    proc = run(tmp_path, "--configfile", cfg, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    stats = standin.stats()
-    assert stats["faults_pending"] == [], stats["faults_pending"]
-    rows = sorted((r["status"], r["failed_phase"]) for r in rollouts(tmp_path, backend.run))
-    assert rows == [("infra_error", "sandbox"), ("ok", None)], rows
-    assert manifest(tmp_path, backend.run)["sandboxes_reaped"] == 1  # the lost create's sandbox
-    assert backend.live() == [], stats["ids"]
-    # the stray, and the agent and grading sandboxes of the rollout that got one
-    assert stats["created_total"] == stats["deleted_total"] == 3
+    with FaultProxy(real_opensandbox.url) as proxy:
+        backend = OpenSandboxBackend(real_opensandbox, unique_run("leaks-faults"), proxy.domain)
+        try:
+            options = backend.sandbox["opensandbox"]
+            options["connection"]["request_timeout"] = 5
+            options["create"]["retries"] = 0
+            proxy.add_fault(op="create", action="delay", seconds=10, count=1)
+            proxy.add_fault(op="delete", action="status", status=500, count=options["operations"]["retries"] + 1)
+            proxy.add_fault(op="delete", action="status", status=500, count=1)
+            cfg = configfile(tmp_path, backend.run, backend.sandbox, concurrency=1)
+            proc = run(tmp_path, "--configfile", cfg, timeout=300)
+            assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+            stats = proxy.stats()
+            assert stats["faults_pending"] == [], stats["faults_pending"]
+            rows = sorted((r["status"], r["failed_phase"]) for r in rollouts(tmp_path, backend.run))
+            assert rows == [("infra_error", "sandbox"), ("ok", None)], rows
+            assert manifest(tmp_path, backend.run)["sandboxes_reaped"] == 1  # the lost create's sandbox
+            assert backend.live() == []
+            # the stray, and the agent and grading sandboxes of the rollout that got one
+            assert stats["requests"]["create"] == 3
+        finally:
+            reap_run(real_opensandbox, backend.run)

@@ -1,82 +1,123 @@
-"""The smoke benchmark through the workflow on the opensandbox provider: the real SDK talks
-HTTP to the stand-in server, with faults injected."""
+"""The workflow on the opensandbox provider against the REAL OpenSandbox server: the smoke
+benchmark (SWE-bench family) and Terminal-Bench rows with the oracle, the `none` harness,
+and API faults injected by a proxy in front of the server (tests/opensandbox_proxy.py).
+
+Each run has a run name of its own (the server is shared); at the end no sandbox of it
+may be left on the server.
+"""
 
 import json
 
 import pytest
 
-pytest.importorskip("aiohttp", reason="the stand-in server needs the test extra: pip install -e .[test]")
+pytest.importorskip("aiohttp", reason="the fault proxy needs the test extra: pip install -e .[test]")
 
-from opensandbox_server import StandIn  # noqa: E402
-from workflow_util import SMOKE_TASKS, metrics, rollouts, snakemake, write_config  # noqa: E402
+from opensandbox_proxy import FaultProxy  # noqa: E402
+from real_opensandbox import IMAGE, real_opensandbox, reap_run, unique_run  # noqa: E402,F401 (fixture)
+from workflow_util import REPO, SMOKE_TASKS, metrics, rollouts, snakemake, write_config  # noqa: E402
 
 pytestmark = pytest.mark.slow
 N_SMOKE = sum(1 for line in SMOKE_TASKS.read_text().splitlines() if line.strip())
-PROBE_PREFIX = "mkdir -p /tmp/sandbatch && "
+PROBE_PREFIX = "mkdir -p /tmp/sandbatch "
+FIX = REPO / "tests" / "fixtures" / "bench"
 
 
 @pytest.fixture
-def server(tmp_path_factory):
-    srv = StandIn.in_thread(tmp_path_factory.mktemp("standin"))
-    yield srv
-    srv.stop()
+def run_name(real_opensandbox):
+    """A run name of this test's own; at the end none of its sandboxes may be left."""
+    name = unique_run("osw")
+    yield name
+    left = reap_run(real_opensandbox, name)
+    assert left == [], f"sandboxes left behind: {left}"
 
 
-def _config(tmp_path, server, run, **extra):
-    cfg = {"run": run, "retries": 1, "sandbox": {
-        "provider": "opensandbox", "default_image": "sandbatch/base:bookworm",
-        "opensandbox": {
-            "connection": {"domain": server.domain, "protocol": "http", "api_key_env": None,
-                           "request_timeout": 10},
-            "create": {"backoff_initial": 0.05, "backoff_max": 0.2, "ready_timeout": 10},
-            "probe": {"interval": 0.05, "timeout": 15},
-            "operations": {"backoff_initial": 0.02, "backoff_max": 0.1},
-        }}, **extra}
-    return write_config(tmp_path, f"{run}.yaml", cfg)
+@pytest.fixture
+def proxy(real_opensandbox):
+    proxy = FaultProxy(real_opensandbox.url)
+    yield proxy
+    proxy.stop()
 
 
-def _commands_run_twice(server):
-    """Commands that ran more than once in the same sandbox (the probe may, by design)."""
-    return {(sid, t): n for sid, per in server.stats()["commands_per_sandbox"].items()
-            for t, n in per.items() if n > 1 and not t.startswith(PROBE_PREFIX)}
+def _config(tmp_path, real, run, domain=None, opensandbox=None, sandbox=None, **extra):
+    options = real.options(domain, **(opensandbox or {}))
+    cfg = {"run": run, "retries": 1, "sandbox": {"provider": "opensandbox", "default_image": IMAGE,
+                                                 "opensandbox": options, **(sandbox or {})}, **extra}
+    return str(write_config(tmp_path, f"{run}.yaml", cfg))
 
 
-def test_transient_faults_are_retried_and_every_rollout_resolves(tmp_path, server):
-    server.add_fault(op="create", action="status", status=503, count=2)
-    server.add_fault(op="create", action="status", status=429, retry_after=1, count=1)
-    server.add_fault(op="exec", action="status", status=502, count=3)
-    server.add_fault(op="delete", action="status", status=404, count=1)
-    proc = snakemake(tmp_path, "--configfile", str(_config(tmp_path, server, "os-ok")))
+def _why(rows):
+    return [(r["instance_id"], r["status"], r["failure_class"]) for r in rows]
+
+
+def test_smoke_oracle_resolves_and_leaves_none(tmp_path, real_opensandbox, run_name):
+    proc = snakemake(tmp_path, "--configfile", _config(tmp_path, real_opensandbox, run_name))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = rollouts(tmp_path, "os-ok")
+    rows = rollouts(tmp_path, run_name)
     assert len(rows) == N_SMOKE
-    assert all(r["resolved"] and r["status"] == "ok" for r in rows), [(r["instance_id"], r["failure_class"]) for r in rows]
-    stats = server.stats()
-    assert stats["live"] == 0, stats["ids"]
-    assert not _commands_run_twice(server)
+    assert all(r["resolved"] and r["status"] == "ok" for r in rows), _why(rows)
+    # the steps deleted their own sandboxes: the end-of-run reaper found none
+    manifest = json.loads((tmp_path / "results" / run_name / "manifest.json").read_text())
+    assert manifest["sandboxes_reaped"] == 0
 
 
-def test_faults_beyond_the_budget_become_infra_errors_and_nothing_leaks(tmp_path, server):
-    server.add_fault(op="create", action="status", status=503, count=10_000)
-    proc = snakemake(tmp_path, "--configfile", str(_config(tmp_path, server, "os-down")))
+def test_none_harness_resolves_nothing(tmp_path, real_opensandbox, run_name):
+    cfg = _config(tmp_path, real_opensandbox, run_name, harness={"name": "none"}, benchmark={"limit": 1})
+    proc = snakemake(tmp_path, "--configfile", cfg)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = rollouts(tmp_path, "os-down")
-    assert len(rows) == N_SMOKE
+    rows = rollouts(tmp_path, run_name)
+    assert len(rows) == 1 and rows[0]["status"] == "ok" and not rows[0]["resolved"], _why(rows)
+
+
+def test_terminal_bench_oracle(tmp_path, real_opensandbox, run_name):
+    """Terminal-Bench: solve.sh, then test.sh in a fresh sandbox; reward.txt, reward.json, and
+    no reward (an infra error, never a 0). The smoke tasks are the SWE-bench family."""
+    ids = ["hello-world", "json-reward", "no-reward"]
+    rewrites = [{"prefix": f"ghcr.io/example/tb-{i}:20251031", "replace": IMAGE} for i in ids]
+    tb = _config(tmp_path, real_opensandbox, run_name, harness={"name": "oracle"}, retries=0,
+                 sandbox={"image_rewrites": rewrites},
+                 benchmark={"kind": "terminal_bench", "tasks": str(FIX / "terminal_bench"), "instance_ids": ids})
+    proc = snakemake(tmp_path, "--configfile", tb)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {r["instance_id"]: r for r in rollouts(tmp_path, run_name)}
+    assert rows["hello-world"]["reward"] == 1.0 and rows["hello-world"]["resolved"], _why(rows.values())
+    assert rows["json-reward"]["reward"] == 1.0 and rows["json-reward"]["resolved"], _why(rows.values())
+    assert rows["no-reward"]["failure_class"] == "grading_no_reward" and not rows["no-reward"]["resolved"]
+
+
+
+def test_transient_faults_are_retried_and_a_slow_create_leak_is_reaped(tmp_path, real_opensandbox, run_name,
+                                                                        proxy):
+    """5xx and 429 on create, 502 on exec, a delete answered 404, and a create that outlives
+    the client's timeout while the server makes its sandbox anyway: every rollout resolves,
+    no command reaches a sandbox twice and the stray is deleted (run_name checks)."""
+    proxy.add_fault(op="create", action="status", status=503, count=2)
+    proxy.add_fault(op="create", action="status", status=429, retry_after=1, count=1)
+    proxy.add_fault(op="create", action="delay", seconds=12, count=1)
+    proxy.add_fault(op="exec", action="status", status=502, count=3)
+    proxy.add_fault(op="delete", action="gone", count=1)
+    cfg = _config(tmp_path, real_opensandbox, run_name, proxy.domain, benchmark={"limit": 2},
+                  opensandbox={"connection": {"request_timeout": 5}})
+    proc = snakemake(tmp_path, "--configfile", cfg)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = rollouts(tmp_path, run_name)
+    assert len(rows) == 2 and all(r["resolved"] and r["status"] == "ok" for r in rows), _why(rows)
+    stats = proxy.stats()
+    assert stats["faults_pending"] == [] and stats["faults_fired"]["create:delay"] == 1
+    assert not proxy.sent_twice(PROBE_PREFIX)
+
+
+def test_faults_beyond_the_budget_become_infra_errors(tmp_path, real_opensandbox, run_name, proxy):
+    proxy.add_fault(op="create", action="status", status=503, count=10_000)
+    cfg = _config(tmp_path, real_opensandbox, run_name, proxy.domain, benchmark={"limit": 1},
+                  opensandbox={"create": {"retries": 2, "backoff_initial": 0.05, "backoff_max": 0.2}})
+    proc = snakemake(tmp_path, "--configfile", cfg)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = rollouts(tmp_path, run_name)
+    assert len(rows) == 1
     assert all(r["status"] == "infra_error" and r["failed_phase"] == "sandbox" for r in rows)
     assert all(r["failure_class"].startswith("sandbox") for r in rows)
-    m = metrics(tmp_path, "os-down")
+    m = metrics(tmp_path, run_name)
     assert m["infra_error_rate"]["value"] == 1.0 and m["resolved_rate_excluding_infra_errors"]["denominator"] == 0
     # the agent was never blamed: no harness ran, nothing was graded as a failure of the agent
-    harness = json.loads(next((tmp_path / "results/os-down").glob("*/0/harness.json")).read_text())
+    harness = json.loads(next((tmp_path / "results" / run_name).glob("*/0/harness.json")).read_text())
     assert harness["status"] == "infra_error" and harness["exit_code"] is None
-    assert server.stats()["live"] == 0
-
-
-def test_slow_create_leak_is_reaped(tmp_path, server):
-    # the first create outlives the client's timeout but still makes a sandbox server-side
-    server.add_fault(op="create", action="delay", seconds=12, visible=True, count=1)
-    proc = snakemake(tmp_path, "--configfile", str(_config(tmp_path, server, "os-slow")),
-                     "--config", "benchmark={'limit': 1}")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert [r["resolved"] for r in rollouts(tmp_path, "os-slow")] == [True]
-    assert server.stats()["live"] == 0

@@ -1,4 +1,12 @@
-"""A local OpenSandbox stand-in server for tests and benchmarks (see app.py for what it fakes).
+"""A local OpenSandbox stand-in server (see app.py for what it fakes).
+
+The opensandbox tests run against the REAL server (tests/real_opensandbox.py), with faults
+injected by a proxy in front of it (tests/opensandbox_proxy.py). The stand-in is kept only
+for what neither can produce here:
+- a sandbox the server reports `Failed` with a reason (`OOMKilled`): a whole-sandbox OOM
+  kill cannot be provoked on the real Docker runtime of this machine;
+- the client-only throughput figure (benchmarks/sandbox_throughput.py): a server with no
+  containers and a fixed injected latency, so the client's own cost shows.
 
     with StandIn.in_thread() as server:          # or StandIn.in_subprocess()
         server.add_fault(op="create", action="status", status=503, count=2)

@@ -62,7 +62,7 @@ EXECD_PORT = 44772
 LIFECYCLE_OPS = {"create", "get", "list", "delete", "renew", "patch", "endpoint", "metrics"}
 EXECD_OPS = {"exec", "upload", "download", "info", "files_delete", "ping"}
 DEFAULT_MAPPED_PREFIXES = ("/testbed", "/tmp/sandbatch", "/workspace")
-IMAGE_SKELETON = ("/tmp", "/root", "/testbed", "/workspace")
+IMAGE_SKELETON = ("/tmp", "/root", "/workspace")  # no /testbed: images often lack it
 
 _LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -582,6 +582,9 @@ async def run_command(request: web.Request) -> web.StreamResponse:
     cwd = state.map_path(rec, body["cwd"]) if body.get("cwd") else rec.fs
     args = ["bash", "-c", state.rewrite(rec, command)] if command else [state.rewrite(rec, a) for a in argv]
 
+    if not cwd.is_dir():  # as the real execd answers, before any stream
+        return _error(400, "INVALID_REQUEST_BODY", f"invalid request, validation error working directory "
+                      f"does not exist: {body['cwd']}: stat {body['cwd']}: no such file or directory")
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await resp.prepare(request)
     lock = asyncio.Lock()
@@ -591,13 +594,6 @@ async def run_command(request: web.Request) -> web.StreamResponse:
             await resp.write(chunk)
 
     execution_id = uuid.uuid4().hex
-    if not cwd.is_dir():
-        await send(_event("init", text=execution_id))
-        await send(_event("error", error={"ename": "CommandExecError",
-                                          "evalue": f"chdir {body['cwd']}: no such file or directory",
-                                          "traceback": []}))
-        return resp
-
     started = time.monotonic()
     proc = await _Process.start(args, str(cwd), env)
     state.commands[text] = state.commands.get(text, 0) + 1

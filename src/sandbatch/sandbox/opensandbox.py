@@ -9,23 +9,27 @@ of the SDK, and why:
   deleted; `sandbatch.sandbox.reaper.reap` sweeps whatever is left by label.
 - Creates are retried with jittered exponential backoff on 5xx, 429 (Retry-After
   honoured) and connection errors; the SDK never retries a POST on a status code.
-- A sandbox is made from the SDK's parts: its lifecycle service creates the sandbox and
-  finds execd's endpoint, its execd clients run commands and move files. The SDK's
-  Sandbox.create would also look up the egress sidecar's endpoint and build clients for
-  APIs the provider never calls, about a fifth of the client's CPU per sandbox.
+- Only the SDK's public API: `Sandbox.create` / `Sandbox.connect` (endpoint lookups
+  included; no health check, the probe below is a real command), `SandboxManager` for
+  calls not tied to one sandbox, and httpx's own transport under the SDK's retrying one.
+  Against the real server at concurrency 64 the client needs 20-30 ms of CPU per
+  sandbox, 1-3 % of a core (README, "Performance figures"): the server and Docker bound a
+  run, not the client, so a faster transport or a leaner create buys nothing there.
 - After create a probe command must print the expected output before the deadline
-  (it also makes the scratch directory); a sandbox that fails it is deleted.
-- Commands: a 502/503 or a refused connection before the stream starts means execd did
-  not take the command (it is still binding), so the command is sent again, a bounded
-  number of times. Anything after that point (a broken stream, a timeout) may have run
-  the command and is never retried. Every command has the server-side timeout plus a
-  client-side asyncio deadline, because the SDK's stream has no read timeout.
+  (it also makes the scratch directory and the workdir, which the image may lack and
+  execd refuses as a command's cwd); a sandbox that fails it is deleted.
+- Commands: a 502/503/429 or a refused connection before the stream starts means execd
+  did not take the command (it is still binding), so the command is sent again, a
+  bounded number of times. Any other 4xx is execd refusing the request: definitive,
+  nothing ran, not retried. Anything after the stream starts (a broken stream, a
+  timeout) may have run the command and is never retried. Every command has the
+  server-side timeout plus a client-side asyncio deadline, because the SDK's stream has
+  no read timeout.
 - A dead sandbox (deleted, expired, OOM-killed, failed) surfaces as SandboxGone.
 - Idempotent requests (get, list, delete, downloads) are retried by the SDK's transport.
-- The SDK's HTTP clients send through one aiohttp connection pool of `max_connections`
-  (sandbox/opensandbox_http.py): httpx's own transport took about half the client's CPU at
-  a few dozen sandboxes at once. Keep-alive expiry stays below the server's so a reused
-  connection is not one the server is closing ("Server disconnected").
+- Every SDK client shares one connection pool of `max_connections` (at most
+  KEEPALIVE_POOL of them kept idle); keep-alive expiry stays below the server's so a reused connection is not one the server is closing
+  ("Server disconnected").
 - SDK telemetry is off (OPENSANDBOX_DISABLE_METRICS=1 and `disable_metrics`).
 
 Command output arrives as lines (execd splits on CR/LF and drops the terminators); the
@@ -39,7 +43,6 @@ provider per event loop and `aclose()` it.
 from __future__ import annotations
 
 import asyncio
-import functools
 import itertools
 import logging
 import os
@@ -53,28 +56,27 @@ from typing import Any
 
 os.environ.setdefault("OPENSANDBOX_DISABLE_METRICS", "1")  # before the SDK is imported
 
+from importlib.metadata import version as _installed  # noqa: E402
+
 import httpx  # noqa: E402  (the SDK's own HTTP client)
-from opensandbox.adapters.factory import AdapterFactory  # noqa: E402
+from packaging.specifiers import SpecifierSet  # noqa: E402
+from opensandbox import Sandbox as SdkSandbox  # noqa: E402
 from opensandbox.config import ConnectionConfig  # noqa: E402
-from opensandbox.constants import DEFAULT_EXECD_PORT  # noqa: E402
 from opensandbox.exceptions import (  # noqa: E402
     InvalidArgumentException,
     SandboxApiException,
     SandboxException,
     SandboxRateLimitException,
 )
-from opensandbox.internal.readiness import ReadinessBudget  # noqa: E402
 from opensandbox.manager import SandboxManager  # noqa: E402
 from opensandbox.models.execd import ExecutionHandlers, RunCommandOpts  # noqa: E402
-from opensandbox.models.sandboxes import NetworkPolicy, SandboxEndpoint, SandboxFilter, SandboxImageSpec  # noqa: E402
-from opensandbox.services import Commands, Filesystem, Sandboxes  # noqa: E402
+from opensandbox.models.sandboxes import NetworkPolicy, SandboxFilter, SandboxImageSpec  # noqa: E402
 from opensandbox.transport import RetryAsyncTransport, RetryPolicy  # noqa: E402
 
 from ..config import load_schema  # noqa: E402
 from ..errors import UserError  # noqa: E402
 from ..ids import LABEL_MAX, label_value  # noqa: E402
 from ..util import deep_merge  # noqa: E402
-from .opensandbox_http import AiohttpTransport  # noqa: E402
 from .base import (  # noqa: E402
     ExecResult,
     Provider,
@@ -88,9 +90,18 @@ from .base import (  # noqa: E402
 
 log = logging.getLogger(__name__)
 
+# the opensandbox SDK versions this module is tested with (pyproject.toml declares the same;
+# tests/test_opensandbox_sdk_range.py runs the provider on both ends against the real server)
+SDK_VERSIONS = ">=1.1.0,<1.2"
+
 TMPDIR = "/tmp/sandbatch"
 CREATE_LABEL = "sandbatch-create"  # one value per create() call: finds that call's strays
 PAGE_SIZE = 200  # the server's maximum
+# idle connections kept for reuse: httpcore checks every idle connection (a socket poll
+# each) on every request, so a large idle pool costs more CPU than the connects it saves
+# (stand-in benchmark, 200 sandboxes at 64: 44 ms of client CPU per sandbox with 128
+# kept, 11-12 with 16, 12 with 8, 19 with 32)
+KEEPALIVE_POOL = 16
 # what the SDK's Sandbox.create sends when no entrypoint or resource limits are given
 SDK_DEFAULT_ENTRYPOINT = ("tail", "-f", "/dev/null")
 SDK_DEFAULT_RESOURCE = {"cpu": "1", "memory": "2Gi"}
@@ -173,26 +184,25 @@ def _describe(exc: BaseException) -> str:
     return text if len(text) <= 300 else text[:300] + "..."
 
 
+def check_sdk(installed: str) -> None:
+    """UserError unless the installed SDK is one the provider is tested with."""
+    if installed not in SpecifierSet(SDK_VERSIONS):
+        raise UserError(f"the opensandbox provider needs the opensandbox SDK {SDK_VERSIONS}, but {installed} is "
+                        f"installed; run: pip install 'opensandbox{SDK_VERSIONS}'")
+
+
 # --- the sandbox ---------------------------------------------------------------------------
 
 class OpenSandboxSandbox(Sandbox):
-    def __init__(self, provider: "OpenSandboxProvider", sandbox_id: str, execd: SandboxEndpoint, spec: SandboxSpec):
+    def __init__(self, provider: "OpenSandboxProvider", sdk: SdkSandbox, spec: SandboxSpec):
         self.provider = provider
-        self.id = sandbox_id
+        self.sdk = sdk  # the SDK's sandbox: its execd clients run commands and move files
+        self.id = sdk.id
         self.spec = spec
-        self.execd = execd
         self.workdir = spec.workdir
         self.tmpdir = TMPDIR
-
-    # the SDK's clients of this sandbox's execd, each made when first used (a sandbox that
-    # only runs commands never builds the files client)
-    @functools.cached_property
-    def commands(self) -> Commands:
-        return AdapterFactory(self.provider._config()).create_command_service(self.execd)
-
-    @functools.cached_property
-    def files(self) -> Filesystem:
-        return AdapterFactory(self.provider._config()).create_filesystem_service(self.execd)
+        self.commands = sdk.commands
+        self.files = sdk.files
 
     # commands ----------------------------------------------------------------------------
     async def exec(self, command, *, timeout, cwd=None, env=None, stdin=None) -> ExecResult:
@@ -240,7 +250,13 @@ class OpenSandboxSandbox(Sandbox):
                                   duration_s=time.monotonic() - start)
             except SandboxException as exc:
                 status = _status(exc)
-                not_started = status in (502, 503) or _pre_send(exc)
+                if status is not None and 400 <= status < 500 and status != 429:
+                    # execd validated the request and refused it (e.g. a working directory
+                    # that does not exist): a definitive answer, nothing ran
+                    await self._raise_if_gone(exc)
+                    raise SandboxError(f"sandbox {self.id}: execd refused the command, which did not run "
+                                       f"(HTTP {status}: {_describe(exc)})", "sandbox_exec") from exc
+                not_started = status in (429, 502, 503) or _pre_send(exc)
                 if not_started and attempt < retries:
                     await self._raise_if_gone(exc)
                     await asyncio.sleep(backoff(attempt, ops["backoff_initial"], ops["backoff_max"]))
@@ -267,7 +283,8 @@ class OpenSandboxSandbox(Sandbox):
     async def probe(self) -> None:
         """Run the probe until it prints what is expected; SandboxError at the deadline."""
         cfg = self.provider.options["probe"]
-        command = f"mkdir -p {TMPDIR} && {cfg['command']}"
+        # the workdir too: every later command runs there, and execd refuses a missing cwd
+        command = f"mkdir -p {TMPDIR} {shlex.quote(self.workdir)} && {cfg['command']}"
         expected = cfg.get("expected")
         deadline = time.monotonic() + cfg["timeout"]
         last = "not run"
@@ -323,11 +340,20 @@ class OpenSandboxSandbox(Sandbox):
         return "gone" if info is None else _STATES.get(info.status.state.lower(), "unknown")
 
     async def _raise_if_gone(self, exc: BaseException | None) -> None:
-        """SandboxGone when the sandbox is deleted, expired or dead; otherwise return."""
-        try:
-            info = await self.provider.info(self.id)
-        except SandboxError:
-            return  # cannot tell; the caller reports its own error
+        """SandboxGone when the sandbox is deleted, expired or dead; otherwise return.
+
+        After a failed request the server is asked twice, a second apart: a container
+        that dies breaks its streams a moment before the server reports it dead.
+        """
+        for attempt in range(2 if exc is not None else 1):
+            if attempt:
+                await asyncio.sleep(1.0)
+            try:
+                info = await self.provider.info(self.id)
+            except SandboxError:
+                return  # cannot tell; the caller reports its own error
+            if info is None or _STATES.get(info.status.state.lower()) == "gone":
+                break
         if info is None:
             raise SandboxGone(f"sandbox {self.id} no longer exists (deleted or expired)") from exc
         state = info.status.state
@@ -354,6 +380,7 @@ class OpenSandboxProvider(Provider):
 
     def __init__(self, options: dict[str, Any] | None = None):
         super().__init__(options)
+        check_sdk(_installed("opensandbox"))
         self.options = deep_merge(default_options(), self.options)
         conn = self.options["connection"]
         self.ops = self.options["operations"]
@@ -362,7 +389,6 @@ class OpenSandboxProvider(Provider):
         self._key_env = key_env
         self._connection: ConnectionConfig | None = None
         self._manager: SandboxManager | None = None
-        self._lifecycle: Sandboxes | None = None
         self._transport: httpx.AsyncBaseTransport | None = None
 
     # connection plumbing -------------------------------------------------------------------
@@ -370,11 +396,10 @@ class OpenSandboxProvider(Provider):
         """The SDK's connection settings, with the one transport every SDK client shares."""
         if self._connection is None:
             conn = self.options["connection"]
-            # https: httpx's trust settings (certifi, or SSL_CERT_FILE / SSL_CERT_DIR), read
-            # once; plain http never opens TLS and keeps aiohttp's default
-            tls = httpx.create_ssl_context() if conn["protocol"] == "https" else None
-            inner = AiohttpTransport(max_connections=max(1, int(conn["max_connections"])),
-                                     keepalive_expiry=conn["keep_alive_expiry"], ssl_context=tls)
+            size = max(1, int(conn["max_connections"]))
+            inner = httpx.AsyncHTTPTransport(limits=httpx.Limits(
+                max_connections=size, max_keepalive_connections=min(size, KEEPALIVE_POOL),
+                keepalive_expiry=conn["keep_alive_expiry"]))
             policy = RetryPolicy(
                 max_retries=self.ops["retries"],
                 initial_backoff=timedelta(seconds=self.ops["backoff_initial"]),
@@ -395,35 +420,16 @@ class OpenSandboxProvider(Provider):
             self._manager = await SandboxManager.create(self._config())
         return self._manager
 
-    def _sandboxes(self) -> Sandboxes:
-        """The SDK's lifecycle service, for creating sandboxes and finding their endpoints."""
-        if self._lifecycle is None:
-            self._lifecycle = AdapterFactory(self._config()).create_sandbox_service()
-        return self._lifecycle
-
-    async def _execd_endpoint(self, sandbox_id: str) -> SandboxEndpoint:
-        """Where the sandbox's execd listens, waiting (as the SDK does) until it is published."""
-        budget = ReadinessBudget(timedelta(seconds=self.options["create"]["ready_timeout"]),
-                                 timedelta(milliseconds=200))
-        use_proxy = self.options["connection"]["use_server_proxy"]
-        return await budget.endpoint(
-            lambda: self._sandboxes().get_sandbox_endpoint(sandbox_id, DEFAULT_EXECD_PORT, use_proxy))
-
     async def _launch(self, spec: SandboxSpec, request: dict[str, Any]) -> OpenSandboxSandbox:
-        """One create call and one endpoint lookup; a sandbox whose endpoint fails is deleted.
+        """One create call and the endpoint lookups (the SDK deletes a sandbox whose endpoints fail).
 
-        What the SDK's Sandbox.create does, less what the provider never uses: it would
-        also look up the egress sidecar's endpoint (one more request per sandbox) and
-        build a client for each of execd's other APIs. No health check either: create()
-        probes the sandbox with a real command.
+        No health check: create() probes the sandbox with a real command.
         """
-        created = await self._sandboxes().create_sandbox(spec=SandboxImageSpec(image=spec.image), **request)
-        try:
-            execd = await self._execd_endpoint(created.id)
-        except BaseException:
-            await asyncio.shield(self._delete_quietly(created.id))
-            raise
-        return OpenSandboxSandbox(self, created.id, execd, spec)
+        sdk = await SdkSandbox.create(
+            SandboxImageSpec(image=spec.image), connection_config=self._config(), skip_health_check=True,
+            ready_timeout=timedelta(seconds=self.options["create"]["ready_timeout"]),
+            health_check_polling_interval=timedelta(milliseconds=200), **request)
+        return OpenSandboxSandbox(self, sdk, spec)
 
     def _api_error(self, what: str, exc: BaseException, failure_class: str = "sandbox_api") -> SandboxError:
         status = _status(exc)
@@ -508,12 +514,14 @@ class OpenSandboxProvider(Provider):
             state = "does not exist" if info is None else f"is {info.status.state}"
             raise SandboxGone(f"sandbox {sandbox_id} {state}")
         try:
-            execd = await self._execd_endpoint(sandbox_id)
+            sdk = await SdkSandbox.connect(
+                sandbox_id, connection_config=self._config(), skip_health_check=True,
+                connect_timeout=timedelta(seconds=self.options["create"]["ready_timeout"]))
         except SandboxException as exc:
             if _status(exc) == 404:
                 raise SandboxGone(f"sandbox {sandbox_id} no longer exists") from exc
             raise self._api_error(f"cannot connect to sandbox {sandbox_id}", exc) from exc
-        return OpenSandboxSandbox(self, sandbox_id, execd, spec)
+        return OpenSandboxSandbox(self, sdk, spec)
 
     async def info(self, sandbox_id: str):
         """The SDK's SandboxInfo, or None when the server does not know the sandbox."""
@@ -560,7 +568,7 @@ class OpenSandboxProvider(Provider):
         self._transport = None
         self._connection = None
         self._manager = None
-        self._lifecycle = None
 
 
-__all__ = ["OpenSandboxProvider", "OpenSandboxSandbox", "backoff", "default_options", "metadata_for"]
+__all__ = ["OpenSandboxProvider", "OpenSandboxSandbox", "SDK_VERSIONS", "backoff", "check_sdk", "default_options",
+           "metadata_for"]
