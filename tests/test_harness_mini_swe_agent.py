@@ -1,7 +1,8 @@
 """The mini-swe-agent harness: generated config, exit statuses, conversion, and real runs.
 
-The end-to-end test installs mini-swe-agent from PyPI into a venv inside each sandbox, as
-a user would, and drives it with the scripted model through the real workflow.
+The end-to-end tests drive the real mini-swe-agent with the scripted model through the
+real workflow in both modes: its agent loop on this host with commands through the
+sandbox API (the default), and installed from PyPI into a venv inside each sandbox.
 """
 
 from __future__ import annotations
@@ -66,13 +67,19 @@ def test_generated_config(tmp_path):
     cfg = harness.mini_config(Box(), ctx)
     assert cfg["agent"] == {"mode": "yolo", "confirm_exit": False, "step_limit": 9, "cost_limit": 0.0,
                             "wall_time_limit_seconds": 950}
-    assert cfg["environment"] == {"environment_class": "local", "cwd": "/testbed", "timeout": 120}
-    assert cfg["model"] == {"model_name": "openai/m-1",
+    assert cfg["environment"] == {"environment_class": "sandbatch.harness.mini_env.SandboxEnvironment",
+                                  "cwd": "/testbed", "timeout": 120}
+    assert cfg["model"] == {"model_name": "openai/m-1", "cost_tracking": "ignore_errors",
                             "model_kwargs": {"api_base": "http://127.0.0.1:1234/v1", "temperature": 0.2}}
     assert cfg["run"] == {"task": "fix it"}
     assert "sk-secret-9" not in json.dumps(cfg)
+    in_sandbox = run_context("mini-swe-agent", tmp_path, {"mode": "sandbox"})
+    assert harness.mini_config(Box(), in_sandbox)["environment"]["environment_class"] == "local"
     with pytest.raises(UserError, match="install.method"):
-        harness.check_config(harness.merge_config({"install": {"method": "conda"}}))
+        harness.check_config(harness.merge_config({"mode": "sandbox", "install": {"method": "conda"}}))
+    harness.check_config(harness.merge_config({"install": {"method": "conda"}}))  # host mode installs nothing
+    with pytest.raises(UserError, match="harness.config.mode: 'vm'"):
+        harness.check_config(harness.merge_config({"mode": "vm"}))
 
 
 FAKE_MINI = """#!/usr/bin/env python3
@@ -106,7 +113,7 @@ def test_exit_status_maps_to_rollout_status(tmp_path, exit_status, exit_code, ex
     fake.write_text(FAKE_MINI)
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     harness = get_harness("mini-swe-agent")
-    ctx = run_context("mini-swe-agent", tmp_path, {"install": {"method": "path", "path": str(fake)},
+    ctx = run_context("mini-swe-agent", tmp_path, {"mode": "sandbox", "install": {"method": "path", "path": str(fake)},
                                                    "env": {"FAKE_EXIT_STATUS": exit_status, "FAKE_EXIT": exit_code}},
                       agent_timeout=2)
 
@@ -163,11 +170,12 @@ def scripted_model():
 
 
 @pytest.mark.slow
-def test_real_mini_swe_agent_resolves_smoke_tasks(tmp_path, tmp_path_factory, scripted_model):
+@pytest.mark.parametrize("mode", ["host", "sandbox"])
+def test_real_mini_swe_agent_resolves_smoke_tasks(tmp_path, tmp_path_factory, scripted_model, mode):
     url, model = scripted_model
     caches = tmp_path_factory.getbasetemp()  # shared by the sandboxes of this session
     harness = {"name": "mini-swe-agent", "config": {
-        "step_limit": 6,
+        "mode": mode, "step_limit": 6,
         "install": {"env": {"UV_CACHE_DIR": str(caches / "uv-cache"), "PIP_CACHE_DIR": str(caches / "pip-cache")}}}}
     tasks = ["smoke__calc-1", "smoke__textutils-1", "smoke__duration-1"]
     cfg = smoke_config(tmp_path, harness, tasks, model={"name": "scripted", "base_url": url},
@@ -203,7 +211,12 @@ def test_real_mini_swe_agent_resolves_smoke_tasks(tmp_path, tmp_path_factory, sc
     assert sum(r["usage"]["input_tokens"] for r in rows) == sum(u["prompt"] for u in model.reported_usage) > 0
     assert sum(r["usage"]["output_tokens"] for r in rows) == sum(u["completion"] for u in model.reported_usage)
     assert leftover_sandboxes(tmp_path) == []
-    print(f"\nmini-swe-agent via pip+uv, 3 tasks: workflow {took:.1f} s; (install s, agent s): {timings}")
+    if mode == "host":  # the trajectory is saved beside the rollout, the key nowhere in it
+        traj = rollout(run_dir, "smoke__calc-1", "mini.traj.json")
+        assert traj["info"]["exit_status"] == "Submitted"
+        assert traj["info"]["config"]["environment_type"] == "sandbatch.harness.mini_env.SandboxEnvironment"
+        assert "sbx-" not in json.dumps(traj)
+    print(f"\nmini-swe-agent in mode {mode}, 3 tasks: workflow {took:.1f} s; (install s, agent s): {timings}")
 
 
 @pytest.mark.slow
@@ -211,7 +224,7 @@ def test_hanging_mini_swe_agent_is_stopped_at_its_timeout(tmp_path):
     fake = tmp_path / "mini"
     fake.write_text("#!/bin/sh\nexec sleep 300\n")
     fake.chmod(0o755)
-    harness = {"name": "mini-swe-agent", "config": {"install": {"method": "path", "path": str(fake)}}}
+    harness = {"name": "mini-swe-agent", "config": {"mode": "sandbox", "install": {"method": "path", "path": str(fake)}}}
     cfg = smoke_config(tmp_path, harness, ["smoke__calc-1"], model={"name": "m", "base_url": "http://127.0.0.1:9/v1"},
                        timeouts={"agent": 3})
     run_dir, _ = run_workflow(tmp_path, cfg)
@@ -219,3 +232,78 @@ def test_hanging_mini_swe_agent_is_stopped_at_its_timeout(tmp_path):
     assert (h["status"], h["failure_class"], h["timed_out"]) == ("timeout", "agent_timeout", True)
     assert rollout(run_dir, "smoke__calc-1", "patch.json")["sandbox_deleted"] is True
     assert leftover_sandboxes(tmp_path) == []
+
+
+# --- host mode: mini's loop here, commands through the sandbox API ----------------------------
+
+HOST_SCRIPT = {
+    "tasks": {"fix it": [
+        {"content": "Where am I?", "tool_calls": [{"name": "bash", "arguments": {
+            "command": "echo out; echo err >&2; pwd; cd /; exit 3"}}]},
+        {"content": "Wait.", "tool_calls": [{"name": "bash", "arguments": {"command": "echo started; sleep 20"}}]},
+        {"content": "Still in the repo?", "tool_calls": [{"name": "bash", "arguments": {
+            "command": "pwd; cd ~ && echo home-ok"}}]},
+        {"content": "Done.", "tool_calls": [{"name": "bash", "arguments": {
+            "command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT; echo the fix"}}]},
+    ]},
+    "final": {"content": "Looking.", "tool_calls": [{"name": "bash", "arguments": {"command": "ls"}}]},
+}
+
+
+def run_on_host(tmp_path, config, url, prompt="fix it", agent_timeout=120):
+    harness = get_harness("mini-swe-agent")
+    ctx = run_context("mini-swe-agent", tmp_path, {"command_timeout": 2, **config}, model_url=url,
+                      api_key="sk-agent-7", agent_timeout=agent_timeout)
+    ctx.prompt = prompt
+
+    async def go():
+        provider = LocalProvider({"root": str(tmp_path / "sandboxes")})
+        sandbox = await provider.create(SandboxSpec())
+        try:
+            await harness.install(sandbox, ctx)
+            return await harness.run(sandbox, ctx), sandbox.workdir
+        finally:
+            await sandbox.delete()
+
+    return asyncio.run(go())
+
+
+def observations(outcome):
+    return [json.loads(m["content"]) for m in outcome.events if m.get("role") == "tool"]
+
+
+def test_host_mode_runs_commands_in_the_sandbox_with_mini_semantics(tmp_path):
+    with scripted_model_server(HOST_SCRIPT) as (url, model):
+        outcome, workdir = run_on_host(tmp_path, {}, url)
+    assert (outcome.status, outcome.exit_code, outcome.metadata["exit_status"]) == ("ok", 0, "Submitted")
+    assert outcome.metadata["submission"] == "the fix\n"
+    first, slow, again = observations(outcome)
+    # stderr merged into the output, the task's workdir, the command's own exit code
+    assert first["returncode"] == 3 and first["output"].splitlines() == ["out", "err", workdir]
+    # mini's per-command timeout: return code -1 and the reason (with what output the provider kept)
+    assert slow["returncode"] == -1
+    assert "timed out after 2 seconds" in slow["exception_info"]
+    # every command starts in the workdir again; HOME (outside the repository) exists
+    assert again["output"].splitlines() == [workdir, "home-ok"]
+    assert outcome.events[-1] == {"role": "exit", "content": "the fix\n",
+                                  "extra": {"exit_status": "Submitted", "submission": "the fix\n"}}
+    # the trajectory on disk is what the outcome holds, and the agent's key is not in it
+    saved = json.loads((tmp_path / "mini.traj.json").read_text())
+    assert saved["messages"] == outcome.events and "sk-agent-7" not in json.dumps(saved)
+    assert all(r["headers"].get("authorization") == "Bearer sk-agent-7" for r in model.requests
+               if r["path"].endswith("/chat/completions"))
+    # the sandbox's uname fills mini's system template, not a placeholder
+    assert outcome.events[1]["role"] == "user" and "Linux" in outcome.events[1]["content"]
+
+
+def test_host_mode_limits_and_timeout(tmp_path):
+    with scripted_model_server(HOST_SCRIPT) as (url, _):
+        limited, _ = run_on_host(tmp_path / "a", {"step_limit": 2}, url, prompt="other task")
+        stopped, _ = run_on_host(tmp_path / "b", {"command_timeout": 30}, url, agent_timeout=4)
+    assert (limited.status, limited.failure_class, limited.metadata["exit_status"]) == (
+        "agent_error", "step_limit", "LimitsExceeded")
+    assert len(observations(limited)) == 2
+    # the agent is stopped at the step's timeout even while a command runs
+    assert (stopped.status, stopped.failure_class, stopped.timed_out, stopped.exit_code) == (
+        "timeout", "agent_timeout", True, None)
+    assert stopped.agent_s < 25

@@ -71,7 +71,7 @@ def test_convert_pairs_results_fifo_and_keeps_what_it_does_not_know():
     ]
     outputs = {i["call_id"]: i["output"] for i in conv.items if i["type"] == "function_call_output"}
     assert outputs == {"call_0": "14:    return a // b", "call_1": '{"ok": true}',
-                       "call_2": "open missing.py: no such file", "call_3": "shell-1 running\nshell-2 done",
+                       "call_2": "[error] open missing.py: no such file", "call_3": "shell-1 running\nshell-2 done",
                        "call_4": ""}
     assert json.loads(conv.items[4]["arguments"]) == {"path": "calc.py", "old": "a // b", "new": "a / b"}
     assert conv.items[0]["summary"][0]["text"] == "The quotient is truncated by //."
@@ -81,7 +81,8 @@ def test_convert_pairs_results_fifo_and_keeps_what_it_does_not_know():
     assert conv.unknown == 2
     assert conv.metadata["unknown_types"] == {"mysteryRecord": 1, "sandbatch.text": 1}
     assert {"type": "mysteryRecord", "payload": 7} in conv.metadata["unknown_records"]
-    assert conv.metadata["unanswered_calls"] == 1
+    assert conv.metadata["unanswered_calls"] == 1 and conv.metadata["failed_tool_results"] == 1
+    assert conv.metadata["skipped"] == {"thought": 1, "oauth_url": 1, "blank_message": 1}
 
 
 def test_inline_think_folds_reasoning_into_the_next_message():
@@ -108,7 +109,36 @@ def test_convert_unanswered_call_in_the_middle_gets_its_empty_output_right_after
 
 def test_convert_result_without_call_and_garbage_never_raise():
     conv = convert([{"type": "toolCallResult", "result": "orphan"}, {}, {"type": None}, {"type": 5}, [1], "x"])
-    assert conv.items == [] and conv.unknown == 6
+    # the result keeps its text under a call id of its own, and is counted
+    assert [(i["type"], i["call_id"], i["output"]) for i in conv.items] == [("function_call_output", "orphan_0", "orphan")]
+    assert conv.metadata["orphan_results"] == 1 and conv.unknown == 5
+
+
+def test_convert_failed_results_unnamed_calls_and_text_arguments():
+    conv = convert([
+        {"type": "toolCall", "args": "ls -la"},  # no name, arguments that are not JSON
+        {"type": "toolCallResult", "result": "partial listing", "err": "exit status 2"},
+        {"type": "toolCall", "name": "", "args": '{"cmd": "pwd"}'},
+        {"type": "toolCallResult", "err": {"code": 1}},
+        {"type": "toolCall", "name": "read"},
+    ])
+    calls, outputs = [i for i in conv.items if i["type"] == "function_call"], [
+        i for i in conv.items if i["type"] == "function_call_output"]
+    assert [c["name"] for c in calls] == ["tool", "tool", "read"]
+    assert [json.loads(c["arguments"]) for c in calls] == ["ls -la", {"cmd": "pwd"}, {}]
+    # failed: marked, and both the error and the result are kept
+    assert [o["output"] for o in outputs] == ["[error] exit status 2\npartial listing", '[error] {"code": 1}', ""]
+    assert conv.metadata["failed_tool_results"] == 2
+
+
+def test_inline_think_keeps_reasoning_after_the_last_message():
+    from sandbatch import responses
+
+    items = responses.inline_think(convert([
+        {"type": "reasoning", "reasoning": "first"}, {"type": "assistantMessage", "message": "Hi."},
+        {"type": "reasoning", "reasoning": "trailing thought"}]).items)
+    assert [i["type"] for i in items] == ["message", "reasoning"]
+    assert items[1]["summary"][0]["text"] == "trailing thought"
 
 
 def ctx(tmp_path, config=None, **kw):
@@ -257,3 +287,42 @@ def test_pool_runs_through_the_workflow(tmp_path):
         assert not any("last-run.log" in f for f in rollout(run_dir, task, "patch.json")["files"])
     assert leftover_sandboxes(tmp_path) == []
     print(f"pool stand-in workflow, 4 tasks: {took:.1f} s")
+
+
+# --- max_context_window: set, or the endpoint's max_model_len, or a plan-time error ----------
+
+def test_context_window_comes_from_the_endpoint_or_stops_the_run(tmp_path):
+    from harness_support import scripted_model_server
+    from sandbatch.config import parse
+
+    harness = get_harness("pool")
+    merged = harness.merge_config({})
+    assert merged["max_context_window"] is None  # no silent 131072
+    with scripted_model_server({"models": ["big"], "max_model_len": 200000}) as (url, _):
+        model = parse({"model": {"name": "big", "base_url": url}}).model
+        harness.check_model(merged, model)  # reported: fine
+        from sandbatch.harness.base import served_context_window
+        assert served_context_window(model) == (200000, "")
+        cfg = harness.agent_config(ctx(tmp_path, model_url=url), served_context_window(model)[0])
+        assert cfg["memory"]["compact"]["TriggerCompressionTokenCount"] == 160000
+    with scripted_model_server({"models": ["big"], "max_model_len": None}) as (url, _):
+        model = parse({"model": {"name": "big", "base_url": url}}).model
+        with pytest.raises(UserError, match=r"^harness.config.max_context_window: not set, and .*/models reports "
+                                            r"no max_model_len for model 'big'") as err:
+            harness.check_model(merged, model)
+        assert "\n" not in str(err.value)
+        harness.check_model(harness.merge_config({"max_context_window": 4096}), model)  # set: not asked
+
+
+def test_unreported_context_window_stops_the_workflow_before_any_job(tmp_path):
+    from harness_support import scripted_model_server
+
+    with scripted_model_server({"max_model_len": None}) as (url, model):
+        cfg = write_config(tmp_path, "c.yaml", smoke_config(
+            tmp_path, {"name": "pool", "config": {"install": {"method": "path", "path": "pool"}}},
+            ["smoke__calc-1"], model={"name": "scripted", "base_url": url}))
+        proc = snakemake(tmp_path, "--configfile", str(cfg), timeout=120)
+    assert proc.returncode != 0
+    assert "harness.config.max_context_window: not set" in proc.stderr
+    assert [r["path"] for r in model.requests] == ["/v1/models"]
+    assert not (tmp_path / "results").exists()

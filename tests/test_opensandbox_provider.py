@@ -26,8 +26,7 @@ from sandbatch.config import validate  # noqa: E402
 from sandbatch.errors import UserError  # noqa: E402
 from sandbatch.ids import label_value  # noqa: E402
 from sandbatch.sandbox import SandboxSpec  # noqa: E402
-from sandbatch.sandbox.base import Provider, SandboxError, SandboxGone, SandboxInfo  # noqa: E402
-from sandbatch.sandbox.batch import TokenBucket, create_many  # noqa: E402
+from sandbatch.sandbox.base import SandboxError, SandboxGone  # noqa: E402
 from sandbatch.sandbox.opensandbox import CREATE_LABEL  # noqa: E402
 from sandbatch.sandbox.reaper import reap  # noqa: E402
 
@@ -180,9 +179,7 @@ def test_reaper_labels_pages_and_metadata(real_opensandbox, os_run, monkeypatch)
              spec(os_run, task=label_value("other/task"), role="grader")]
 
     async def body(p):
-        results = await create_many(p, specs, concurrency=3)
-        assert all(r.ok for r in results), [str(r.error) for r in results]
-        ids = [r.sandbox.id for r in results]
+        ids = [sb.id for sb in await asyncio.gather(*(p.create(sp) for sp in specs))]
         assert [i.id for i in await p.list({"run": os_run, "task": task})] == [ids[0]]
         assert [i.id for i in await p.list({"run": os_run, "task": label_value(task)})] == [ids[0]]
         assert sorted(i.id for i in await p.list({"run": os_run})) == sorted(ids)  # three pages
@@ -237,79 +234,6 @@ def test_reserved_label_prefix_is_a_user_error(real_opensandbox, os_run):
 
 # --- units ----------------------------------------------------------------------------------
 
-# --- batch creation ----------------------------------------------------------------------------
-
-class _CountingProvider(Provider):
-    """In-memory provider recording when creates start and how many overlap."""
-
-    name = "counting"
-
-    def __init__(self, fail=()):
-        super().__init__({})
-        self.fail, self.active, self.peak, self.starts, self.deleted = set(fail), 0, 0, [], []
-
-    async def create(self, spec):
-        self.starts.append(time.monotonic())
-        self.active += 1
-        self.peak = max(self.peak, self.active)
-        try:
-            await asyncio.sleep(0.05)
-            if spec.labels["i"] in self.fail:
-                raise SandboxError(f"create {spec.labels['i']} failed", "sandbox_create")
-            sb = type("Fake", (), {})()
-            sb.id = "sb-" + spec.labels["i"]
-            return sb
-        finally:
-            self.active -= 1
-
-    async def connect(self, sandbox_id, spec):
-        raise NotImplementedError
-
-    async def list(self, labels):
-        return [SandboxInfo(id=x, state="running") for x in []]
-
-    async def delete(self, sandbox_id):
-        self.deleted.append(sandbox_id)
-        return True
-
-
-def test_create_many_bounds_concurrency_and_rate():
-    provider = _CountingProvider(fail={"3"})
-    specs = [SandboxSpec(labels={"i": str(i)}) for i in range(12)]
-    results = asyncio.run(create_many(provider, specs, concurrency=3, rate=40, burst=1))
-    assert provider.peak <= 3
-    gaps = [b - a for a, b in zip(provider.starts, provider.starts[1:])]
-    assert min(gaps) >= 1 / 40 * 0.8  # one token per 25 ms
-    assert [r.ok for r in results] == [i != 3 for i in range(12)]
-    assert "create 3 failed" in str(results[3].error)
-
-
-def test_create_many_cancelled_deletes_what_it_created():
-    provider = _CountingProvider()
-    specs = [SandboxSpec(labels={"i": str(i)}) for i in range(20)]
-
-    async def main():
-        task = asyncio.ensure_future(create_many(provider, specs, concurrency=2))
-        await asyncio.sleep(0.18)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-
-    asyncio.run(main())
-    assert provider.deleted and len(provider.deleted) < 20
-
-
-def test_token_bucket_spaces_acquisitions():
-    async def main():
-        bucket = TokenBucket(rate=20, burst=2)
-        start = time.monotonic()
-        for _ in range(6):
-            await bucket.acquire()
-        return time.monotonic() - start
-
-    assert 0.15 <= asyncio.run(main()) < 1.0  # 2 from the burst, then 4 at 50 ms each
-
-
 # --- config -------------------------------------------------------------------------------------
 
 def test_config_block_has_defaults_and_rejects_unknown_keys():
@@ -321,16 +245,18 @@ def test_config_block_has_defaults_and_rejects_unknown_keys():
         validate({"sandbox": {"opensandbox": {"operations": {"nope": 1}}}})
 
 
-def test_reap_refuses_empty_labels():
+def test_reap_refuses_empty_labels(tmp_path):
+    from sandbatch.sandbox import provider_class
+
     with pytest.raises(UserError):
-        asyncio.run(reap(_CountingProvider(), {}))
+        asyncio.run(reap(provider_class("local")({"root": str(tmp_path)}), {}))
 
 
 def test_only_the_provider_module_imports_the_sdk():
     import subprocess
     import sys
 
-    code = ("import sys, sandbatch.sandbox, sandbatch.sandbox.batch, sandbatch.sandbox.reaper, sandbatch.config; "
+    code = ("import sys, sandbatch.sandbox, sandbatch.sandbox.admission, sandbatch.sandbox.reaper, sandbatch.config; "
             "print('opensandbox' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -38,7 +38,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     check_images(cfg, lambda: tasks)
     yaml.safe_dump(cfg.model_dump(mode="json"), sys.stdout, sort_keys=False)
     print(f"# ok: {len(tasks)} tasks x {cfg.repeats} repeats = {len(tasks) * cfg.repeats} rollouts", file=sys.stderr)
-    if get_harness(cfg.harness.name).needs_model and cfg.model.proxy.enabled:
+    harness = get_harness(cfg.harness.name)
+    if harness.needs_model and cfg.model.proxy.enabled and not harness.model_on_host(
+            harness.merge_config(cfg.harness.config)):
         from .proxy import proxy_hosts
 
         advertise = proxy_hosts(cfg.sandbox.provider, cfg.model.proxy, cfg.sandbox.service())[1]

@@ -90,6 +90,7 @@ class SandboxConfig(_Model):
     default_image: str | None
     owner: str | None
     image_rewrites: list[ImageRewrite]
+    create_rate: float
 
     def options(self, provider: str | None = None) -> dict[str, Any]:
         """The options block of `provider` (default: the selected one)."""

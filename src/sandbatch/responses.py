@@ -46,17 +46,18 @@ def item_text(item: dict[str, Any]) -> str:
 def inline_think(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Fold each reasoning item into the next message as `<think>...</think>` (older consumers)."""
     out: list[dict[str, Any]] = []
-    pending: list[str] = []
+    pending: list[dict[str, Any]] = []
     for item in items:
         if item["type"] == "reasoning":
-            pending.append(item["summary"][0]["text"] if item.get("summary") else "")
+            pending.append(item)
             continue
         if item["type"] == "message" and pending:
             part = item["content"][0]
-            part["text"] = f"<think>\n{chr(10).join(pending)}\n</think>\n\n{part['text']}"
+            texts = [r["summary"][0]["text"] if r.get("summary") else "" for r in pending]
+            part["text"] = f"<think>\n{chr(10).join(texts)}\n</think>\n\n{part['text']}"
             pending = []
         out.append(item)
-    return out
+    return out + pending  # reasoning after the last message has none to fold into: kept as it is
 
 
 def usage(input_tokens: int = 0, output_tokens: int = 0, cached_tokens: int = 0,

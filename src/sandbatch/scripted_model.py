@@ -26,6 +26,7 @@ Script (YAML or JSON)::
         - {name: shell, rename: {command: cmd}}
     title: "Scripted task"        # answer to title requests (no tools, "title" in the system text)
     models: [scripted]            # ids listed by /v1/models
+    max_model_len: 32768          # their context length there, as vLLM reports it (null: not reported)
 
 The turn is the number of assistant turns already in the conversation, so the server
 keeps no state and concurrent rollouts do not interfere. Usage is derived from character
@@ -117,6 +118,7 @@ class Script:
     fallbacks: dict[str, list[Fallback]] = field(default_factory=dict)
     title: str = "Scripted task"
     models: list[str] = field(default_factory=lambda: ["scripted"])
+    max_model_len: int | None = 32768
 
     @classmethod
     def load(cls, path: str | Path) -> "Script":
@@ -133,10 +135,10 @@ class Script:
     def from_dict(cls, raw: dict[str, Any], where: str = "script") -> "Script":
         if not isinstance(raw, dict):
             raise UserError(f"{where}: the top level must be a mapping with 'tasks'")
-        unknown = set(raw) - {"tasks", "default", "final", "fallbacks", "title", "models"}
+        unknown = set(raw) - {"tasks", "default", "final", "fallbacks", "title", "models", "max_model_len"}
         if unknown:
             raise UserError(f"{where}: unknown key '{sorted(unknown)[0]}'; "
-                            "allowed: tasks, default, final, fallbacks, title, models")
+                            "allowed: tasks, default, final, fallbacks, title, models, max_model_len")
         script = cls()
         for key, spec in (raw.get("tasks") or {}).items():
             loc = f"{where}: tasks.{key}"
@@ -165,6 +167,7 @@ class Script:
             ]
         script.title = str(raw.get("title", script.title))
         script.models = list(raw.get("models") or script.models)
+        script.max_model_len = raw.get("max_model_len", script.max_model_len)
         return script
 
     def task_for(self, text: str) -> TaskScript | None:
@@ -300,7 +303,9 @@ class ScriptedModel:
         endpoint, _ = split_path(request.path)
         if endpoint == "models":
             return _json(200, {"object": "list", "data": [
-                {"id": m, "object": "model", "created": 0, "owned_by": "sandbatch"} for m in self.script.models]})
+                {"id": m, "object": "model", "created": 0, "owned_by": "sandbatch",
+                 **({"max_model_len": self.script.max_model_len} if self.script.max_model_len else {})}
+                for m in self.script.models]})
         if endpoint not in ("chat", "responses") or request.method != "POST" or not isinstance(body, dict):
             return _json(404, {"error": {"message": f"no such endpoint: {request.method} {request.path}",
                                          "type": "invalid_request_error"}})

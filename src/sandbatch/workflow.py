@@ -52,14 +52,14 @@ def check_registries(cfg: Config) -> None:
         raise UserError(f"sandbox.provider: {cfg.sandbox.provider!r} is not known; choose one of: {', '.join(PROVIDERS)}")
     _check_sandbox_service(cfg)
     if harness.needs_model:
-        _check_model(cfg)
+        _check_model(cfg, on_host=harness.model_on_host(harness.merge_config(cfg.harness.config)))
 
 
 def _unset(name: str | None) -> bool:
     return bool(name) and not os.environ.get(name, "").strip()
 
 
-def _check_model(cfg: Config) -> None:
+def _check_model(cfg: Config, on_host: bool = False) -> None:
     model = cfg.model
     if not model.base_url:
         how = (f"export {model.base_url_env}=http://host:8000/v1 (named by model.base_url_env)" if model.base_url_env
@@ -68,7 +68,7 @@ def _check_model(cfg: Config) -> None:
     if _unset(model.api_key_env):
         raise UserError(f"model.api_key_env: the environment variable {model.api_key_env} is not set; export it "
                         "with the model endpoint's API key, or set model.api_key_env: null for an endpoint without one")
-    if model.proxy.enabled:
+    if model.proxy.enabled and not on_host:  # an agent on this host needs no address the sandboxes reach
         from .proxy import proxy_hosts
 
         proxy_hosts(cfg.sandbox.provider, model.proxy, cfg.sandbox.service())
@@ -97,6 +97,23 @@ def check_images(cfg: Config, tasks: Callable[[], Iterable[Task]]) -> None:
         if not task.image:
             raise UserError(f"sandbox.default_image: task {task.instance_id} of {cfg.benchmark.tasks} names no image "
                             f"and provider {cfg.sandbox.provider} needs one; set sandbox.default_image")
+
+
+def check_model_endpoint(cfg: Config) -> None:
+    """What the harness needs to know from the model endpoint (pool: its context window)."""
+    from .harness import get_harness
+
+    harness = get_harness(cfg.harness.name)
+    harness.check_model(harness.merge_config(cfg.harness.config), cfg.model)
+
+
+def check_model_endpoint_or_exit(cfg: Config) -> None:
+    """check_model_endpoint when a real run starts (a plan needs no model): a user error exits in one line."""
+    try:
+        check_model_endpoint(cfg)
+    except UserError as exc:
+        print(f"sandbatch: error: {exc}", file=sys.stderr)
+        sys.exit(1)
 
 
 def stamps(raw: dict[str, Any]) -> dict[str, str]:

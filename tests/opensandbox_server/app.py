@@ -181,6 +181,7 @@ class State:
         self.metrics_events = 0
         self.created_total = 0
         self.deleted_total = 0
+        self.create_times: list[float] = []  # wall-clock arrival of every create request
 
     def take_rule(self, op: str, actions: tuple[str, ...]) -> Rule | None:
         for rule in self.rules:
@@ -362,6 +363,7 @@ def _record(request: web.Request) -> Record | None:
 
 async def create_sandbox(request: web.Request) -> web.StreamResponse:
     state: State = request.app["state"]
+    state.create_times.append(time.time())
     try:
         body = await request.json()
     except ValueError:
@@ -760,6 +762,7 @@ async def control_stats(request: web.Request) -> web.Response:
         "faults_fired": state.faults_fired,
         "faults_pending": [vars(r) for r in state.rules if r.count > 0],
         "metrics_events": state.metrics_events,
+        "create_times": state.create_times,
         "created_total": state.created_total,
         "deleted_total": state.deleted_total,
         "server_cpu_s": time.process_time(),

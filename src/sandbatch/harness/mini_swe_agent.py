@@ -1,29 +1,45 @@
-"""`mini-swe-agent` (v2, PyPI `mini-swe-agent`): one bash tool, a local environment in the repo.
+"""`mini-swe-agent` (v2, PyPI `mini-swe-agent`): one bash tool, commands run in the repo.
 
-It is installed into a venv under the sandbox's tmpdir (uv, bootstrapped with pip, is
-the default installer: a cold install takes seconds instead of minutes), runs as `mini`
-in yolo mode against the run's model through litellm (`openai/<model>`), and saves its
-trajectory (`.traj.json`) after every step; the trajectory's messages are the events.
-The key goes in through OPENAI_API_KEY, so it never lands in the saved config.
+Two modes (`harness.config.mode`):
+- `host` (default, as the reference integration runs it): mini's agent loop runs in the
+  harness step on this host (the package is a dependency of sandbatch) and each command
+  goes through the sandbox API (`mini_env.SandboxEnvironment`); the model is reached
+  through the rollout's proxy on this host. Task images need no Python, sandboxes no
+  package index and no route to the model.
+- `sandbox`: mini is installed into a venv under the sandbox's tmpdir (uv, bootstrapped
+  with pip, by default) and runs there as `mini` with its `local` environment; the image
+  needs a Python that can host mini and a package index (or uploaded wheels).
+Either way it runs against the run's model through litellm (`openai/<model>`), saves its
+trajectory (`.traj.json`) after every step, and the trajectory's messages are the events.
+The key never lands in the saved config (OPENAI_API_KEY in the sandbox, a call argument
+on the host).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import os
 import shlex
+import threading
+import traceback
+from pathlib import Path
 from typing import Any
 
 import yaml
 
 from .. import responses
-from ..errors import InfraError
+from ..errors import InfraError, UserError
 from ..records import Status
 from ..sandbox import Sandbox
 from ..util import deep_merge
-from ._process import install_options, run_command, sh, str_env, upload_source
-from .base import Conversion, Harness, Outcome, RunContext, keep_unknown, model_endpoint
+from ._process import AgentRun, install_options, run_command, sh, str_env, upload_source
+from .base import Conversion, Harness, Outcome, RunContext, keep_unknown, model_endpoint, tail
 
 INSTALL_METHODS = ("pip", "upload", "path")
+MODES = ("host", "sandbox")
+HOST_TRAJECTORY = "mini.traj.json"  # host mode: saved in the rollout directory after every step
 
 # exit_status -> (status, failure class); any other value is the name of an exception
 EXIT_STATUS: dict[str, tuple[Status, str | None]] = {
@@ -38,7 +54,8 @@ class MiniSweAgentHarness(Harness):
     name = "mini-swe-agent"
     default_version = "2.4.6"
     default_config = {
-        "install": {
+        "mode": "host",  # host (agent loop here, commands via the sandbox API) | sandbox (mini installed in it)
+        "install": {  # sandbox mode only
             "method": "pip",  # pip (venv under tmpdir; needs python3 + a package index) | upload | path
             "package": "mini-swe-agent",
             "installer": "uv",  # uv (pip-installed into the venv first) | pip
@@ -48,20 +65,27 @@ class MiniSweAgentHarness(Harness):
             "path": None,  # path: the `mini` executable inside the image
             "env": {},  # extra environment of the install (UV_CACHE_DIR, PIP_INDEX_URL, ...)
         },
-        "config_file": "mini.yaml",  # mini's base config: a built-in name or a path in the sandbox
+        "config_file": "mini.yaml",  # mini's base config: a built-in name, or a path (host: here; sandbox: in it)
         "step_limit": 250,
         "cost_limit": 0,  # 0 = none (cost is unknown for most self-hosted models)
         "wall_time_limit_seconds": None,  # null: 95 % of timeouts.agent, so mini stops and saves itself
         "command_timeout": 120,  # seconds per bash command
         "mini_config": {},  # deep-merged over the generated mini config (agent/model/environment)
-        "env": {},
-        "extra_args": [],
+        "env": {},  # host: the commands' environment; sandbox: mini's
+        "extra_args": [],  # sandbox mode: more `mini` arguments
         "inline_think": False,
     }
 
     def check_config(self, config: dict[str, Any]) -> None:
         super().check_config(config)
-        install_options(self.name, config, INSTALL_METHODS)
+        if config.get("mode") not in MODES:
+            raise UserError(f"harness.config.mode: {config.get('mode')!r} is not a mini-swe-agent mode; "
+                            f"choose one of: {', '.join(MODES)}")
+        if config["mode"] == "sandbox":
+            install_options(self.name, config, INSTALL_METHODS)
+
+    def model_on_host(self, config: dict[str, Any]) -> bool:
+        return config.get("mode") == "host"
 
     def _home(self, sandbox: Sandbox) -> str:
         return f"{sandbox.tmpdir}/mini-swe-agent"
@@ -72,17 +96,32 @@ class MiniSweAgentHarness(Harness):
 
     async def install(self, sandbox: Sandbox, ctx: RunContext) -> None:
         self.check_config(ctx.config)
+        if ctx.config["mode"] == "host":  # mini runs here; the sandbox only needs bash, and a HOME
+            await sh(sandbox, f"mkdir -p {shlex.quote(self.state_env(sandbox)['HOME'])}", timeout=60,
+                     what="making the commands' HOME")
+            return
         opts, home, q = ctx.config["install"], self._home(sandbox), shlex.quote
         timeout = ctx.timeouts.install
         if opts["method"] in ("pip", "upload"):
+            py = await sandbox.exec(f"command -v {q(opts['python'])}", timeout=60)
+            if not py.ok:
+                raise InfraError(f"installing mini-swe-agent in the sandbox needs {opts['python']}, which the "
+                                 f"image lacks; set harness.config.mode: host to run mini-swe-agent on this "
+                                 f"host with its commands in the sandbox", "harness_install")
             index = ""
             if opts["method"] == "upload":
                 wheels = await upload_source(sandbox, opts["source"], f"{home}/wheels", timeout)
                 index = f"--no-index --find-links {q(wheels)} "
             spec = f"{opts['package']}=={self.version(ctx)}"
             env = {**self.state_env(sandbox), "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_ROOT_USER_ACTION": "ignore"}
-            await sh(sandbox, "set -e\n" + _install_script(opts, home, spec, index), timeout=timeout,
-                     what=f"installing {spec}", env={**env, **str_env(opts["env"])})
+            try:
+                await sh(sandbox, "set -e\n" + _install_script(opts, home, spec, index), timeout=timeout,
+                         what=f"installing {spec}", env={**env, **str_env(opts["env"])})
+            except InfraError as exc:  # one line: the output's last line, and the way out
+                last = (str(exc).strip().splitlines() or [""])[-1]
+                raise InfraError(f"installing {spec} in the sandbox failed: {last[-300:]}; set "
+                                 f"harness.config.mode: host to run mini-swe-agent on this host",
+                                 "harness_install") from None
         await sh(sandbox, f"test -x {q(self._binary(sandbox, ctx.config))}", timeout=60,
                  what="finding the mini executable")
 
@@ -93,15 +132,17 @@ class MiniSweAgentHarness(Harness):
             "agent": {"mode": "yolo", "confirm_exit": False, "step_limit": int(cfg["step_limit"]),
                       "cost_limit": float(cfg["cost_limit"]),
                       "wall_time_limit_seconds": int(wall if wall is not None else 0.95 * ctx.timeouts.agent)},
-            "environment": {"environment_class": "local", "cwd": sandbox.workdir,
-                            "timeout": int(cfg["command_timeout"])},
-            "model": {"model_name": f"openai/{ctx.model.name}",
+            "environment": {"environment_class": "local" if cfg["mode"] == "sandbox" else _ENV_CLASS,
+                            "cwd": sandbox.workdir, "timeout": int(cfg["command_timeout"])},
+            "model": {"model_name": f"openai/{ctx.model.name}", "cost_tracking": "ignore_errors",
                       "model_kwargs": {"api_base": model_endpoint(ctx, self.name)}},
             "run": {"task": ctx.prompt},
         }
         return deep_merge(generated, cfg["mini_config"])
 
     async def run(self, sandbox: Sandbox, ctx: RunContext) -> Outcome:
+        if ctx.config["mode"] == "host":
+            return await self._run_on_host(sandbox, ctx)
         home = self._home(sandbox)
         run_yaml, traj = f"{home}/run.yaml", f"{home}/out.traj.json"
         await sandbox.upload(run_yaml, yaml.safe_dump(self.mini_config(sandbox, ctx), sort_keys=False).encode())
@@ -112,7 +153,10 @@ class MiniSweAgentHarness(Harness):
                "MSWEA_GLOBAL_CONFIG_DIR": f"{home}/global", "OPENAI_API_KEY": ctx.api_key or "unused",
                **str_env(ctx.config["env"])}
         run = await run_command(sandbox, argv, timeout=ctx.timeouts.agent, env=env)
-        data = await _trajectory(sandbox, traj)
+        return self._outcome(run, await _trajectory(sandbox, traj))
+
+    def _outcome(self, run: AgentRun, data: dict[str, Any]) -> Outcome:
+        """Status from the trajectory's exit status (exit code and timeout otherwise)."""
         info = data.get("info") if isinstance(data.get("info"), dict) else {}
         outcome = self.outcome(run, list(data.get("messages") or []),
                                **{k: info[k] for k in ("exit_status", "submission", "model_stats", "mini_version")
@@ -123,6 +167,37 @@ class MiniSweAgentHarness(Harness):
         elif not run.timed_out and outcome.status == "ok":  # exited 0 without a trajectory
             outcome.status, outcome.failure_class = "agent_error", "no_trajectory"
         return outcome
+
+    async def _run_on_host(self, sandbox: Sandbox, ctx: RunContext) -> Outcome:
+        """mini's agent loop on a worker thread here; its commands run in the sandbox."""
+        from .mini_env import Stopped, sandbox_uname
+
+        agent, env = _host_agent(self.mini_config(sandbox, ctx), ctx, sandbox, asyncio.get_running_loop(),
+                                 uname=await sandbox_uname(sandbox),
+                                 base_env={**self.state_env(sandbox), **str_env(ctx.config["env"])})
+        traj = ctx.rollout_dir / HOST_TRAJECTORY
+        traj.unlink(missing_ok=True)  # an earlier attempt's
+        t0 = asyncio.get_running_loop().time()
+        done = _in_thread(agent.run, ctx.prompt)
+        timed_out, error = False, None
+        try:
+            await asyncio.wait_for(asyncio.shield(done), ctx.timeouts.agent)
+        except asyncio.TimeoutError:
+            timed_out = True  # mini's own wall-time limit (95 %) did not stop it in time
+        except InfraError:
+            raise  # the sandbox failed under a command: an infrastructure failure, not the agent's
+        except Exception as exc:  # the agent raised (mini recorded it as the exit status)
+            error = exc
+        finally:
+            env.stop.set()  # a still-running loop stops at its next command
+        if isinstance(error, Stopped):
+            error = None
+        stderr = "".join(traceback.format_exception(error)) if error else ""
+        if timed_out:
+            stderr += f"the agent was stopped at its {ctx.timeouts.agent:.0f} s timeout"
+        run = AgentRun(exit_code=None if timed_out else (1 if error else 0), stdout="", stderr=tail(stderr),
+                       timed_out=timed_out, duration_s=asyncio.get_running_loop().time() - t0)
+        return self._outcome(run, _read_json(traj))
 
     def convert(self, events, config) -> Conversion:
         conv = Conversion(items=[])
@@ -140,9 +215,75 @@ class MiniSweAgentHarness(Harness):
                 conv.items.extend(_assistant_items(choices[0].get("message") or {}))
             elif role == "exit":
                 conv.metadata["exit_status"] = extra.get("exit_status")
+                # the submit command (or one interrupted by the exit) has no tool message: the
+                # exit message (the submission) is its output, so every call has one
+                answered = {i["call_id"] for i in conv.items if i["type"] == "function_call_output"}
+                for call in [i for i in conv.items if i["type"] == "function_call" and i["call_id"] not in answered]:
+                    conv.items.append(responses.function_call_output(call["call_id"], _text(msg.get("content"))))
             elif role not in ("system", "user"):
                 keep_unknown(conv, msg)
         return conv
+
+
+_ENV_CLASS = "sandbatch.harness.mini_env.SandboxEnvironment"
+
+
+def _host_agent(config: dict[str, Any], ctx: RunContext, sandbox: Sandbox, loop: asyncio.AbstractEventLoop,
+                **env_kwargs: Any):
+    """(mini's DefaultAgent, our environment) for the generated config over the base config file."""
+    os.environ.setdefault("MSWEA_SILENT_STARTUP", "1")
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # read when litellm is imported
+    from minisweagent.agents import get_agent
+    from minisweagent.config import get_config_from_spec
+    from minisweagent.models.litellm_model import LitellmModel
+
+    from .mini_env import SandboxEnvironment
+
+    try:
+        base = get_config_from_spec(str(ctx.config["config_file"]))
+    except (OSError, ValueError) as exc:
+        raise UserError(f"harness.config.config_file: {exc}") from None
+    config = deep_merge(base, config)
+    api_key = ctx.api_key or "unused"
+
+    class Model(LitellmModel):  # the key goes with each call, never into the saved config
+        def query(self, messages, **kwargs):
+            return super().query(messages, api_key=api_key, **kwargs)
+
+    model_cfg = {k: v for k, v in config.get("model", {}).items() if k != "model_class"}
+    env_cfg = {k: v for k, v in config.get("environment", {}).items() if k != "environment_class"}
+    env = SandboxEnvironment(sandbox, loop, **env_kwargs, **env_cfg)
+    agent_cfg = {**config.get("agent", {}), "output_path": ctx.rollout_dir / HOST_TRAJECTORY}
+    return get_agent(Model(**model_cfg), env, agent_cfg, default_type="default"), env
+
+
+def _in_thread(fn, *args) -> asyncio.Future:
+    """fn(*args) on a daemon thread (one stuck in a model call cannot hold the process open)."""
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+
+    def settle(result=None, exc=None) -> None:
+        if not done.done():
+            done.set_exception(exc) if exc is not None else done.set_result(result)
+
+    def work() -> None:
+        try:
+            outcome = (fn(*args), None)
+        except BaseException as exc:  # noqa: BLE001 (handed to the awaiting step)
+            outcome = (None, exc)
+        with contextlib.suppress(RuntimeError):  # the step already ended (stopped at its timeout)
+            loop.call_soon_threadsafe(settle, *outcome)
+
+    threading.Thread(target=work, name="mini-swe-agent", daemon=True).start()
+    return done
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def _install_script(opts: dict[str, Any], home: str, spec: str, index: str) -> str:
@@ -188,6 +329,7 @@ def _text(content: Any) -> str:
 
 
 async def _trajectory(sandbox: Sandbox, path: str) -> dict[str, Any]:
+    """The trajectory mini saved in the sandbox ({} when there is none)."""
     try:
         data = json.loads(await sandbox.download(path))
     except (InfraError, ValueError):

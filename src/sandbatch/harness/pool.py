@@ -9,6 +9,7 @@ that is graded like any other.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shlex
@@ -17,11 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from .. import responses
-from ..errors import UserError
+from ..config import ModelConfig
+from ..errors import InfraError, UserError
 from ..sandbox import Sandbox
 from ..util import deep_merge
 from ._process import install_options, json_events, run_command, sh, str_env, upload_source
-from .base import Conversion, Harness, Outcome, RunContext, keep_unknown, model_endpoint
+from .base import Conversion, Harness, Outcome, RunContext, keep_unknown, model_endpoint, served_context_window
 
 GAVE_UP_EXIT = 4
 INSTALL_METHODS = ("installer", "upload", "path")
@@ -76,7 +78,9 @@ class PoolHarness(Harness):
             "path": None,  # path: the pool binary inside the image
             "env": {},  # extra environment of the install command
         },
-        "max_context_window": 131072,  # compaction starts at 80 %, summaries up to 70 %
+        # tokens; compaction starts at 80 %, summaries up to 70 %. null: the endpoint's
+        # /v1/models max_model_len (vLLM, SGLang), else the run stops before it starts
+        "max_context_window": None,
         "agent_config": AGENT_DEFAULT,
         "env": {},  # extra environment of the agent
         "extra_args": [],  # appended to `pool exec`
@@ -109,6 +113,13 @@ class PoolHarness(Harness):
         if opts["method"] == "upload" and not Path(opts["source"]).expanduser().is_file():
             raise UserError(f"harness.config.install.source: {opts['source']} is not a file; give the pool binary")
 
+    def check_model(self, config: dict[str, Any], model: ModelConfig) -> None:
+        if config.get("max_context_window") is None:
+            window, why = served_context_window(model)
+            if window is None:
+                raise UserError(f"harness.config.max_context_window: not set, and {why}; set it to the "
+                                f"model's context length in tokens")
+
     def _home(self, sandbox: Sandbox) -> str:
         return f"{sandbox.tmpdir}/pool"
 
@@ -134,11 +145,17 @@ class PoolHarness(Harness):
         await sh(sandbox, f"test -x {shlex.quote(binary)} || command -v {shlex.quote(binary)}",
                  timeout=60, what=f"finding the pool binary {binary}")
 
-    def agent_config(self, ctx: RunContext) -> dict[str, Any]:
-        """The whole agent config file: defaults, then per-run values where the user set none."""
+    def agent_config(self, ctx: RunContext, window: int | None = None) -> dict[str, Any]:
+        """The whole agent config file: defaults, then per-run values where the user set none.
+
+        `window` is the model's context length when the config leaves it to the endpoint."""
         cfg = deep_merge(ctx.config["agent_config"], {})
-        window = int(ctx.config["max_context_window"])
-        fill = {("model", "provider", "openai", "base_url"): model_endpoint(ctx, self.name),
+        endpoint = model_endpoint(ctx, self.name)
+        window = int(ctx.config["max_context_window"] or window or 0)
+        if window <= 0:
+            raise UserError("harness.config.max_context_window: not set; set it to the model's context "
+                            "length in tokens")
+        fill = {("model", "provider", "openai", "base_url"): endpoint,
                 ("model", "provider", "openai", "api_key"): ctx.api_key or "unused",
                 ("model", "provider", "openai", "model_id"): ctx.model.name,
                 ("memory", "compact", "TriggerCompressionTokenCount"): int(0.8 * window),
@@ -154,7 +171,12 @@ class PoolHarness(Harness):
     async def run(self, sandbox: Sandbox, ctx: RunContext) -> Outcome:
         home = self._home(sandbox)
         cfg_path, prompt_path = f"{home}/agent-config.json", f"{home}/prompt.txt"
-        await sandbox.upload(cfg_path, json.dumps(self.agent_config(ctx), indent=2).encode(), mode=0o600)
+        window = None
+        if ctx.config["max_context_window"] is None:  # checked before the run; the endpoint may be down now
+            window, why = await asyncio.to_thread(served_context_window, ctx.model)
+            if window is None:
+                raise InfraError(f"the model's context window: {why}", "model_context_window")
+        await sandbox.upload(cfg_path, json.dumps(self.agent_config(ctx, window), indent=2).encode(), mode=0o600)
         await sandbox.upload(prompt_path, ctx.prompt.encode("utf-8"))
         argv = [self._binary(sandbox, self.install_settings(ctx.config)), "exec", "-o", "json", "--sandbox", "disabled",
                 "--unsafe-auto-allow", "--agent-config-file", cfg_path, "-f", prompt_path,
@@ -172,10 +194,20 @@ class PoolHarness(Harness):
         return super().status_for_exit(exit_code, timed_out)
 
     def convert(self, events, config) -> Conversion:
+        """Every event survives: as an item, in metadata (errors, unknown), or counted (skipped).
+
+        len(events) == len(items) - unanswered_calls + sum(skipped) + len(errors) + unknown.
+        """
         conv = Conversion(items=[])
-        errors = []
+        errors: list[Any] = []
+        skipped: dict[str, int] = {}
         waiting: deque[str] = deque()  # call ids without a result, oldest first
         where: dict[str, int] = {}  # call id -> index of its function_call item
+        orphans = failed = 0
+
+        def skip(kind: str) -> None:
+            skipped[kind] = skipped.get(kind, 0) + 1
+
         for ev in events:
             if not isinstance(ev, dict):
                 keep_unknown(conv, ev)
@@ -185,40 +217,72 @@ class PoolHarness(Harness):
                 errors.append(ev)
             elif kind == "reasoning":
                 if ev.get("reasoning"):
-                    conv.items.append(responses.reasoning(str(ev["reasoning"])))
+                    conv.items.append(responses.reasoning(_text(ev["reasoning"])))
+                else:
+                    skip("empty_reasoning")
             elif kind in ("thought", "oauth_url"):
-                pass  # thought repeats the reasoning before it; oauth_url is a login prompt
+                skip(kind)  # thought repeats the reasoning before it; oauth_url is a login prompt
             elif kind == "assistantMessage":
                 text = ev.get("message")
                 if isinstance(text, str) and text.strip():
                     conv.items.append(responses.message(text))
+                else:
+                    skip("blank_message")
             elif kind == "toolCall":
                 call_id = f"call_{len(where)}"  # results carry no id: pool's calls get generated ones
                 where[call_id] = len(conv.items)
                 waiting.append(call_id)
-                conv.items.append(responses.function_call(call_id, str(ev.get("name", "")), ev.get("args") or {}))
-            elif kind == "toolCallResult" and waiting:
-                conv.items.append(responses.function_call_output(waiting.popleft(), _result_text(ev)))
-            else:  # unknown types, and a result with no call waiting for it
+                name = ev.get("name")
+                conv.items.append(responses.function_call(call_id, str(name) if name else "tool",
+                                                          _arguments(ev.get("args"))))
+            elif kind == "toolCallResult":
+                if waiting:
+                    call_id = waiting.popleft()
+                else:  # no call open: kept as an output of its own, never dropped
+                    call_id, orphans = f"orphan_{orphans}", orphans + 1
+                if "err" in ev:
+                    failed += 1
+                conv.items.append(responses.function_call_output(call_id, _result_text(ev)))
+            else:  # unknown types
                 keep_unknown(conv, ev)
         # a call never answered (typically the final `exit`) gets an empty output right after it
         for call_id in sorted(waiting, key=where.get, reverse=True):
             conv.items.insert(where[call_id] + 1, responses.function_call_output(call_id, ""))
-        if errors:
-            conv.metadata["errors"] = errors
-        if waiting:
-            conv.metadata["unanswered_calls"] = len(waiting)
+        for key, value in (("errors", errors), ("unanswered_calls", len(waiting)), ("orphan_results", orphans),
+                           ("failed_tool_results", failed), ("skipped", skipped)):
+            if value:
+                conv.metadata[key] = value
         return conv
 
 
+ERROR_MARK = "[error]"  # how a failed tool result is marked in its output (as the reference does)
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def _arguments(args: Any) -> str:
+    """A call's arguments as a JSON string: objects encoded, JSON text kept, other text quoted."""
+    if args is None:
+        return "{}"
+    if isinstance(args, str):
+        try:
+            json.loads(args)
+            return args
+        except ValueError:
+            return json.dumps(args, ensure_ascii=False)
+    return json.dumps(args, ensure_ascii=False)
+
+
 def _result_text(ev: dict[str, Any]) -> str:
-    for key in ("result", "err"):
-        if key in ev:
-            value = ev[key]
-            return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    """A result's output: `[error] <err>` first when it failed, then its result or entries."""
+    parts = []
+    if "err" in ev:
+        parts.append(f"{ERROR_MARK} {_text(ev['err'])}")
+    if "result" in ev:
+        parts.append(_text(ev["result"]))
     entries = ev.get("entries")
     if isinstance(entries, list):
-        if all(isinstance(e, str) for e in entries):
-            return "\n".join(entries)
-        return json.dumps(entries, ensure_ascii=False)
-    return ""
+        parts.append("\n".join(entries) if all(isinstance(e, str) for e in entries) else _text(entries))
+    return "\n".join(parts)

@@ -8,11 +8,14 @@ and adds one line to the registry in `sandbatch.sandbox`.
 from __future__ import annotations
 
 import abc
-from typing import Any, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 from pydantic import BaseModel, Field
 
 from ..errors import InfraError
+
+if TYPE_CHECKING:
+    from .admission import CreateAdmission
 
 
 class Resources(BaseModel):
@@ -121,9 +124,16 @@ class Provider(abc.ABC):
     """Creates, finds and deletes sandboxes of one kind."""
 
     name: str
+    # the run's shared create admission (sandbox.admission); None: creates are not paced
+    admission: "CreateAdmission | None" = None
 
     def __init__(self, options: dict[str, Any] | None = None):
         self.options = dict(options or {})
+
+    async def admit(self) -> None:
+        """Wait for the run's create admission; a provider calls it before each create call."""
+        if self.admission is not None:
+            await self.admission.acquire()
 
     @abc.abstractmethod
     async def create(self, spec: SandboxSpec) -> Sandbox:

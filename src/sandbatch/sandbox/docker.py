@@ -437,6 +437,7 @@ class DockerProvider(Provider):
         if not spec.image:
             raise UserError("sandbox image: the docker provider needs an image; set the task's image "
                             "or use sandbox.provider: local")
+        await self.admit()
         name = f"sandbatch-{uuid.uuid4().hex[:12]}"
         sb = DockerSandbox(self, name, spec)
         expires = datetime.now(timezone.utc) + timedelta(seconds=spec.ttl_seconds)

@@ -9,6 +9,8 @@ of the SDK, and why:
   deleted; `sandbatch.sandbox.reaper.reap` sweeps whatever is left by label.
 - Creates are retried with jittered exponential backoff on 5xx, 429 (Retry-After
   honoured) and connection errors; the SDK never retries a POST on a status code.
+  Every attempt is first admitted by the run's shared bucket (sandbox/admission.py),
+  and a 429 or 503 slows that bucket down for every step process of the run.
 - Only the SDK's public API: `Sandbox.create` / `Sandbox.connect` (endpoint lookups
   included; no health check, the probe below is a real command), `SandboxManager` for
   calls not tied to one sandbox, and httpx's own transport under the SDK's retrying one.
@@ -462,11 +464,16 @@ class OpenSandboxProvider(Provider):
         maybe_strays = False
         sandbox = None
         for attempt in range(cfg["retries"] + 1):
+            await self.admit()  # every attempt is a create the server sees
             try:
                 sandbox = await asyncio.wait_for(self._launch(spec, request), attempt_deadline)
+                if self.admission is not None:
+                    self.admission.succeeded()
                 break
             except (SandboxException, asyncio.TimeoutError) as exc:
                 status = _status(exc)
+                if status in (429, 503) and self.admission is not None:
+                    self.admission.throttled(_retry_after(exc))  # the whole run slows down
                 certain = status == 429 or (status is not None and 400 <= status < 500) or _pre_send(exc)
                 maybe_strays = maybe_strays or not certain
                 retryable = (status is None or status >= 500 or status == 429) and not (

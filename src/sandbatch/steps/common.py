@@ -51,8 +51,13 @@ class StepContext:
 
     @cached_property
     def provider(self) -> Provider:
-        """One provider (one set of client connections) per step process."""
-        return get_provider(self.cfg.sandbox)
+        """One provider (one set of client connections) per step process; its creates are
+        admitted by the run's shared bucket (sandbox.create_rate)."""
+        from ..sandbox.admission import admission_for
+
+        provider = get_provider(self.cfg.sandbox)
+        provider.admission = admission_for(self.cfg.run_dir, self.cfg.sandbox.create_rate)
+        return provider
 
     async def aclose(self) -> None:
         if "provider" in self.__dict__:

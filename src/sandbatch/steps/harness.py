@@ -91,7 +91,12 @@ class HarnessStep(Step):
         else:
             from ..proxy import ModelProxy, proxy_hosts
 
-            bind, advertise = proxy_hosts(cfg.sandbox.provider, cfg.model.proxy, cfg.sandbox.service())
+            if self.harness.model_on_host(self.harness.merge_config(cfg.harness.config)):
+                # the agent's client runs here: the proxy needs no address the sandboxes reach
+                bind = cfg.model.proxy.bind_host or "127.0.0.1"
+                advertise = "127.0.0.1" if bind in ("0.0.0.0", "::") else bind
+            else:
+                bind, advertise = proxy_hosts(cfg.sandbox.provider, cfg.model.proxy, cfg.sandbox.service())
             async with ModelProxy.from_config(cfg.model, self.ctx.path(MODEL_CALLS), bind_host=bind) as proxy:
                 yield proxy.url_for(advertise), proxy.agent_key
 

@@ -1,0 +1,91 @@
+"""mini-swe-agent on a task image without Python, in containers, through the real workflow.
+
+The image is the base image with every Python removed; the task (Terminal-Bench
+hello-world) is fixed by a shell edit. In host mode the real mini-swe-agent runs here
+against the scripted model and each command goes through the docker provider; in
+sandbox mode the install cannot work and says so in one line.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from docker_fixtures import docker_base_image, docker_engine  # noqa: F401 (fixtures)
+from harness_support import items_of, rollout, scripted_model_server
+from workflow_util import REPO, rollouts, snakemake, write_config
+
+pytestmark = pytest.mark.slow
+
+TASKS = REPO / "tests" / "fixtures" / "bench" / "terminal_bench"
+NO_PYTHON = ("RUN rm -rf /usr/bin/python3* /usr/lib/python3* /usr/local/lib/python3* /usr/local/bin/python* "
+             "&& ! command -v python3 && ! command -v python\n")
+SCRIPT = {
+    "tasks": {"hello.txt": [
+        {"content": "Is there a Python?", "tool_calls": [{"name": "bash", "arguments": {
+            "command": "command -v python3 python || echo no python; pwd"}}]},
+        {"content": "Writing the file.", "tool_calls": [{"name": "bash", "arguments": {
+            "command": "printf 'Hello, world!\\n' > hello.txt && cat hello.txt"}}]},
+    ]},
+    "final": {"content": "Submitting.", "tool_calls": [{"name": "bash", "arguments": {
+        "command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"}}]},
+}
+
+
+@pytest.fixture(scope="module")
+def no_python_image(docker_engine, docker_base_image, tmp_path_factory):
+    """The base image without any Python, built locally (nothing is pulled)."""
+    context = tmp_path_factory.mktemp("no-python")
+    (context / "Dockerfile").write_text(f"FROM {docker_base_image}\n{NO_PYTHON}")
+    tag = "sandbatch/test-no-python:latest"
+    proc = subprocess.run([docker_engine, "build", "-q", "-t", tag, str(context)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return tag
+
+
+def run_hello_world(tmp_path, image, mode, url):
+    run = f"mini-{mode}-{tmp_path.name}"[:40]
+    config = write_config(tmp_path, "config.yaml", {
+        "run": run, "retries": 0,
+        "benchmark": {"kind": "terminal_bench", "tasks": str(TASKS), "instance_ids": ["hello-world"]},
+        "harness": {"name": "mini-swe-agent", "config": {"mode": mode, "step_limit": 5}},
+        "model": {"name": "scripted", "base_url": url},
+        "sandbox": {"provider": "docker", "image_rewrites": [
+            {"prefix": "ghcr.io/example/tb-hello-world:20251031", "replace": image}]}})
+    proc = snakemake(tmp_path, "--configfile", str(config), "--keep-going", timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return run, tmp_path / "results" / run
+
+
+def leftover(docker_engine, run):
+    return subprocess.run([docker_engine, "ps", "-aq", "--filter", f"label=sandbatch.run={run}"],
+                          capture_output=True, text=True, check=True).stdout.split()
+
+
+def test_host_mode_resolves_a_task_on_an_image_without_python(tmp_path, docker_engine, no_python_image):
+    with scripted_model_server(SCRIPT) as (url, model):
+        run, run_dir = run_hello_world(tmp_path, no_python_image, "host", url)
+    h = rollout(run_dir, "hello-world", "harness.json")
+    assert (h["status"], h["metadata"]["exit_status"]) == ("ok", "Submitted"), h
+    resp = rollout(run_dir, "hello-world", "response.json")
+    first = json.loads(items_of(resp, "function_call_output")[0]["output"])
+    assert first["output"].splitlines() == ["no python", "/app"]  # ran in the container, in the workdir
+    [row] = rollouts(tmp_path, run)
+    assert row["reward"] == 1.0 and row["resolved"], row
+    assert len([r for r in model.requests if r["path"].endswith("/chat/completions")]) == 3
+    assert leftover(docker_engine, run) == []
+
+
+def test_sandbox_mode_says_to_use_host_mode(tmp_path, docker_engine, no_python_image):
+    with scripted_model_server(SCRIPT) as (url, model):
+        run, run_dir = run_hello_world(tmp_path, no_python_image, "sandbox", url)
+    h = rollout(run_dir, "hello-world", "harness.json")
+    assert (h["status"], h["failure_class"]) == ("infra_error", "harness_install"), h
+    assert "\n" not in h["error"] and "harness.config.mode: host" in h["error"], h["error"]
+    [row] = rollouts(tmp_path, run)
+    assert (row["status"], row["failure_class"], row["tests_ran"]) == ("infra_error", "harness_install", False), row
+    assert model.requests == []
+    assert leftover(docker_engine, run) == []
