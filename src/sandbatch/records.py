@@ -48,6 +48,7 @@ class Record(BaseModel):
     started_at: str | None = None
     finished_at: str | None = None
     duration_s: float | None = None
+    phases: dict[str, float] = Field(default_factory=dict)  # seconds per phase of the step (create, prepare, extract, tests)
     attempt: int = 1
 
     def save(self, path: str | Path) -> None:

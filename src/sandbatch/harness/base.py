@@ -8,6 +8,7 @@ to a status, and converts its raw event stream into Responses output items.
 from __future__ import annotations
 
 import abc
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -119,6 +120,15 @@ class Harness(abc.ABC):
     @abc.abstractmethod
     def convert(self, events: list[dict[str, Any]], config: dict[str, Any]) -> Conversion:
         """Raw events -> Responses output items. Must never raise on unknown records."""
+
+
+async def hold(sandbox: Sandbox, ctx: RunContext, since: float) -> None:
+    """`hold_seconds` of the probe harnesses (none, oracle): keep the sandbox busy until that
+    many seconds after `since` (time.monotonic()), with a `sleep` in it, so the agent lasts
+    a fixed time; benchmarks/utilisation.py measures the orchestration around it."""
+    left = float(ctx.config.get("hold_seconds") or 0) - (time.monotonic() - since)
+    if left > 0:
+        await sandbox.exec(f"sleep {left:.3f}", timeout=ctx.timeouts.agent)
 
 
 def tail(text: str, n: int = 2000) -> str:

@@ -1,17 +1,23 @@
-"""`none`: changes nothing. The floor every agent must beat, and a cheap orchestration probe."""
+"""`none`: changes nothing. The floor every agent must beat, and a cheap orchestration probe
+(`hold_seconds` makes it last a fixed time)."""
 
 from __future__ import annotations
 
+import time
+
 from .. import responses
-from .base import Conversion, Harness, Outcome, RunContext
+from .base import Conversion, Harness, Outcome, RunContext, hold
 
 
 class NoneHarness(Harness):
     name = "none"
     needs_model = False
+    default_config = {"hold_seconds": 0}
 
     async def run(self, sandbox, ctx: RunContext) -> Outcome:
-        return Outcome(events=[{"type": "noop"}], exit_code=0, status="ok")
+        start = time.monotonic()
+        await hold(sandbox, ctx, start)
+        return Outcome(events=[{"type": "noop"}], exit_code=0, status="ok", agent_s=time.monotonic() - start)
 
     def convert(self, events, config) -> Conversion:
         unknown = sum(1 for ev in events if ev.get("type") != "noop")

@@ -1,7 +1,8 @@
 """`oracle`: applies the task's reference solution, so a run measures the graders and images.
 
 The reference solution is the gold patch, or for Terminal-Bench `solution/solve.sh`
-(uploaded to /solution and run in the workdir, as the agent would act).
+(uploaded to /solution and run in the workdir, as the agent would act). `hold_seconds`
+keeps the sandbox that long after the agent started (an agent of fixed duration).
 """
 
 from __future__ import annotations
@@ -12,16 +13,22 @@ from pathlib import Path
 
 from .. import responses
 from ..grading.apply import applied_method, apply_script
-from .base import Conversion, Harness, Outcome, RunContext, tail
+from .base import Conversion, Harness, Outcome, RunContext, hold, tail
 
 
 class OracleHarness(Harness):
     name = "oracle"
     needs_model = False
+    default_config = {"hold_seconds": 0}
 
     async def run(self, sandbox, ctx: RunContext) -> Outcome:
-        if ctx.task.task_dir:
-            return await self._solve(sandbox, ctx)
+        start = time.monotonic()
+        outcome = await (self._solve(sandbox, ctx) if ctx.task.task_dir else self._apply(sandbox, ctx))
+        await hold(sandbox, ctx, start)
+        outcome.agent_s = time.monotonic() - start
+        return outcome
+
+    async def _apply(self, sandbox, ctx: RunContext) -> Outcome:
         patch_path = f"{sandbox.tmpdir}/gold.patch"
         await sandbox.upload(patch_path, ctx.task.patch.encode("utf-8"))
         events = [{"type": "apply_patch", "path": patch_path, "bytes": len(ctx.task.patch.encode("utf-8"))}]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 import argparse
 import asyncio
+import contextlib
 import signal
 import sys
 import time
@@ -22,8 +23,13 @@ from typing import Callable
 from ..config import Config, Timeouts
 from ..errors import InfraError, UserError
 from ..records import now
-from ..sandbox import Provider, get_provider
+from ..sandbox import Provider, Sandbox, get_provider
 from ..tasks import Task, get_task
+
+# Called once a step's outputs are written and only deletes are left: the step server sets
+# it to report the step done at once, so the rollout's next job starts while the sandbox
+# is being deleted. A step in its own process (no server, Slurm) deletes before it exits.
+outputs_done: Callable[[], None] | None = None
 
 
 @dataclass
@@ -96,6 +102,8 @@ class Step(abc.ABC):
         self.ctx = ctx
         self.started_at = now()
         self.t0 = time.monotonic()
+        self.phases: dict[str, float] = {}
+        self.to_delete: list[Sandbox] = []
 
     @abc.abstractmethod
     async def run(self) -> None:
@@ -105,11 +113,42 @@ class Step(abc.ABC):
     def fail(self, exc: InfraError) -> None:
         """After the last attempt: write the outputs as an infra_error record."""
 
+    def delete_later(self, sandbox: Sandbox) -> None:
+        """Delete `sandbox` when the step ends, after its outputs are written (also when it
+        fails); a delete that fails then is logged and left to the run's end (reap_run)."""
+        self.to_delete.append(sandbox)
+
+    async def _delete_pending(self, reported: bool) -> None:
+        while self.to_delete:
+            sandbox = self.to_delete.pop()
+            t0 = time.monotonic()
+            try:
+                await asyncio.shield(sandbox.delete())
+            except Exception as exc:
+                print(f"sandbatch: {self.name}: deleting sandbox {sandbox.id} failed (the run's end deletes it): "
+                      f"{exc}", file=sys.stderr)
+            else:
+                if reported:
+                    print(f"sandbatch: {self.name}: deleted sandbox {sandbox.id} in {time.monotonic() - t0:.2f} s "
+                          f"after the step was reported done", file=sys.stderr)
+
     def stamp(self, rec):
         rec.started_at, rec.finished_at = self.started_at, now()
         rec.duration_s = round(time.monotonic() - self.t0, 3)
+        rec.phases = {name: round(s, 3) for name, s in self.phases.items()}
         rec.attempt = self.ctx.attempt
         return rec
+
+
+@contextlib.contextmanager
+def timed(phases: dict[str, float] | None, name: str):
+    """Add the seconds the block takes to phases[name] (records show where a step's time went)."""
+    t0 = time.monotonic()
+    try:
+        yield
+    finally:
+        if phases is not None:
+            phases[name] = phases.get(name, 0.0) + time.monotonic() - t0
 
 
 def parse_args(argv: list[str] | None = None) -> StepContext:
@@ -129,10 +168,17 @@ async def _run_with_signals(step: Step) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, task.cancel)
+    reported = False
     try:
         await task
+        if step.to_delete and outputs_done is not None:
+            outputs_done()
+            reported = True
     finally:
-        await step.ctx.aclose()
+        try:
+            await step._delete_pending(reported)
+        finally:
+            await step.ctx.aclose()
 
 
 def main(step_cls: Callable[[StepContext], Step], argv: list[str] | None = None) -> int:

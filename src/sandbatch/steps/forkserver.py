@@ -220,6 +220,26 @@ def _start(listener: socket.socket, conn: socket.socket) -> int | None:
 def _child(conn: socket.socket, fds: list[int], request: dict) -> None:
     code = 1
     finished = threading.Event()
+
+    def report(status: int) -> None:
+        """The job's exit status, once: the client exits with it and Snakemake moves on."""
+        if finished.is_set():
+            return
+        finished.set()
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except Exception:
+            pass
+        try:
+            conn.sendall(f"exit {status}\n".encode())
+        except OSError:
+            pass
+
+    from . import common
+
+    # outputs written, only deletes left: the rollout's next job need not wait for them
+    common.outputs_done = lambda: report(0)
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -243,16 +263,7 @@ def _child(conn: socket.socket, fds: list[int], request: dict) -> None:
         traceback.print_exc()
         code = 1
     finally:
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        except Exception:
-            pass
-        finished.set()
-        try:
-            conn.sendall(f"exit {code}\n".encode())
-        except OSError:
-            pass
+        report(code)
         os._exit(code & 0xFF if code >= 0 else 1)
 
 

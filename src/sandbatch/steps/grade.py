@@ -13,7 +13,7 @@ from ..grading import GradeContext, grade_task, grader_for
 from ..records import GRADE, PATCH, PATCH_INFO, SANDBOX, GradeRecord, PatchRecord, SandboxRecord, load
 from ..sandbox import Sandbox, SandboxGone
 from ..tasks.settings import grades_in_agent_sandbox
-from .common import Step
+from .common import Step, timed
 from .sandbox import build_spec, create_prepared
 
 
@@ -45,14 +45,15 @@ class GradeStep(Step):
         if in_agent:
             sandbox, base_ref = await self._agent_sandbox(info)
         else:
-            sandbox, base_ref = await create_prepared(ctx, build_spec(ctx, "grade"))
+            sandbox, base_ref = await create_prepared(ctx, build_spec(ctx, "grade"), self.phases)
         timeout = ctx.scaled(ctx.timeouts.grade)
         try:
-            rec = await asyncio.wait_for(
-                grade_task(GradeContext(cfg=ctx.cfg, sandbox=sandbox, task=ctx.task, patch=patch, base_ref=base_ref,
-                                        timeout=timeout, log_path=str(ctx.path("grade.log")),
-                                        in_agent_sandbox=in_agent)),
-                timeout)
+            with timed(self.phases, "tests"):  # apply the patch, run the tests, parse
+                rec = await asyncio.wait_for(
+                    grade_task(GradeContext(cfg=ctx.cfg, sandbox=sandbox, task=ctx.task, patch=patch,
+                                            base_ref=base_ref, timeout=timeout, log_path=str(ctx.path("grade.log")),
+                                            in_agent_sandbox=in_agent)),
+                    timeout)
             await sandbox.ensure_alive("grading")
         except asyncio.TimeoutError:
             raise InfraError(f"grading took longer than {timeout:.0f} s", "grade_timeout") from None
@@ -61,7 +62,7 @@ class GradeStep(Step):
         except Exception as exc:
             raise InfraError(f"the grader crashed: {exc!r}", "grader_crash") from exc
         finally:
-            await asyncio.shield(sandbox.delete())
+            self.delete_later(sandbox)
         rec.patch_empty = not patch.strip()
         self._save(rec)
 

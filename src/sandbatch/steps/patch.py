@@ -10,7 +10,7 @@ from ..records import (HARNESS, PATCH, PATCH_INFO, SANDBOX, HarnessRecord, Patch
 from ..sandbox import SandboxError
 from ..tasks.settings import grades_in_agent_sandbox
 from ..util import write_atomic
-from .common import Step
+from .common import Step, timed
 
 
 def diff_script(workdir: str, base_ref: str, out: str, exclude: list[str]) -> str:
@@ -39,12 +39,13 @@ class PatchStep(Step):
         provider = ctx.provider
         sandbox = await provider.connect(handle.sandbox_id, handle.spec)
         out = f"{sandbox.tmpdir}/agent.patch"
-        result = await sandbox.exec(diff_script(sandbox.workdir, handle.base_ref, out, ctx.cfg.patch.exclude),
-                                    timeout=ctx.scaled(ctx.cfg.timeouts.patch))
-        if not result.ok:
-            raise SandboxError(f"git diff failed (exit {result.exit_code}): {result.stderr.strip()[-300:]}",
-                               "patch_extract")
-        data = await sandbox.download(out)
+        with timed(self.phases, "extract"):
+            result = await sandbox.exec(diff_script(sandbox.workdir, handle.base_ref, out, ctx.cfg.patch.exclude),
+                                        timeout=ctx.scaled(ctx.cfg.timeouts.patch))
+            if not result.ok:
+                raise SandboxError(f"git diff failed (exit {result.exit_code}): {result.stderr.strip()[-300:]}",
+                                   "patch_extract")
+            data = await sandbox.download(out)
         if data and not data.endswith(b"\n"):
             data += b"\n"
         files = [f for f in result.stdout.splitlines() if f.strip()]
@@ -55,7 +56,7 @@ class PatchStep(Step):
         self._write(data, PatchRecord(bytes=len(data), files=files, empty=not data.strip(), sandbox_deleted=not keep,
                                       kept_sandbox=handle if keep else None))
         if not keep:
-            await sandbox.delete()
+            self.delete_later(sandbox)
 
     def _write(self, data: bytes, rec: PatchRecord) -> None:
         write_atomic(self.ctx.path(PATCH), data)

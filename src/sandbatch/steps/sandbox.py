@@ -13,7 +13,7 @@ from ..sandbox import Sandbox, SandboxError, SandboxSpec, rewrite_image
 from ..sandbox.base import Resources
 from ..sandbox.prepare import prepare_repo
 from ..tasks.settings import resources_for
-from .common import Step, StepContext
+from .common import Step, StepContext, timed
 
 
 def run_labels(cfg, instance: str | None = None) -> dict[str, str]:
@@ -43,16 +43,21 @@ def build_spec(ctx: StepContext, role: str) -> SandboxSpec:
                        resources=Resources(**resources_for(cfg, task)), entrypoint=task.entrypoint, **extra)
 
 
-async def create_prepared(ctx: StepContext, spec: SandboxSpec) -> tuple[Sandbox, str]:
-    """A sandbox holding the task's repository at its base commit, or SandboxError (nothing left behind)."""
+async def create_prepared(ctx: StepContext, spec: SandboxSpec,
+                          phases: dict[str, float] | None = None) -> tuple[Sandbox, str]:
+    """A sandbox holding the task's repository at its base commit, or SandboxError (nothing left behind).
+
+    The seconds of its `create` and `prepare` phases are added to `phases`."""
     provider = ctx.provider
     timeout = ctx.scaled(ctx.cfg.timeouts.sandbox)
     try:
-        sandbox = await asyncio.wait_for(provider.create(spec), timeout)
+        with timed(phases, "create"):
+            sandbox = await asyncio.wait_for(provider.create(spec), timeout)
     except asyncio.TimeoutError:
         raise SandboxError(f"creating the sandbox took longer than {timeout:.0f} s", "sandbox_create") from None
     try:
-        base_ref = await prepare_repo(sandbox, ctx.task, timeout)
+        with timed(phases, "prepare"):
+            base_ref = await prepare_repo(sandbox, ctx.task, timeout)
     except BaseException:
         await sandbox.delete()
         raise
@@ -74,7 +79,7 @@ class SandboxStep(Step):
 
     async def run(self) -> None:
         spec = build_spec(self.ctx, "agent")
-        sandbox, base_ref = await create_prepared(self.ctx, spec)
+        sandbox, base_ref = await create_prepared(self.ctx, spec, self.phases)
         try:
             self.stamp(fill(record_for(self.ctx, spec), sandbox, base_ref)).save(self.ctx.path(SANDBOX))
         except BaseException:
