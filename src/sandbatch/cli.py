@@ -57,20 +57,11 @@ def cmd_fetch_tasks(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_config(run: str, results_dir: str):
-    """The validated config a run was started with (results/<run>/_settings/run.json)."""
-    from .config import Config
-
-    path = Path(results_dir) / run / "_settings" / "run.json"
-    if not path.is_file():
-        raise UserError(f"{path}: no such run; pass the run name of a started run (see results/)")
-    return Config.model_validate_json(path.read_text(encoding="utf-8"))
-
-
 def cmd_reap(args: argparse.Namespace) -> int:
-    from .cleanup import reap_run
+    from .config import run_config
+    from .sandbox.reaper import reap_run
 
-    cfg = _run_config(args.run, args.results_dir)
+    cfg = run_config(args.run, args.results_dir)
     deleted = reap_run(cfg)
     print(f"reaped {len(deleted)} sandbox(es) of run {cfg.run} on {cfg.sandbox.provider}"
           + (f": {', '.join(deleted)}" if deleted else ""))
@@ -122,11 +113,12 @@ def cmd_rerun_errors(args: argparse.Namespace) -> int:
 
 
 def cmd_view(args: argparse.Namespace) -> int:
+    from .config import run_config
     from .view import build, finished_rows
 
     out = (args.output or Path(args.directory) / args.results_dir / args.run / "view").resolve()
     os.chdir(args.directory)  # the run's config names paths relative to its working directory
-    cfg = _run_config(args.run, args.results_dir)
+    cfg = run_config(args.run, args.results_dir)
     rows = finished_rows(cfg)
     index = build(cfg, rows, out)
     print(f"{len(rows)} rollout(s); open {index.resolve().as_uri()}")

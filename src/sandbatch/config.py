@@ -339,6 +339,15 @@ def load(
     return parse(merged, sources)
 
 
+def run_config(run: str, results_dir: str | os.PathLike = "results",
+               workdir: str | os.PathLike = ".") -> Config:
+    """The validated config a run was started with (<workdir>/<results_dir>/<run>/_settings/run.json)."""
+    path = Path(workdir) / results_dir / run / "_settings" / "run.json"
+    if not path.is_file():
+        raise UserError(f"{path}: no such run; pass the run name of a started run (see {results_dir}/)")
+    return Config.model_validate_json(path.read_text(encoding="utf-8"))
+
+
 def workflow_sources(workflow, config: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
     """The config sources of a Snakemake run, lowest precedence first."""
     sources: list[tuple[str, Mapping[str, Any]]] = []

@@ -18,7 +18,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import UserError
 from .owners import Owner, locked, owners, recover
 
 
@@ -157,23 +156,10 @@ def stop(run: str, results_dir: str = "results", workdir: str | os.PathLike = ".
     elif found:
         rep.notes.append("another Snakemake works in this directory: its locks were left alone")
     if reap:
-        rep.sandboxes_deleted = reap_run(run, results_dir, wd)
+        from .config import run_config
+        from .sandbox.reaper import reap_run
+
+        rep.sandboxes_deleted = reap_run(run_config(run, results_dir, wd), wd)
     rep.seconds = round(time.monotonic() - t0, 2)
     return rep
 
-
-def reap_run(run: str, results_dir: str, workdir: Path) -> list[str]:
-    """Delete every sandbox labelled with this run (provider settings from the run's config)."""
-    from .cleanup import reap_run as reap
-    from .config import Config
-
-    settings = workdir / results_dir / run / "_settings" / "run.json"
-    if not settings.is_file():
-        raise UserError(f"{settings}: no such file; cannot tell which sandbox provider {run!r} used")
-    cfg = Config.model_validate_json(settings.read_text(encoding="utf-8"))
-    cwd = os.getcwd()
-    os.chdir(workdir)  # provider options (e.g. the local root) are relative to the working directory
-    try:
-        return reap(cfg)
-    finally:
-        os.chdir(cwd)

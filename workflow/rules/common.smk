@@ -79,7 +79,7 @@ rule settings:
 
 
 def reap_at_exit():
-    from sandbatch.cleanup import reap_run
+    from sandbatch.sandbox.reaper import reap_run
 
     try:
         deleted = reap_run(CFG)

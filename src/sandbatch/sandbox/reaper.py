@@ -1,11 +1,49 @@
-"""Delete, by label, whatever sandboxes a run left behind (for every provider)."""
+"""Delete whatever sandboxes a run instance left behind, by label (for every provider).
+
+`reap_run` is the one entry point: the end of every real run (success or error), the end of
+the aggregate (once every rollout is graded no sandbox of the run is in use: what is left
+belongs to killed jobs), `sandbatch stop` and `sandbatch reap` all call it. `reap` is its
+mechanism on an open provider.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import UserError
 from .base import Provider, SandboxError
+
+if TYPE_CHECKING:
+    from ..config import Config
+
+
+def reap_run(cfg: "Config", workdir: str | os.PathLike | None = None) -> list[str]:
+    """Ids of the run instance's sandboxes deleted; idempotent.
+
+    Selects by the run instance's identity (sandbatch.instance), never by run name alone:
+    another working directory may use the same name on the same engine. The run's paths
+    and provider options are relative to `workdir` (default: the current directory)."""
+    from . import get_provider
+    from ..steps.sandbox import selector
+
+    cwd = os.getcwd()
+    if workdir is not None:
+        os.chdir(Path(workdir))
+    try:
+        labels = selector(cfg)
+        if labels is None:
+            return []  # never started in this working directory: nothing of it can exist
+
+        async def go() -> list[str]:
+            async with get_provider(cfg.sandbox) as provider:
+                return await reap(provider, labels)
+
+        return asyncio.run(go())
+    finally:
+        os.chdir(cwd)
 
 
 async def reap(provider: Provider, labels: dict[str, str], *, concurrency: int = 16) -> list[str]:

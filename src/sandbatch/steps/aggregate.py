@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from .. import metrics, plots, report, view
-from ..cleanup import reap_run
 from ..config import Config
 from ..errors import InfraError, UserError
 from ..records import (GRADE, HARNESS, PATCH, PATCH_INFO, RESPONSE, SANDBOX, GradeRecord, HarnessRecord,
                        PatchRecord, SandboxRecord, load, now)
+from ..sandbox.reaper import reap_run
 from ..tasks import TaskRef, select_tasks
 from ..util import read_json, write_atomic, write_json, write_jsonl
 
