@@ -48,7 +48,6 @@ import asyncio
 import itertools
 import logging
 import os
-import random
 import re
 import shlex
 import time
@@ -78,7 +77,7 @@ from opensandbox.transport import RetryAsyncTransport, RetryPolicy  # noqa: E402
 from ..config import load_schema  # noqa: E402
 from ..errors import UserError  # noqa: E402
 from ..ids import LABEL_MAX, label_value  # noqa: E402
-from ..util import deep_merge  # noqa: E402
+from ..util import backoff_delay, deep_merge  # noqa: E402
 from .base import (  # noqa: E402
     KILLED_EXIT_CODES,
     ExecResult,
@@ -174,15 +173,15 @@ def _retry_after(exc: BaseException) -> float | None:
     return None
 
 
-def backoff(attempt: int, initial: float, cap: float, retry_after: float | None = None) -> float:
-    """Seconds before retry `attempt` (0-based): Retry-After when given, else jittered exponential."""
-    if retry_after is not None:
-        return min(max(retry_after, 0.0), 60.0)
-    ceiling = min(cap, initial * (2 ** attempt))
-    return ceiling / 2 + random.uniform(0, ceiling / 2)
+def _retry_delay(attempt: int, initial: float, cap: float, exc: BaseException | None = None) -> float:
+    """Seconds before retry `attempt` (0-based): the server's Retry-After (at most 60 s) when it
+    sent one, else the shared jittered exponential backoff."""
+    asked = _retry_after(exc) if exc is not None else None
+    return min(max(asked, 0.0), 60.0) if asked is not None else backoff_delay(attempt, initial, cap)
 
 
-def _describe(exc: BaseException) -> str:
+def _short_message(exc: BaseException) -> str:
+    """The exception's message (its type when it has none), cut to 300 characters for an error line."""
     text = str(exc).strip() or type(exc).__name__
     return text if len(text) <= 300 else text[:300] + "..."
 
@@ -258,18 +257,18 @@ class OpenSandboxSandbox(Sandbox):
                     # that does not exist): a definitive answer, nothing ran
                     await self._raise_if_gone(exc)
                     raise SandboxError(f"sandbox {self.id}: execd refused the command, which did not run "
-                                       f"(HTTP {status}: {_describe(exc)})", "sandbox_exec") from exc
+                                       f"(HTTP {status}: {_short_message(exc)})", "sandbox_exec") from exc
                 not_started = status in (429, 502, 503) or _pre_send(exc)
                 if not_started and attempt < retries:
                     await self._raise_if_gone(exc)
-                    await asyncio.sleep(backoff(attempt, ops["backoff_initial"], ops["backoff_max"]))
+                    await asyncio.sleep(_retry_delay(attempt, ops["backoff_initial"], ops["backoff_max"]))
                     continue
                 await self._raise_if_gone(exc)
                 if not_started:
                     raise SandboxError(f"sandbox {self.id}: execd did not accept the command after "
-                                       f"{attempt + 1} attempts ({_describe(exc)})", "sandbox_exec") from exc
+                                       f"{attempt + 1} attempts ({_short_message(exc)})", "sandbox_exec") from exc
                 raise SandboxError(f"sandbox {self.id}: command failed in transit and may have run, so it is "
-                                   f"not retried ({_describe(exc)})", "sandbox_exec") from exc
+                                   f"not retried ({_short_message(exc)})", "sandbox_exec") from exc
             duration = time.monotonic() - start
             code = execution.exit_code
             if code is None:
@@ -324,9 +323,9 @@ class OpenSandboxSandbox(Sandbox):
                 transient = status is None or status >= 500 or status == 429
                 if not transient or attempt == ops["retries"]:
                     await self._raise_if_gone(exc)
-                    raise SandboxError(f"sandbox {self.id}: cannot write {path} ({_describe(exc)})",
+                    raise SandboxError(f"sandbox {self.id}: cannot write {path} ({_short_message(exc)})",
                                        "sandbox_file") from exc
-                await asyncio.sleep(backoff(attempt, ops["backoff_initial"], ops["backoff_max"], _retry_after(exc)))
+                await asyncio.sleep(_retry_delay(attempt, ops["backoff_initial"], ops["backoff_max"], exc))
 
     async def download(self, path: str) -> bytes:
         try:
@@ -335,7 +334,7 @@ class OpenSandboxSandbox(Sandbox):
             if _status(exc) == 404:
                 raise SandboxError(f"{path}: no such file in sandbox {self.id}", "sandbox_file") from None
             await self._raise_if_gone(exc)
-            raise SandboxError(f"sandbox {self.id}: cannot read {path} ({_describe(exc)})", "sandbox_file") from exc
+            raise SandboxError(f"sandbox {self.id}: cannot read {path} ({_short_message(exc)})", "sandbox_file") from exc
 
     # state -------------------------------------------------------------------------------
     async def status(self) -> State:
@@ -440,7 +439,7 @@ class OpenSandboxProvider(Provider):
             where = f"${self._key_env}" if self._key_env else "connection.api_key_env"
             return SandboxError(f"{what}: the OpenSandbox server at {self.options['connection']['domain']} refused "
                                 f"the API key (HTTP {status}); check {where}", "sandbox_auth")
-        return SandboxError(f"{what}: {_describe(exc)}", failure_class)
+        return SandboxError(f"{what}: {_short_message(exc)}", failure_class)
 
     # lifecycle ----------------------------------------------------------------------------
     async def create(self, spec: SandboxSpec) -> OpenSandboxSandbox:
@@ -488,8 +487,8 @@ class OpenSandboxProvider(Provider):
                 if not certain:
                     # the server may have created it anyway: keep at most one per create
                     await self._delete_strays(nonce, keep=None)
-                delay = backoff(attempt, cfg["backoff_initial"], cfg["backoff_max"], _retry_after(exc))
-                log.warning("create from %s failed (%s); retry in %.1fs", spec.image, _describe(exc), delay)
+                delay = _retry_delay(attempt, cfg["backoff_initial"], cfg["backoff_max"], exc)
+                log.warning("create from %s failed (%s); retry in %.1fs", spec.image, _short_message(exc), delay)
                 await asyncio.sleep(delay)
         try:
             if maybe_strays:  # an earlier attempt may have come up late
@@ -578,5 +577,5 @@ class OpenSandboxProvider(Provider):
         self._manager = None
 
 
-__all__ = ["OpenSandboxProvider", "OpenSandboxSandbox", "SDK_VERSIONS", "backoff", "check_sdk", "default_options",
+__all__ = ["OpenSandboxProvider", "OpenSandboxSandbox", "SDK_VERSIONS", "check_sdk", "default_options",
            "metadata_for"]
