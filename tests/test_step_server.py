@@ -18,7 +18,7 @@ from workflow_util import REPO
 
 SERVER_MODULE = "sandbatch.steps.forkserver"
 # exit 99: the client found no server and would have run the step itself
-DELEGATE = ("import sys; from sandbatch.steps.client import delegate; sys.argv[0] = 'convert.py'; "
+DELEGATE = ("import sys; from sandbatch.steps.entrypoint import delegate; sys.argv[0] = 'convert.py'; "
             "code = delegate('convert'); sys.exit(99 if code is None else code)")
 
 

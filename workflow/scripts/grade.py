@@ -1,6 +1,6 @@
 """Workflow step 'grade' (see sandbatch.steps.grade); runs standalone too: --help."""
 import sys
 
-from sandbatch.steps.client import run_step
+from sandbatch.steps.entrypoint import run_step
 
 sys.exit(run_step("grade"))

@@ -1,6 +1,6 @@
 """Workflow step 'patch' (see sandbatch.steps.patch); runs standalone too: --help."""
 import sys
 
-from sandbatch.steps.client import run_step
+from sandbatch.steps.entrypoint import run_step
 
 sys.exit(run_step("patch"))

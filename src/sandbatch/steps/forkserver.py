@@ -6,7 +6,7 @@ ends with the run: stopped by `finish_run`, or by the kernel's parent-death sign
 Snakemake itself is killed. It listens on an abstract Unix socket (no file to clean up;
 only this user's processes are served, checked with SO_PEERCRED).
 
-Per request (see sandbatch.steps.client) it forks; the child takes the client's stdio
+Per request (see sandbatch.steps.entrypoint) it forks; the child takes the client's stdio
 descriptors, working directory, environment and umask, tells the client its pid, runs the
 step exactly as the script would, and sends the exit code. When the client goes away
 without a word (its job was killed), the child gets SIGTERM, so the step's cleanup (delete
@@ -38,7 +38,7 @@ import uuid
 from typing import Iterable
 
 from . import STEPS, run_here
-from .client import ENV
+from .entrypoint import ENV
 
 DISABLE = "SANDBATCH_NO_STEP_SERVER"  # set (to anything) to run every step in its own job process
 CLIENT_GRACE = 60.0  # seconds a step gets to clean up after its client vanished
