@@ -1,4 +1,5 @@
-"""Every workflow step script's entry point (workflow/scripts/*.py): hand the step to the run's step server, or run it here.
+"""Every workflow step script's entry point (workflow/scripts/*.py): hand the step to the
+run's step server, or run it here.
 
 A step process that imports asyncio, pydantic, the providers and the graders costs about
 0.2 CPU-s before it does anything (1.3 s more for a SWE-bench grader), five times per
