@@ -79,7 +79,7 @@ def sleeper(path: Path) -> Path:
 @contextlib.contextmanager
 def scripted_model_server(script: dict[str, Any]):
     """The scripted model serving `script` on 127.0.0.1: yields (base URL, the model app)."""
-    from sandbatch.scripted_model import Script, ScriptedModel
+    from sandbatch.testing.scripted_model import Script, ScriptedModel
 
     app = ScriptedModel(Script.from_dict(script))
     server = app.serve()

@@ -21,7 +21,7 @@ from sandbatch.proxy import ModelProxy, drop_cache_control, proxy_hosts, split_p
 from sandbatch.proxy.core import retry_after
 from sandbatch.proxy import server as http_server
 from sandbatch.proxy.server import ServerThread, catch_all
-from sandbatch.scripted_model import Script, ScriptedModel, assistant_turns
+from sandbatch.testing.scripted_model import Script, ScriptedModel, assistant_turns
 from sandbatch.errors import InfraError, UserError
 from sandbatch.usage import normalize_usage, summarize
 from sandbatch.util import backoff_delay, iter_jsonl
@@ -661,14 +661,18 @@ def test_scripted_streams_match_non_streamed(scripted):
     assert [e["sequence_number"] for e in events] == list(range(len(events)))
 
 
-def test_scripted_model_cli(tmp_path):
+@pytest.mark.parametrize("command", ["console", "module"])
+def test_scripted_model_cli(tmp_path, command):
+    """Both ways the README names: the installed `sandbatch-scripted-model` and `python -m`."""
     import subprocess
     import sys
+    from pathlib import Path
 
     script = tmp_path / "script.json"
     script.write_text(json.dumps(SCRIPT))
-    proc = subprocess.Popen([sys.executable, "-m", "sandbatch.scripted_model", "--script", str(script),
-                             "--port", "0", "--record", str(tmp_path / "rec.jsonl")],
+    argv = ([str(Path(sys.executable).parent / "sandbatch-scripted-model")] if command == "console"
+            else [sys.executable, "-m", "sandbatch.testing.scripted_model"])
+    proc = subprocess.Popen([*argv, "--script", str(script), "--port", "0", "--record", str(tmp_path / "rec.jsonl")],
                             stdout=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()

@@ -1,9 +1,9 @@
-"""A deterministic OpenAI-compatible model server driven by a per-task script.
+"""A deterministic OpenAI-compatible model server driven by a per-task script (a test tool).
 
-For tests and demos of harnesses without a real model: Chat Completions (with tool
+For tests and demos of harnesses without a real model; a run never uses it: Chat Completions (with tool
 calls, streamed or not), Responses (streamed or not) and /v1/models.
 
-    python -m sandbatch.scripted_model --script SCRIPT.yaml --port 8011 [--record calls.jsonl]
+    sandbatch-scripted-model --script SCRIPT.yaml --port 8011 [--record calls.jsonl]
 
 Script (YAML or JSON)::
 
@@ -51,9 +51,9 @@ from typing import Any, Iterable
 import yaml
 from aiohttp import web
 
-from .errors import UserError
-from .proxy.core import split_path
-from .proxy.server import ServerThread, catch_all, listen
+from ..errors import UserError
+from ..proxy.core import split_path
+from ..proxy.server import ServerThread, catch_all, listen
 
 CHARS_PER_TOKEN = 4
 
@@ -512,7 +512,7 @@ async def _main(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m sandbatch.scripted_model", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="sandbatch-scripted-model", description=__doc__.split("\n")[0])
     parser.add_argument("--script", required=True, help="YAML/JSON script: task key -> assistant turns")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=0, help="port (0 = a free one; printed on start)")
