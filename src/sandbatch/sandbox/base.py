@@ -127,10 +127,6 @@ class Sandbox(abc.ABC):
         of their own per sandbox (local)."""
         return path
 
-    def host_path(self, path: str) -> str | None:
-        """Where `path` inside the sandbox is visible on this host, if it is (local provider)."""
-        return None
-
 
 class Provider(abc.ABC):
     """Creates, finds and deletes sandboxes of one kind."""

@@ -131,9 +131,6 @@ class LocalSandbox(Sandbox):
     async def status(self) -> State:
         return "running" if (self.root / "meta.json").is_file() else "gone"
 
-    def host_path(self, path: str) -> str | None:
-        return path
-
     # Image paths a benchmark needs per sandbox (Terminal-Bench's verifier reads /tests and
     # writes /logs/verifier). On this host they would be shared by every sandbox and need
     # root, so each sandbox gets its own copy under <root>/<id>/fs/.
