@@ -10,6 +10,7 @@ test results is never parsed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections import Counter
@@ -67,24 +68,15 @@ class RunStatus:
 
 
 def collect(run: str, results_dir: str = "results", workdir: str | os.PathLike = ".") -> RunStatus:
-    from .config import Config
-    from .errors import UserError
+    from .config import run_config
     from .owners import owners
     from .tasks import load_tasks
 
     wd = Path(workdir).resolve()
     run_dir = wd / results_dir / run
-    settings = run_dir / "_settings" / "run.json"
-    if not settings.is_file():
-        raise UserError(f"{settings}: no such file; is {run!r} a run under {wd / results_dir}? "
-                        f"(it appears once a run has started)")
-    cfg = Config.model_validate_json(settings.read_text(encoding="utf-8"))
-    cwd = os.getcwd()
-    os.chdir(wd)  # the config's paths are relative to the working directory
-    try:
+    cfg = run_config(run, results_dir, wd)
+    with contextlib.chdir(wd):  # the config's paths are relative to the working directory
         tasks = load_tasks(cfg.benchmark)
-    finally:
-        os.chdir(cwd)
 
     st = RunStatus(run=run, run_dir=str(run_dir), tasks=len(tasks), repeats=cfg.repeats,
                    rollouts=len(tasks) * cfg.repeats, steps={s: Counter() for s in STEPS})

@@ -9,8 +9,8 @@ mechanism on an open provider.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import UserError
@@ -29,10 +29,7 @@ def reap_run(cfg: "Config", workdir: str | os.PathLike | None = None) -> list[st
     from . import get_provider
     from ..steps.sandbox import selector
 
-    cwd = os.getcwd()
-    if workdir is not None:
-        os.chdir(Path(workdir))
-    try:
+    with contextlib.chdir(workdir or "."):
         labels = selector(cfg)
         if labels is None:
             return []  # never started in this working directory: nothing of it can exist
@@ -42,8 +39,6 @@ def reap_run(cfg: "Config", workdir: str | os.PathLike | None = None) -> list[st
                 return await reap(provider, labels)
 
         return asyncio.run(go())
-    finally:
-        os.chdir(cwd)
 
 
 async def reap(provider: Provider, labels: dict[str, str], *, concurrency: int = 16) -> list[str]:
