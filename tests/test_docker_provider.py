@@ -175,7 +175,7 @@ def test_list_by_labels_and_expiry(spec, docker_run_label):
         only_a = await provider.list({"run": docker_run_label, "task": "a"})
         assert len(only_a) == 1 and only_a[0].id == a.id and only_a[0].state == "running"
         assert only_a[0].labels == {"run": docker_run_label, "task": "a"}
-        # the TTL is recorded as an expiry time the reaper can compare with the clock
+        # the TTL is recorded as an expiry time that `list` reports
         left = datetime.fromisoformat(only_a[0].expires_at) - datetime.now(timezone.utc)
         assert 3500 < left.total_seconds() <= 3600
         assert await provider.list({"run": docker_run_label, "task": "c"}) == []

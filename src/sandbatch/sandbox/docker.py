@@ -11,8 +11,8 @@ closing its stream, so timeouts kill inside the container either way (see `exec`
 
 A container carries:
 - labels `<prefix><key>` for the spec's labels, `<prefix>managed=true` (so `list` sees only
-  our containers) and `<prefix>expires-at` (ISO 8601, UTC): the TTL that the reaper
-  enforces by deleting whatever `list` reports as expired;
+  our containers) and `<prefix>expires-at` (ISO 8601, UTC): when the TTL ends, as `list`
+  reports it (the keep-alive entrypoint below is what enforces it);
 - a keep-alive entrypoint that replaces the image's own (some images start /bin/bash,
   which would exit at once without a terminal): `sleep <ttl_seconds>`, so a container
   nobody reaps still stops by itself when its TTL is over; under `--init` so orphans of
