@@ -334,7 +334,8 @@ class OpenSandboxSandbox(Sandbox):
             if _status(exc) == 404:
                 raise SandboxError(f"{path}: no such file in sandbox {self.id}", "sandbox_file") from None
             await self._raise_if_gone(exc)
-            raise SandboxError(f"sandbox {self.id}: cannot read {path} ({_short_message(exc)})", "sandbox_file") from exc
+            raise SandboxError(f"sandbox {self.id}: cannot read {path} ({_short_message(exc)})",
+                               "sandbox_file") from exc
 
     # state -------------------------------------------------------------------------------
     async def status(self) -> State:
