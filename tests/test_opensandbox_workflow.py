@@ -1,5 +1,5 @@
 """The workflow on the opensandbox provider against the REAL OpenSandbox server: the smoke
-benchmark (SWE-bench family) and Terminal-Bench rows with the oracle, the
+benchmark (SWE-bench family), SWE-bench Pro and Terminal-Bench rows with the oracle, the
 `none` harness, real OpenCode in the sandboxes talking to the scripted model through the
 rollout's proxy on this host, and API faults injected by a proxy in front of the server
 (tests/opensandbox_proxy.py).
@@ -114,6 +114,21 @@ def test_real_opencode_through_the_proxy(tmp_path, real_opensandbox, run_name, a
         assert [i["name"] for i in response["output"] if i["type"] == "function_call"] == ["bash", "bash"]
     chat = [r for r in model.requests if r["path"].endswith("/chat/completions")]
     assert len(chat) >= 6 and all(r["headers"].get("authorization") == "Bearer sk-upstream-secret-7" for r in chat)
+
+
+def test_swe_bench_pro_oracle(tmp_path, real_opensandbox, run_name, agent_image):
+    """A SWE-bench Pro row: the repository uploaded to /app, before_repo_set_cmd, the row's
+    run_script (which calls `python`, as Pro images have it) and parser."""
+    pro = FIX / "swe_pro" / "tasks.jsonl"
+    row = json.loads(pro.read_text().splitlines()[0])
+    rewrites = [{"prefix": f"jefzda/sweap-images:{row['dockerhub_tag']}", "replace": agent_image}]
+    cfg = _config(tmp_path, real_opensandbox, run_name, retries=0, sandbox={"image_rewrites": rewrites},
+                  benchmark={"kind": "swebench_pro", "tasks": str(pro)})
+    proc = snakemake(tmp_path, "--configfile", cfg)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = rollouts(tmp_path, run_name)
+    assert [r["instance_id"] for r in rows] == [row["instance_id"]]
+    assert rows[0]["resolved"] and rows[0]["status"] == "ok", _why(rows)
 
 
 def test_transient_faults_are_retried_and_a_slow_create_leak_is_reaped(tmp_path, real_opensandbox, run_name,
