@@ -1,13 +1,16 @@
 """Create admission: one token bucket for every step process of a run.
 
-Separate processes (as the sandbox steps of a run are) create sandboxes on the
-OpenSandbox stand-in through the real provider, drawing from one bucket file; the
-stand-in records when each create request arrived.
+Separate processes (as the sandbox steps of a run are) create sandboxes through the real
+provider, drawing from one bucket file: on the OpenSandbox stand-in, which records when
+each create request arrived (64 creates at once cost it nothing), and on the real server
+behind the fault proxy (tests/opensandbox_proxy.py), which answers 429 and records the
+arrivals there.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -16,7 +19,9 @@ from pathlib import Path
 import pytest
 
 
+from opensandbox_proxy import FaultProxy  # noqa: E402
 from opensandbox_server import StandIn  # noqa: E402
+from real_opensandbox import IMAGE, os_run, real_opensandbox  # noqa: E402,F401 (fixtures)
 
 from sandbatch.sandbox.admission import BURST, CreateAdmission, admission_for  # noqa: E402
 
@@ -32,7 +37,7 @@ args = json.loads(sys.argv[1])
 async def main():
     async with provider_class("opensandbox")(args["options"]) as provider:
         provider.admission = admission_for(args["run_dir"], args["rate"])
-        spec = SandboxSpec(image="python:3.11", labels={"run": args["label"]}, ttl_seconds=600)
+        spec = SandboxSpec(image=args["image"], labels={"run": args["label"]}, ttl_seconds=600)
         # warm up (imports, connections), then start together: what is measured is admission,
         # not how long 8 Python processes take to start on a loaded machine
         await provider.list({"run": args["label"]})
@@ -61,12 +66,15 @@ def options(server):
             "probe": {"interval": 0.05, "timeout": 20}}
 
 
-def run_processes(server, run_dir, rate, processes, per_process):
-    args = {"options": options(server), "run_dir": str(run_dir), "rate": rate, "n": per_process,
-            "processes": processes,
-            "label": f"admit-{run_dir.name}"[:40]}
+def run_processes(server, run_dir, rate, processes, per_process, *, opts=None, label=None, image="python:3.11"):
+    """`processes` step processes making `per_process` sandboxes each (on the stand-in
+    unless `opts` says where), then deleting them; the seconds it took."""
+    args = {"options": opts or options(server), "run_dir": str(run_dir), "rate": rate, "n": per_process,
+            "processes": processes, "image": image,
+            "label": label or f"admit-{run_dir.name}"[:40]}
     t0 = time.monotonic()
-    procs = [subprocess.Popen([sys.executable, "-c", WORKER, json.dumps(args)], env={"PYTHONPATH": str(SRC)},
+    env = {"PYTHONPATH": str(SRC), **{k: v for k, v in os.environ.items() if k.startswith("SANDBATCH_TEST_")}}
+    procs = [subprocess.Popen([sys.executable, "-c", WORKER, json.dumps(args)], env=env,
                               stderr=subprocess.PIPE, text=True) for _ in range(processes)]
     errors = [p.communicate(timeout=300)[1] for p in procs]
     assert all(p.returncode == 0 for p in procs), errors
@@ -103,6 +111,31 @@ def test_429_and_503_slow_the_whole_run_down(server, tmp_path):
     assert max(b - a for a, b in zip(times, times[1:])) >= 2.0 * 0.9
     # the successes since won the configured rate back
     assert json.loads((run_dir / "_admission" / "create.json").read_text())["factor"] == 1.0
+
+
+@pytest.mark.slow
+def test_429_on_the_real_server_halves_the_rate_and_honours_retry_after(tmp_path, real_opensandbox, os_run):
+    """The real server behind the fault proxy: the run's first create is answered 429 with
+    Retry-After: 2. No create reaches the server for 2 s, the next ones come at half the
+    configured rate, and every sandbox is made and deleted (os_run checks none is left)."""
+    rate, processes, per_process = 4, 2, 3
+    with FaultProxy(real_opensandbox.url) as proxy:
+        proxy.add_fault(op="create", action="status", status=429, retry_after=2, count=1)
+        run_processes(None, tmp_path / "run", rate, processes, per_process, image=IMAGE, label=os_run,
+                      opts=real_opensandbox.options(proxy.domain))
+        stats = proxy.stats()
+    refused, *created = sorted(stats["arrivals"]["create"])  # the first create is the one answered 429
+    assert stats["faults_fired"] == {"create:status": 1}
+    assert len(created) == processes * per_process and stats["requests"]["delete"] == processes * per_process
+    # Retry-After honoured by every process: nothing reached the server for 2 s
+    assert created[0] - refused >= 2.0 * 0.95, created[0] - refused
+    # halved: after the hold, one create (the burst) and the next 1 / (rate / 2) s later,
+    # not 1 / rate (no create has succeeded yet to win the rate back: each takes ~1 s here)
+    assert created[1] - created[0] >= 1 / (rate / 2) * 0.8, created[1] - created[0]
+    # the successes since won the configured rate back
+    assert json.loads((tmp_path / "run" / "_admission" / "create.json").read_text())["factor"] == 1.0
+    print(f"\n429 then {len(created)} creates at {rate}/s on the real server: first after "
+          f"{created[0] - refused:.2f} s, gaps {[round(b - a, 2) for a, b in zip(created, created[1:])]}")
 
 
 def test_bucket_state_is_shared_through_its_file(tmp_path):
