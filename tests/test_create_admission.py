@@ -3,8 +3,8 @@
 Separate processes (as the sandbox steps of a run are) create sandboxes through the real
 provider, drawing from one bucket file: on the OpenSandbox stand-in, which records when
 each create request arrived (64 creates at once cost it nothing), and on the real server
-behind the fault proxy (tests/opensandbox_proxy.py), which answers 429 and records the
-arrivals there.
+behind the fault proxy (tests/opensandbox_proxy.py), which answers 429 and 503 and records
+the arrivals there.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from opensandbox_proxy import FaultProxy  # noqa: E402
 from opensandbox_server import StandIn  # noqa: E402
 from real_opensandbox import IMAGE, os_run, real_opensandbox  # noqa: E402,F401 (fixtures)
 
-from sandbatch.sandbox.admission import BURST, CreateAdmission, admission_for  # noqa: E402
+from sandbatch.sandbox.admission import BURST, RECOVER, CreateAdmission, admission_for  # noqa: E402
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -98,44 +98,37 @@ def test_64_creates_from_8_processes_keep_the_run_rate(server, tmp_path):
     print(f"\n64 creates from 8 processes at 10/s: {took:.1f} s, busiest second {most_in_any_second(times)}")
 
 
-def test_429_and_503_slow_the_whole_run_down(server, tmp_path):
-    server.reset(sandboxes=True)
-    server.add_fault(op="create", action="status", status=429, retry_after=2, count=1)
-    server.add_fault(op="create", action="status", status=503, count=1)
-    run_dir = tmp_path / "run"
-    run_processes(server, run_dir, rate=50, processes=2, per_process=5)
-    times = sorted(server.stats()["create_times"])
-    assert len(times) == 12 and server.stats()["live"] == 0  # 10 creates, 2 refused and retried
-    # Retry-After: 2 held every process (a quick run at 50/s takes ~0.2 s): after the 429
-    # nothing but creates already admitted arrives for 2 s
-    assert max(b - a for a, b in zip(times, times[1:])) >= 2.0 * 0.9
-    # the successes since won the configured rate back
-    assert json.loads((run_dir / "_admission" / "create.json").read_text())["factor"] == 1.0
-
-
 @pytest.mark.slow
-def test_429_on_the_real_server_halves_the_rate_and_honours_retry_after(tmp_path, real_opensandbox, os_run):
+def test_429_and_503_on_the_real_server_slow_the_whole_run_down(tmp_path, real_opensandbox, os_run):
     """The real server behind the fault proxy: the run's first create is answered 429 with
-    Retry-After: 2. No create reaches the server for 2 s, the next ones come at half the
-    configured rate, and every sandbox is made and deleted (os_run checks none is left)."""
+    Retry-After: 2, the next 503 without one. No create reaches the server for the 2 s, each
+    answer halves the rate for every process and holds creates (for one interval at the
+    slowed rate after the 503), and every sandbox is made and deleted (os_run checks none
+    is left)."""
     rate, processes, per_process = 4, 2, 3
     with FaultProxy(real_opensandbox.url) as proxy:
         proxy.add_fault(op="create", action="status", status=429, retry_after=2, count=1)
+        proxy.add_fault(op="create", action="status", status=503, count=1)
         run_processes(None, tmp_path / "run", rate, processes, per_process, image=IMAGE, label=os_run,
                       opts=real_opensandbox.options(proxy.domain))
         stats = proxy.stats()
-    refused, *created = sorted(stats["arrivals"]["create"])  # the first create is the one answered 429
-    assert stats["faults_fired"] == {"create:status": 1}
+    too_many, unavailable, *created = sorted(stats["arrivals"]["create"])  # the faults fire on the first two
+    assert stats["faults_fired"] == {"create:status": 2}
     assert len(created) == processes * per_process and stats["requests"]["delete"] == processes * per_process
     # Retry-After honoured by every process: nothing reached the server for 2 s
-    assert created[0] - refused >= 2.0 * 0.95, created[0] - refused
-    # halved: after the hold, one create (the burst) and the next 1 / (rate / 2) s later,
-    # not 1 / rate (no create has succeeded yet to win the rate back: each takes ~1 s here)
-    assert created[1] - created[0] >= 1 / (rate / 2) * 0.8, created[1] - created[0]
-    # the successes since won the configured rate back
-    assert json.loads((tmp_path / "run" / "_admission" / "create.json").read_text())["factor"] == 1.0
-    print(f"\n429 then {len(created)} creates at {rate}/s on the real server: first after "
-          f"{created[0] - refused:.2f} s, gaps {[round(b - a, 2) for a, b in zip(created, created[1:])]}")
+    assert unavailable - too_many >= 2.0 * 0.95, unavailable - too_many
+    # halved twice, to rate / 4: held for one interval at that rate after the 503, and the
+    # next create one interval after the first (no create has succeeded yet to win the rate
+    # back: each takes about a second here)
+    slowed = 1 / (rate / 4)
+    assert created[0] - unavailable >= slowed * 0.9, created[0] - unavailable
+    assert created[1] - created[0] >= slowed * 0.8, created[1] - created[0]
+    # each success since won a step of the rate back
+    factor = json.loads((tmp_path / "run" / "_admission" / "create.json").read_text())["factor"]
+    assert factor == pytest.approx(min(1.0, 0.25 * RECOVER ** len(created)))
+    print(f"\n429, 503, then {len(created)} creates at {rate}/s on the real server: 503 after "
+          f"{unavailable - too_many:.2f} s, first create {created[0] - unavailable:.2f} s later, "
+          f"gaps {[round(y - x, 2) for x, y in zip(created, created[1:])]}")
 
 
 def test_bucket_state_is_shared_through_its_file(tmp_path):
