@@ -79,3 +79,34 @@ def docker_run_label(docker_engine: str):
             await provider.delete(info.id)
 
     asyncio.run(sweep())
+
+
+OPENCODE_PREFIX = "/opt/opencode"  # where agent_image holds OpenCode: bin/opencode under it
+
+
+@pytest.fixture(scope="session")
+def agent_image(docker_base_image: str, tmp_path_factory) -> str:
+    """The base image plus what a real agent run needs and the base lacks: OpenCode (npm
+    `opencode-ai` at the version the harness pins, installed under OPENCODE_PREFIX; run it
+    with `install: {method: path}`) and `python` (SWE-bench Pro images have it; their
+    run_scripts call it). Built once a session; Docker's cache makes a rebuild quick.
+
+    OpenCode is installed by the host's npm into the build context (the package's binary is
+    self-contained), so the image needs no node and the build no network."""
+    from services import need_program
+    from sandbatch.harness.opencode import OpenCodeHarness
+
+    need_program("npm", "run scripts/services/node.sh (as root)")
+    version = OpenCodeHarness.default_version
+    context = tmp_path_factory.mktemp("agent-image")
+    npm = subprocess.run(["npm", "install", "-g", "--no-audit", "--no-fund", "--prefix", str(context / "opencode"),
+                          f"opencode-ai@{version}"], capture_output=True, text=True, timeout=600)
+    assert npm.returncode == 0, f"npm install opencode-ai@{version}: {npm.stderr[-1500:]}"
+    (context / "Dockerfile").write_text(f"FROM {docker_base_image}\nCOPY opencode/ {OPENCODE_PREFIX}/\n"
+                                        "RUN ln -sf /usr/bin/python3 /usr/local/bin/python && "
+                                        f"{OPENCODE_PREFIX}/bin/opencode --version\n")
+    tag = f"sandbatch/test-agent:opencode-{version}"
+    build = subprocess.run(["docker", "build", "-q", "-t", tag, str(context)], capture_output=True, text=True,
+                           timeout=900)
+    assert build.returncode == 0, f"docker build {tag}: {build.stderr[-1500:]}"
+    return tag

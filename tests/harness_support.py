@@ -87,3 +87,35 @@ def scripted_model_server(script: dict[str, Any]):
         yield f"http://127.0.0.1:{server.port}/v1", app
     finally:
         server.stop()
+
+
+# --- a scripted conversation that fixes two smoke tasks -----------------------------------
+
+def fix_turns(check: str, edit: str) -> list[dict]:
+    """Look, edit through the bash tool, then run the tests: what the agent does on each task."""
+    return [
+        {"reasoning_content": "Find the code first.", "content": "Looking at the code.",
+         "tool_calls": [{"name": "bash", "arguments": {"command": check, "description": "Show the code"}}]},
+        {"content": "Applying the fix.",
+         "tool_calls": [{"name": "bash", "arguments": {"command": edit, "description": "Edit the file"}}]},
+    ]
+
+
+CALC_EDIT = "python3 - <<'EOF'\nimport pathlib\np = pathlib.Path('calc.py')\np.write_text(p.read_text().replace('a // b', 'a / b'))\nEOF"
+SLUG_EDIT = ("git apply <<'EOF'\n"
+             "--- a/textutils/slug.py\n+++ b/textutils/slug.py\n@@ -10,4 +10,4 @@ def slugify(text):\n"
+             "     'release-notes'\n     \"\"\"\n     text = text.lower()\n"
+             "-    return re.sub(r\"[^a-z0-9]\", \"-\", text)\n"
+             "+    return re.sub(r\"[^a-z0-9]+\", \"-\", text).strip(\"-\")\n"
+             "EOF\ngit diff --stat")
+
+# the scripted model's side of a real OpenCode run on the smoke tasks calc-1 and textutils-1
+OPENCODE_SCRIPT = {
+    "tasks": {
+        "divide() truncates": {"turns": fix_turns("grep -n 'def divide' -A 2 calc.py", CALC_EDIT),
+                               "final": {"content": "divide() now returns the true quotient."}},
+        "slugify() leaves": {"turns": fix_turns("cat textutils/slug.py", SLUG_EDIT),
+                             "final": {"content": "Slugs no longer have repeated or edge dashes."}},
+    },
+    "final": {"content": "Nothing to do."},
+}

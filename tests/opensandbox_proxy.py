@@ -25,7 +25,8 @@ Faults are rules, each firing a bounded number of times (`count`) on one operati
 
 Operations: create list get delete renew patch endpoint metrics (lifecycle); exec upload
 download ping info files_delete (execd); "*" for any. `stats()` counts requests per
-operation, commands forwarded to each sandbox and fired rules.
+operation and when each arrived (wall clock), commands forwarded to each sandbox and fired
+rules.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import asyncio
 import json
 import re
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,12 +114,14 @@ class FaultProxy:
         with self._lock:
             self._rules = []
             self.requests: dict[str, int] = {}
+            self.arrivals: dict[str, list[float]] = {}  # operation -> time.time() of each request
             self.fired: dict[str, int] = {}
             self.commands: dict[str, dict[str, int]] = {}  # execd address -> command text -> times forwarded
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
-            return {"requests": dict(self.requests), "faults_fired": dict(self.fired),
+            return {"requests": dict(self.requests), "arrivals": {k: list(v) for k, v in self.arrivals.items()},
+                    "faults_fired": dict(self.fired),
                     "faults_pending": [r.__dict__ for r in self._rules if r.count > 0],
                     "commands": {k: dict(v) for k, v in self.commands.items()}}
 
@@ -187,6 +191,7 @@ class FaultProxy:
         conn = id(request.transport)
         with self._lock:
             self.requests[op] = self.requests.get(op, 0) + 1
+            self.arrivals.setdefault(op, []).append(time.time())
             served = self._served.get(conn, 0)
             self._served[conn] = served + 1
 

@@ -1,13 +1,16 @@
 """Create admission: one token bucket for every step process of a run.
 
-Separate processes (as the sandbox steps of a run are) create sandboxes on the
-OpenSandbox stand-in through the real provider, drawing from one bucket file; the
-stand-in records when each create request arrived.
+Separate processes (as the sandbox steps of a run are) create sandboxes through the real
+provider, drawing from one bucket file: on the OpenSandbox stand-in, which records when
+each create request arrived (64 creates at once cost it nothing), and on the real server
+behind the fault proxy (tests/opensandbox_proxy.py), which answers 429 and 503 and records
+the arrivals there.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -16,9 +19,11 @@ from pathlib import Path
 import pytest
 
 
+from opensandbox_proxy import FaultProxy  # noqa: E402
 from opensandbox_server import StandIn  # noqa: E402
+from real_opensandbox import IMAGE, os_run, real_opensandbox  # noqa: E402,F401 (fixtures)
 
-from sandbatch.sandbox.admission import BURST, CreateAdmission, admission_for  # noqa: E402
+from sandbatch.sandbox.admission import BURST, RECOVER, CreateAdmission, admission_for  # noqa: E402
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -32,7 +37,7 @@ args = json.loads(sys.argv[1])
 async def main():
     async with provider_class("opensandbox")(args["options"]) as provider:
         provider.admission = admission_for(args["run_dir"], args["rate"])
-        spec = SandboxSpec(image="python:3.11", labels={"run": args["label"]}, ttl_seconds=600)
+        spec = SandboxSpec(image=args["image"], labels={"run": args["label"]}, ttl_seconds=600)
         # warm up (imports, connections), then start together: what is measured is admission,
         # not how long 8 Python processes take to start on a loaded machine
         await provider.list({"run": args["label"]})
@@ -61,12 +66,15 @@ def options(server):
             "probe": {"interval": 0.05, "timeout": 20}}
 
 
-def run_processes(server, run_dir, rate, processes, per_process):
-    args = {"options": options(server), "run_dir": str(run_dir), "rate": rate, "n": per_process,
-            "processes": processes,
-            "label": f"admit-{run_dir.name}"[:40]}
+def run_processes(server, run_dir, rate, processes, per_process, *, opts=None, label=None, image="python:3.11"):
+    """`processes` step processes making `per_process` sandboxes each (on the stand-in
+    unless `opts` says where), then deleting them; the seconds it took."""
+    args = {"options": opts or options(server), "run_dir": str(run_dir), "rate": rate, "n": per_process,
+            "processes": processes, "image": image,
+            "label": label or f"admit-{run_dir.name}"[:40]}
     t0 = time.monotonic()
-    procs = [subprocess.Popen([sys.executable, "-c", WORKER, json.dumps(args)], env={"PYTHONPATH": str(SRC)},
+    env = {"PYTHONPATH": str(SRC), **{k: v for k, v in os.environ.items() if k.startswith("SANDBATCH_TEST_")}}
+    procs = [subprocess.Popen([sys.executable, "-c", WORKER, json.dumps(args)], env=env,
                               stderr=subprocess.PIPE, text=True) for _ in range(processes)]
     errors = [p.communicate(timeout=300)[1] for p in procs]
     assert all(p.returncode == 0 for p in procs), errors
@@ -90,19 +98,37 @@ def test_64_creates_from_8_processes_keep_the_run_rate(server, tmp_path):
     print(f"\n64 creates from 8 processes at 10/s: {took:.1f} s, busiest second {most_in_any_second(times)}")
 
 
-def test_429_and_503_slow_the_whole_run_down(server, tmp_path):
-    server.reset(sandboxes=True)
-    server.add_fault(op="create", action="status", status=429, retry_after=2, count=1)
-    server.add_fault(op="create", action="status", status=503, count=1)
-    run_dir = tmp_path / "run"
-    run_processes(server, run_dir, rate=50, processes=2, per_process=5)
-    times = sorted(server.stats()["create_times"])
-    assert len(times) == 12 and server.stats()["live"] == 0  # 10 creates, 2 refused and retried
-    # Retry-After: 2 held every process (a quick run at 50/s takes ~0.2 s): after the 429
-    # nothing but creates already admitted arrives for 2 s
-    assert max(b - a for a, b in zip(times, times[1:])) >= 2.0 * 0.9
-    # the successes since won the configured rate back
-    assert json.loads((run_dir / "_admission" / "create.json").read_text())["factor"] == 1.0
+@pytest.mark.slow
+def test_429_and_503_on_the_real_server_slow_the_whole_run_down(tmp_path, real_opensandbox, os_run):
+    """The real server behind the fault proxy: the run's first create is answered 429 with
+    Retry-After: 2, the next 503 without one. No create reaches the server for the 2 s, each
+    answer halves the rate for every process and holds creates (for one interval at the
+    slowed rate after the 503), and every sandbox is made and deleted (os_run checks none
+    is left)."""
+    rate, processes, per_process = 4, 2, 3
+    with FaultProxy(real_opensandbox.url) as proxy:
+        proxy.add_fault(op="create", action="status", status=429, retry_after=2, count=1)
+        proxy.add_fault(op="create", action="status", status=503, count=1)
+        run_processes(None, tmp_path / "run", rate, processes, per_process, image=IMAGE, label=os_run,
+                      opts=real_opensandbox.options(proxy.domain))
+        stats = proxy.stats()
+    too_many, unavailable, *created = sorted(stats["arrivals"]["create"])  # the faults fire on the first two
+    assert stats["faults_fired"] == {"create:status": 2}
+    assert len(created) == processes * per_process and stats["requests"]["delete"] == processes * per_process
+    # Retry-After honoured by every process: nothing reached the server for 2 s
+    assert unavailable - too_many >= 2.0 * 0.95, unavailable - too_many
+    # halved twice, to rate / 4: held for one interval at that rate after the 503, and the
+    # next create one interval after the first (no create has succeeded yet to win the rate
+    # back: each takes about a second here)
+    slowed = 1 / (rate / 4)
+    assert created[0] - unavailable >= slowed * 0.9, created[0] - unavailable
+    assert created[1] - created[0] >= slowed * 0.8, created[1] - created[0]
+    # each success since won a step of the rate back
+    factor = json.loads((tmp_path / "run" / "_admission" / "create.json").read_text())["factor"]
+    assert factor == pytest.approx(min(1.0, 0.25 * RECOVER ** len(created)))
+    print(f"\n429, 503, then {len(created)} creates at {rate}/s on the real server: 503 after "
+          f"{unavailable - too_many:.2f} s, first create {created[0] - unavailable:.2f} s later, "
+          f"gaps {[round(y - x, 2) for x, y in zip(created, created[1:])]}")
 
 
 def test_bucket_state_is_shared_through_its_file(tmp_path):

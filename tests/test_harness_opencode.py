@@ -8,14 +8,15 @@ registry, as CI has).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 
 from services import need_program
-from harness_support import (items_of, leftover_sandboxes, rollout, run_context, run_workflow,
-                             scripted_model_server, sleeper, smoke_config)
+from harness_support import (OPENCODE_SCRIPT as SCRIPT, items_of, leftover_sandboxes, rollout, run_context,
+                             run_workflow, scripted_model_server, sleeper, smoke_config)
 from sandbatch.errors import UserError
 from sandbatch.harness import get_harness
 from sandbatch.harness.opencode import DEFAULT_PERMISSION
@@ -101,35 +102,6 @@ def test_install_config_errors(tmp_path):
 
 # --- real OpenCode through the workflow ------------------------------------------------------
 
-def fix_turns(check: str, edit: str) -> list[dict]:
-    """Look, edit through the bash tool, then run the tests: what the agent does on each task."""
-    return [
-        {"reasoning_content": "Find the code first.", "content": "Looking at the code.",
-         "tool_calls": [{"name": "bash", "arguments": {"command": check, "description": "Show the code"}}]},
-        {"content": "Applying the fix.",
-         "tool_calls": [{"name": "bash", "arguments": {"command": edit, "description": "Edit the file"}}]},
-    ]
-
-
-CALC_EDIT = "python3 - <<'EOF'\nimport pathlib\np = pathlib.Path('calc.py')\np.write_text(p.read_text().replace('a // b', 'a / b'))\nEOF"
-SLUG_EDIT = ("git apply <<'EOF'\n"
-             "--- a/textutils/slug.py\n+++ b/textutils/slug.py\n@@ -10,4 +10,4 @@ def slugify(text):\n"
-             "     'release-notes'\n     \"\"\"\n     text = text.lower()\n"
-             "-    return re.sub(r\"[^a-z0-9]\", \"-\", text)\n"
-             "+    return re.sub(r\"[^a-z0-9]+\", \"-\", text).strip(\"-\")\n"
-             "EOF\ngit diff --stat")
-
-SCRIPT = {
-    "tasks": {
-        "divide() truncates": {"turns": fix_turns("grep -n 'def divide' -A 2 calc.py", CALC_EDIT),
-                               "final": {"content": "divide() now returns the true quotient."}},
-        "slugify() leaves": {"turns": fix_turns("cat textutils/slug.py", SLUG_EDIT),
-                             "final": {"content": "Slugs no longer have repeated or edge dashes."}},
-    },
-    "final": {"content": "Nothing to do."},
-}
-
-
 @pytest.fixture
 def scripted_model():
     with scripted_model_server(SCRIPT) as served:
@@ -142,7 +114,10 @@ def test_real_opencode_resolves_smoke_tasks(tmp_path, tmp_path_factory, scripted
     url, model = scripted_model
     monkeypatch.setenv("SCRIPTED_UPSTREAM_KEY", "sk-upstream-secret-42")
     npm_cache = tmp_path_factory.getbasetemp() / "npm-cache"  # shared by the sandboxes of this session
-    harness = {"name": "opencode", "config": {"install": {"method": "npm", "env": {"npm_config_cache": str(npm_cache)}}}}
+    env = {"npm_config_cache": str(npm_cache)}
+    if os.environ.get("NODE_EXTRA_CA_CERTS"):  # a registry behind a TLS-intercepting proxy: npm trusts its CA too
+        env["NODE_EXTRA_CA_CERTS"] = os.environ["NODE_EXTRA_CA_CERTS"]
+    harness = {"name": "opencode", "config": {"install": {"method": "npm", "env": env}}}
     tasks = ["smoke__calc-1", "smoke__textutils-1"]
     cfg = smoke_config(tmp_path, harness, tasks, model={"name": "scripted", "base_url": url,
                                                         "api_key_env": "SCRIPTED_UPSTREAM_KEY"},

@@ -45,3 +45,23 @@ def test_local_provider_lifecycle_timeout_and_listing(tmp_path):
         await b.delete()
 
     asyncio.run(scenario())
+
+
+def test_local_exec_keeps_the_output_of_a_command_that_timed_out(tmp_path):
+    async def scenario():
+        sb = await LocalProvider({"root": str(tmp_path)}).create(SandboxSpec(labels={"run": "r"}))
+        # printed before the timeout: kept, on both streams
+        res = await sb.exec("echo started; echo warming >&2; head -c 200000 /dev/zero | tr '\\0' x; "
+                            "sleep 30; echo never", timeout=1)
+        assert res.timed_out and res.exit_code == -1
+        assert res.stdout.startswith("started\n") and res.stdout.count("x") == 200000 and "never" not in res.stdout
+        assert res.stderr == "warming\n"
+        # a process that left the group keeps the pipe open: the exec still ends, with the output
+        res = await sb.exec("echo before; setsid sleep 8; echo never", timeout=1)
+        assert res.timed_out and res.stdout == "before\n"
+        # stdin is fed (and a command that does not read it is fine)
+        assert (await sb.exec("cat", timeout=10, stdin=b"in\n")).stdout == "in\n"
+        assert (await sb.exec("true", timeout=10, stdin=b"y" * 1_000_000)).ok
+        await sb.delete()
+
+    asyncio.run(scenario())

@@ -1,6 +1,8 @@
 """The workflow on the opensandbox provider against the REAL OpenSandbox server: the smoke
-benchmark (SWE-bench family) and Terminal-Bench rows with the oracle, the `none` harness,
-and API faults injected by a proxy in front of the server (tests/opensandbox_proxy.py).
+benchmark (SWE-bench family), SWE-bench Pro and Terminal-Bench rows with the oracle, the
+`none` harness, real OpenCode in the sandboxes talking to the scripted model through the
+rollout's proxy on this host, and API faults injected by a proxy in front of the server
+(tests/opensandbox_proxy.py).
 
 Each run has a run name of its own (the server is shared); at the end no sandbox of it
 may be left on the server.
@@ -11,6 +13,8 @@ import json
 import pytest
 
 
+from docker_fixtures import OPENCODE_PREFIX, agent_image, docker_base_image, docker_engine  # noqa: E402,F401
+from harness_support import OPENCODE_SCRIPT, scripted_model_server  # noqa: E402
 from opensandbox_proxy import FaultProxy  # noqa: E402
 from real_opensandbox import IMAGE, real_opensandbox, reap_run, unique_run  # noqa: E402,F401 (fixture)
 from workflow_util import REPO, SMOKE_TASKS, metrics, rollouts, snakemake, write_config  # noqa: E402
@@ -82,6 +86,49 @@ def test_terminal_bench_oracle(tmp_path, real_opensandbox, run_name):
     assert rows["json-reward"]["reward"] == 1.0 and rows["json-reward"]["resolved"], _why(rows.values())
     assert rows["no-reward"]["failure_class"] == "grading_no_reward" and not rows["no-reward"]["resolved"]
 
+
+
+def test_real_opencode_through_the_proxy(tmp_path, real_opensandbox, run_name, agent_image, monkeypatch):
+    """OpenCode runs in each sandbox (a bridge-network container) and reaches the scripted
+    model only through the rollout's proxy on this host, at the address the run derives
+    (no advertise_host set): both tasks resolve, every model call went through the proxy
+    with the upstream key the agent never held, and no sandbox is left (run_name checks)."""
+    monkeypatch.setenv("SCRIPTED_UPSTREAM_KEY", "sk-upstream-secret-7")
+    tasks = ["smoke__calc-1", "smoke__textutils-1"]
+    harness = {"name": "opencode", "config": {"install": {"method": "path", "path": f"{OPENCODE_PREFIX}/bin/opencode"}}}
+    with scripted_model_server(OPENCODE_SCRIPT) as (url, model):
+        cfg = _config(tmp_path, real_opensandbox, run_name, harness=harness, retries=0,
+                      sandbox={"default_image": agent_image}, timeouts={"agent": 300},
+                      benchmark={"instance_ids": tasks},
+                      model={"name": "scripted", "base_url": url, "api_key_env": "SCRIPTED_UPSTREAM_KEY"})
+        proc = snakemake(tmp_path, "--configfile", cfg, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = rollouts(tmp_path, run_name)
+    assert sorted(r["instance_id"] for r in rows) == tasks
+    assert all(r["resolved"] and r["status"] == "ok" for r in rows), _why(rows)
+    run_dir = tmp_path / "results" / run_name
+    for task in tasks:
+        calls = [json.loads(line) for line in (run_dir / task / "0" / "model_calls.jsonl").read_text().splitlines()]
+        assert len(calls) >= 3 and all(c["status"] == 200 for c in calls), calls
+        response = json.loads((run_dir / task / "0" / "response.json").read_text())
+        assert [i["name"] for i in response["output"] if i["type"] == "function_call"] == ["bash", "bash"]
+    chat = [r for r in model.requests if r["path"].endswith("/chat/completions")]
+    assert len(chat) >= 6 and all(r["headers"].get("authorization") == "Bearer sk-upstream-secret-7" for r in chat)
+
+
+def test_swe_bench_pro_oracle(tmp_path, real_opensandbox, run_name, agent_image):
+    """A SWE-bench Pro row: the repository uploaded to /app, before_repo_set_cmd, the row's
+    run_script (which calls `python`, as Pro images have it) and parser."""
+    pro = FIX / "swe_pro" / "tasks.jsonl"
+    row = json.loads(pro.read_text().splitlines()[0])
+    rewrites = [{"prefix": f"jefzda/sweap-images:{row['dockerhub_tag']}", "replace": agent_image}]
+    cfg = _config(tmp_path, real_opensandbox, run_name, retries=0, sandbox={"image_rewrites": rewrites},
+                  benchmark={"kind": "swebench_pro", "tasks": str(pro)})
+    proc = snakemake(tmp_path, "--configfile", cfg)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = rollouts(tmp_path, run_name)
+    assert [r["instance_id"] for r in rows] == [row["instance_id"]]
+    assert rows[0]["resolved"] and rows[0]["status"] == "ok", _why(rows)
 
 
 def test_transient_faults_are_retried_and_a_slow_create_leak_is_reaped(tmp_path, real_opensandbox, run_name,

@@ -5,6 +5,9 @@ injected by a proxy in front of it (tests/opensandbox_proxy.py). The stand-in is
 for what neither can produce here:
 - a sandbox the server reports `Failed` with a reason (`OOMKilled`): a whole-sandbox OOM
   kill cannot be provoked on the real Docker runtime of this machine;
+- 64 creates at once from 8 processes, to time create admission (tests/test_create_admission.py):
+  64 real containers at once would swamp this shared machine; the stand-in's cost nothing
+  (429/503 answers to admission run on the real server);
 - the client-only throughput figure (benchmarks/sandbox_throughput.py): a server with no
   containers and a fixed injected latency, so the client's own cost shows.
 

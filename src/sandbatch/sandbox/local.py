@@ -24,6 +24,7 @@ from .base import ExecResult, Provider, Sandbox, SandboxError, SandboxGone, Sand
 
 # what a local sandbox inherits from the step's environment (see LocalSandbox._env)
 PASSED_ENV = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "USER", "LOGNAME")
+DRAIN_S = 2.0  # after a timeout, how long output still in the pipes is read
 
 
 def host_path() -> list[str]:
@@ -85,31 +86,54 @@ class LocalSandbox(Sandbox):
         self._check()
         argv = ["bash", "-c", command] if isinstance(command, str) else list(command)
         start = time.monotonic()
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            cwd=cwd or self.workdir,
-            env=self._env(env),
-            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,  # so a timeout kills the whole process group
-        )
-        timed_out = False
+        # stdout and stderr are pipes of our own, read as they fill: on a timeout what was
+        # printed so far is the result, and the pipes can be closed even while a process that
+        # left the group holds them (asyncio's own pipes make wait() wait for every holder)
+        out, err = await _OutputPipe.open(), await _OutputPipe.open()
         try:
-            out, err = await asyncio.wait_for(proc.communicate(stdin), timeout=timeout)
-        except asyncio.TimeoutError:
-            timed_out = True
-            _killpg(proc.pid)
-            out, err = await proc.communicate()
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                cwd=cwd or self.workdir,
+                env=self._env(env),
+                stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+                stdout=out.write_fd,
+                stderr=err.write_fd,
+                start_new_session=True,  # so a timeout kills the whole process group
+            )
+        except BaseException:
+            out.close()
+            err.close()
+            raise
+        finally:
+            out.close_write()
+            err.close_write()
+        tasks = [asyncio.ensure_future(t) for t in (_feed(proc.stdin, stdin), out.done, err.done, proc.wait())]
+        try:
+            # asyncio.wait, not wait_for: nothing is cancelled when the time is up
+            _, pending = await asyncio.wait(tasks, timeout=timeout)
+            timed_out = bool(pending)
+            if timed_out:
+                _killpg(proc.pid)
+                # the pipes close with the process group; take what a process that left the
+                # group prints within a moment, then stop reading
+                await asyncio.wait(tasks, timeout=DRAIN_S)
+            else:
+                for task in tasks:
+                    task.result()  # a reader's own failure is raised, not swallowed
         except asyncio.CancelledError:
             _killpg(proc.pid)
             raise
+        finally:
+            for task in tasks:
+                task.cancel()
+            out.close()
+            err.close()
         if proc.returncode != 0:
             self._check()  # a command that failed because its sandbox was deleted under it: infrastructure
         return ExecResult(
             exit_code=-1 if timed_out else proc.returncode,
-            stdout=out.decode("utf-8", "replace"),
-            stderr=err.decode("utf-8", "replace"),
+            stdout=out.data.decode("utf-8", "replace"),
+            stderr=err.data.decode("utf-8", "replace"),
             timed_out=timed_out,
             duration_s=time.monotonic() - start,
         )
@@ -144,6 +168,55 @@ class LocalSandbox(Sandbox):
             if path == prefix or path.startswith(prefix + "/"):
                 return str(self.root / "fs") + path
         return path
+
+
+async def _feed(pipe: asyncio.StreamWriter | None, data: bytes | None) -> None:
+    """Write a command's stdin and close it; a command that exits without reading it is fine."""
+    if pipe is None:
+        return
+    try:
+        pipe.write(data or b"")
+        await pipe.drain()
+        pipe.close()
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+
+
+class _OutputPipe(asyncio.Protocol):
+    """A pipe a command writes to (`write_fd`) and this process reads into `data` as it fills."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.done = asyncio.get_running_loop().create_future()  # set at end of file
+        self.write_fd = -1
+        self._transport: asyncio.ReadTransport | None = None
+
+    @classmethod
+    async def open(cls) -> "_OutputPipe":
+        read_fd, write_fd = os.pipe()
+        pipe = cls()
+        pipe.write_fd = write_fd
+        pipe._transport, _ = await asyncio.get_running_loop().connect_read_pipe(
+            lambda: pipe, os.fdopen(read_fd, "rb", buffering=0))
+        return pipe
+
+    def data_received(self, data: bytes) -> None:
+        self.data += data
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.done.done():
+            self.done.set_result(None)
+
+    def close_write(self) -> None:
+        """Close this process's copy of the write end (the command has its own)."""
+        if self.write_fd >= 0:
+            os.close(self.write_fd)
+            self.write_fd = -1
+
+    def close(self) -> None:
+        self.close_write()
+        if self._transport is not None:
+            self._transport.close()
 
 
 def _killpg(pid: int) -> None:
