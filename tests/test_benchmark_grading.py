@@ -18,7 +18,7 @@ from sandbatch.grading import swebench as swe_grader
 from sandbatch.records import GRADE, HARNESS, PATCH, PATCH_INFO, SANDBOX, GradeRecord, HarnessRecord, PatchRecord, \
     SandboxRecord, load
 from sandbatch.sandbox import get_provider
-from sandbatch.steps.common import StepContext, main
+from sandbatch.steps.common import StepContext, main, run_step
 from sandbatch.steps.grade import GradeStep
 from sandbatch.steps.patch import PatchStep
 from sandbatch.steps.sandbox import SandboxStep
@@ -55,7 +55,7 @@ def grade(cfg_path: Path, task_id: str, patch: str) -> GradeRecord:
     ctx.path(PATCH).parent.mkdir(parents=True, exist_ok=True)
     ctx.path(PATCH).write_text(patch, encoding="utf-8")
     PatchRecord(bytes=len(patch), empty=not patch.strip(), sandbox_deleted=True).save(ctx.path(PATCH_INFO))
-    asyncio.run(GradeStep(ctx).run())
+    asyncio.run(run_step(GradeStep(ctx)))
     return load(GradeRecord, ctx.path(GRADE))
 
 
@@ -242,7 +242,7 @@ def test_pro_inconclusive_runs_are_retried(tmp_path):
 def agent_sandbox(cfg_path: Path, task_id: str):
     """Run the real sandbox step; return the live agent sandbox (as an agent would see it)."""
     ctx = ctx_for(cfg_path, task_id)
-    asyncio.run(SandboxStep(ctx).run())
+    asyncio.run(run_step(SandboxStep(ctx)))
     handle = load(SandboxRecord, ctx.path(SANDBOX))
     HarnessRecord(harness="none", exit_code=0).save(ctx.path(HARNESS))
     cfg = config.Config.model_validate_json(cfg_path.read_text())
@@ -254,8 +254,8 @@ def write(sandbox, path: str, text: str) -> None:
 
 
 def finish(ctx: StepContext) -> GradeRecord:
-    asyncio.run(PatchStep(ctx).run())
-    asyncio.run(GradeStep(ctx).run())
+    asyncio.run(run_step(PatchStep(ctx)))
+    asyncio.run(run_step(GradeStep(ctx)))
     return load(GradeRecord, ctx.path(GRADE))
 
 
@@ -301,9 +301,9 @@ def test_tb_reward_json_and_mapped_workdir(tmp_path):
 def test_tb_missing_reward_is_a_grading_error(tmp_path):
     cfg_path = make_cfg(tmp_path, "terminal_bench", FIX / "terminal_bench")
     ctx, _ = agent_sandbox(cfg_path, "no-reward")
-    asyncio.run(PatchStep(ctx).run())
+    asyncio.run(run_step(PatchStep(ctx)))
     with pytest.raises(InfraError) as err:
-        asyncio.run(GradeStep(ctx).run())
+        asyncio.run(run_step(GradeStep(ctx)))
     assert err.value.failure_class == "grading_no_reward"
     # on the last attempt the step records it as an infra error, not as a 0
     argv = ["--config", str(cfg_path), "--task", "no-reward", "--repeat", "0"]

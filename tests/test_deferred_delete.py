@@ -56,7 +56,7 @@ def test_the_step_is_reported_done_after_its_outputs_and_before_the_delete(tmp_p
     seen, state = reported
     sandbox = _sandbox(tmp_path)
     state.update(sandbox=sandbox, out=tmp_path / "out.txt")
-    asyncio.run(common._run_with_signals(ProbeStep(_ctx(tmp_path), sandbox, state["out"], error=False)))
+    asyncio.run(common.run_step(ProbeStep(_ctx(tmp_path), sandbox, state["out"], error=False)))
     assert seen == [("reported", True, True)]  # sandbox still there, output written
     assert not Path(sandbox.root).exists()
 
@@ -66,7 +66,7 @@ def test_a_failed_step_still_deletes_and_is_not_reported_done(tmp_path, reported
     sandbox = _sandbox(tmp_path)
     state.update(sandbox=sandbox, out=tmp_path / "out.txt")
     with pytest.raises(InfraError):
-        asyncio.run(common._run_with_signals(ProbeStep(_ctx(tmp_path), sandbox, state["out"], error=True)))
+        asyncio.run(common.run_step(ProbeStep(_ctx(tmp_path), sandbox, state["out"], error=True)))
     assert seen == []
     assert not Path(sandbox.root).exists()
 
@@ -74,5 +74,5 @@ def test_a_failed_step_still_deletes_and_is_not_reported_done(tmp_path, reported
 def test_without_a_step_server_the_delete_happens_before_the_step_returns(tmp_path):
     assert common.outputs_done is None
     sandbox = _sandbox(tmp_path)
-    asyncio.run(common._run_with_signals(ProbeStep(_ctx(tmp_path), sandbox, tmp_path / "out.txt", error=False)))
+    asyncio.run(common.run_step(ProbeStep(_ctx(tmp_path), sandbox, tmp_path / "out.txt", error=False)))
     assert (tmp_path / "out.txt").exists() and not Path(sandbox.root).exists()

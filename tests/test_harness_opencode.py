@@ -8,7 +8,6 @@ registry, as CI has).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -115,8 +114,6 @@ def test_real_opencode_resolves_smoke_tasks(tmp_path, tmp_path_factory, scripted
     monkeypatch.setenv("SCRIPTED_UPSTREAM_KEY", "sk-upstream-secret-42")
     npm_cache = tmp_path_factory.getbasetemp() / "npm-cache"  # shared by the sandboxes of this session
     env = {"npm_config_cache": str(npm_cache)}
-    if os.environ.get("NODE_EXTRA_CA_CERTS"):  # a registry behind a TLS-intercepting proxy: npm trusts its CA too
-        env["NODE_EXTRA_CA_CERTS"] = os.environ["NODE_EXTRA_CA_CERTS"]
     harness = {"name": "opencode", "config": {"install": {"method": "npm", "env": env}}}
     tasks = ["smoke__calc-1", "smoke__textutils-1"]
     cfg = smoke_config(tmp_path, harness, tasks, model={"name": "scripted", "base_url": url,

@@ -56,6 +56,7 @@ class Record(BaseModel):
         data = self.model_dump(mode="json")
         # the index line first: a record on disk always has its line
         line = {"record": path.name, **{k: data[k] for k in SUMMARY if k in data}}
+        path.parent.mkdir(parents=True, exist_ok=True)  # a record may be the first file of its rollout
         with open(path.parent / INDEX, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(line) + "\n")
         write_json(path, data)

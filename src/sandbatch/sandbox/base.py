@@ -17,6 +17,11 @@ from ..errors import InfraError
 if TYPE_CHECKING:
     from .admission import CreateAdmission
 
+# environment variables that make common tools (openssl, curl, git, pip/requests, node) use a
+# given CA bundle; pip and node ignore the system store otherwise
+CA_ENV = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO",
+          "NODE_EXTRA_CA_CERTS")
+
 
 class Resources(BaseModel):
     cpu: str | None = None  # e.g. "2"

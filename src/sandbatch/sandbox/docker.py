@@ -45,7 +45,7 @@ from typing import Any, Sequence
 from pydantic import BaseModel
 
 from ..errors import InfraError, UserError
-from .base import KILLED_EXIT_CODES, ExecResult, Provider, Sandbox, SandboxError, SandboxGone, SandboxInfo, SandboxSpec, State
+from .base import CA_ENV, KILLED_EXIT_CODES, ExecResult, Provider, Sandbox, SandboxError, SandboxGone, SandboxInfo, SandboxSpec, State
 
 # Mirrors the defaults of `sandbox.docker` in schemas/config.schema.yaml (a test keeps the
 # two equal); used when the provider is built without a validated config (tests, scripts).
@@ -65,10 +65,6 @@ DEFAULTS: dict[str, Any] = {
 
 TMPDIR = "/tmp/sandbatch"
 KILL_SETTLE_CHECKS = 10  # x 0.2 s: how long a 137/143 waits for the engine to report a killed container
-# environment variables that make common tools (openssl, curl, git, pip/requests, node) use
-# the mounted bundle; pip and node ignore the system store otherwise
-CA_ENV = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO",
-          "NODE_EXTRA_CA_CERTS")
 # the variable that marks every process of one exec, so a timeout can kill all of them
 EXEC_MARK = "SANDBATCH_EXEC"
 

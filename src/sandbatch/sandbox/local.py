@@ -19,11 +19,13 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from ..util import read_json, write_json
-from .base import ExecResult, Provider, Sandbox, SandboxError, SandboxGone, SandboxInfo, SandboxSpec, State
+from .base import CA_ENV, ExecResult, Provider, Sandbox, SandboxError, SandboxGone, SandboxInfo, SandboxSpec, State
 
 
-# what a local sandbox inherits from the step's environment (see LocalSandbox._env)
-PASSED_ENV = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "USER", "LOGNAME")
+# what a local sandbox inherits from the step's environment (see LocalSandbox._env): the
+# locale, and the host's CA bundle settings (no secret; behind a TLS-intercepting proxy
+# pip, uv and npm in the sandbox reach nothing without them)
+PASSED_ENV = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "USER", "LOGNAME", "SSL_CERT_DIR", *CA_ENV)
 DRAIN_S = 2.0  # after a timeout, how long output still in the pipes is read
 
 
@@ -69,8 +71,8 @@ class LocalSandbox(Sandbox):
     def _env(self, extra: dict[str, str] | None) -> dict[str, str]:
         """A minimal environment, nothing of the step's own (model keys, SANDBATCH_* settings,
         the runner's virtualenv): PATH = the sandbox's Python, then the host's PATH without the
-        runner's venv; HOME, TMPDIR and XDG directories under the sandbox; the locale and
-        terminal variables; then the spec's and the command's own variables."""
+        runner's venv; HOME, TMPDIR and XDG directories under the sandbox; the locale, terminal
+        and CA bundle variables; then the spec's and the command's own variables."""
         env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
         env.setdefault("LANG", "C.UTF-8")
         env["PATH"] = os.pathsep.join([str(self.root / "python" / "bin"), *host_path()])

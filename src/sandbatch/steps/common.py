@@ -61,7 +61,7 @@ class StepContext:
 
     async def aclose(self) -> None:
         if "provider" in self.__dict__:
-            await self.provider.aclose()
+            await self.__dict__.pop("provider").aclose()  # a later step on this context makes a new one
 
     @cached_property
     def task(self) -> Task:
@@ -162,8 +162,9 @@ def parse_args(argv: list[str] | None = None) -> StepContext:
     return StepContext(a.config, a.task, a.repeat, a.attempt, a.max_attempts)
 
 
-async def _run_with_signals(step: Step) -> None:
-    """SIGTERM/SIGINT cancel the step, so its `finally` blocks delete what it created."""
+async def run_step(step: Step) -> None:
+    """The whole step, as a job runs it: run(), then the deletes it deferred. SIGTERM/SIGINT
+    cancel it, so its `finally` blocks delete what it created."""
     task = asyncio.ensure_future(step.run())
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -187,7 +188,7 @@ def main(step_cls: Callable[[StepContext], Step], argv: list[str] | None = None)
         step = step_cls(ctx)
         label = f"{step.name} {ctx.task_id}/{ctx.repeat} (attempt {ctx.attempt}/{ctx.max_attempts})"
         try:
-            asyncio.run(_run_with_signals(step))
+            asyncio.run(run_step(step))
             return 0
         except UserError as exc:
             print(f"sandbatch: error: {exc}", file=sys.stderr)
