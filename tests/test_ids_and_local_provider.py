@@ -4,7 +4,8 @@ import time
 
 from sandbatch.ids import label_value, path_id
 from sandbatch.sandbox.base import SandboxSpec
-from sandbatch.sandbox.local import LocalProvider
+from sandbatch.sandbox.local import DELETING, LocalProvider
+from sandbatch.sandbox.reaper import reap
 
 LABEL = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 
@@ -43,6 +44,22 @@ def test_local_provider_lifecycle_timeout_and_listing(tmp_path):
         assert await a.status() == "gone"
         assert [i.id for i in await p.list({})] == [b.id]
         await b.delete()
+
+    asyncio.run(scenario())
+
+
+def test_a_local_delete_killed_midway_is_finished_by_the_reaper(tmp_path):
+    """A delete killed after it began (marker written, the workdir gone, meta.json not yet):
+    commands see the sandbox gone, yet the reaper still finds it and removes it whole."""
+    async def scenario():
+        p = LocalProvider({"root": str(tmp_path)})
+        sb = await p.create(SandboxSpec(labels={"run": "r1"}))
+        (sb.root / DELETING).touch()
+        (sb.root / "work").rmdir()
+        assert await sb.status() == "gone"
+        assert [i.id for i in await p.list({"run": "r1"})] == [sb.id]
+        assert await reap(p, {"run": "r1"}) == [sb.id]
+        assert list(tmp_path.iterdir()) == []
 
     asyncio.run(scenario())
 

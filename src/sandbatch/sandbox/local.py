@@ -26,6 +26,7 @@ from .base import CA_ENV, ExecResult, Provider, Sandbox, SandboxError, SandboxGo
 # locale, and the host's CA bundle settings (no secret; behind a TLS-intercepting proxy
 # pip, uv and npm in the sandbox reach nothing without them)
 PASSED_ENV = ("LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "USER", "LOGNAME", "SSL_CERT_DIR", *CA_ENV)
+DELETING = "deleting"  # marks a sandbox whose delete has begun: gone for commands, listed for the reaper
 DRAIN_S = 2.0  # after a timeout, how long output still in the pipes is read
 
 
@@ -64,8 +65,12 @@ class LocalSandbox(Sandbox):
         self.workdir = str(self.root / "work")
         self.tmpdir = str(self.root / "tmp")
 
+    @property
+    def alive(self) -> bool:
+        return (self.root / "meta.json").is_file() and not (self.root / DELETING).exists()
+
     def _check(self) -> None:
-        if not (self.root / "meta.json").is_file():
+        if not self.alive:
             raise SandboxGone(f"local sandbox {self.id} no longer exists ({self.root})")
 
     def _env(self, extra: dict[str, str] | None) -> dict[str, str]:
@@ -155,7 +160,7 @@ class LocalSandbox(Sandbox):
             raise SandboxError(f"{path}: no such file in sandbox {self.id}", "sandbox_file") from None
 
     async def status(self) -> State:
-        return "running" if (self.root / "meta.json").is_file() else "gone"
+        return "running" if self.alive else "gone"
 
     # Image paths a benchmark needs per sandbox (Terminal-Bench's verifier reads /tests and
     # writes /logs/verifier). On this host they would be shared by every sandbox and need
@@ -273,7 +278,19 @@ class LocalProvider(Provider):
         path = self.root / sandbox_id
         if not path.exists():
             return False
-        # meta.json first: a half-deleted sandbox is already "gone" for everyone else
-        (path / "meta.json").unlink(missing_ok=True)
-        await asyncio.to_thread(shutil.rmtree, path, True)
+        await asyncio.to_thread(_remove, path)
         return True
+
+
+def _remove(path: Path) -> None:
+    """Mark the sandbox gone, then delete it with its meta.json last: a delete killed midway
+    leaves a sandbox that `list` still finds, so the reaper finishes it."""
+    (path / DELETING).touch()
+    for child in path.iterdir():
+        if child.name not in ("meta.json", DELETING):
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                child.unlink(missing_ok=True)
+    (path / "meta.json").unlink(missing_ok=True)
+    shutil.rmtree(path, ignore_errors=True)
