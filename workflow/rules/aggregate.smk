@@ -26,15 +26,10 @@ rule aggregate:
     log:
         RUN_DIR + "/logs/aggregate.log",
     localrule: True
-    run:
-        # exactly the rollouts this job reads (one grade.json each), handed over on standard input
-        # (a command line would not hold 12,000 paths); never a task list computed again
-        import subprocess
-
-        with open(log[0], "w") as err:
-            subprocess.run([sys.executable, os.path.join(SCRIPTS, "aggregate.py"), "--config", RUN_SETTINGS,
-                            "--inputs", "-"], input="\n".join(input.grades), text=True, stderr=err, check=True)
-
+    # exactly the rollouts this job reads (snakemake.input.grades), never a task list computed
+    # again; script: hands them over without a command line (which would not hold 12,000 paths)
+    script:
+        "../scripts/aggregate.py"
 
 # aggregate.compare_to: this run against an earlier one, a page of the report
 if CFG.aggregate.compare_to:

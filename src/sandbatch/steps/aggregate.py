@@ -108,15 +108,15 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, grades: list[str] | None = None) -> int:
+    """The command line; `grades` (the workflow's job inputs) wins over --inputs."""
     p = argparse.ArgumentParser()
     p.add_argument("--config", required=True, type=Path)
     p.add_argument("--inputs", type=Path, help="a file listing the grade.json of every rollout to aggregate, "
                    "one a line ('-': standard input); default: every rollout the config selects")
     a = p.parse_args(argv)
     raw = json.loads(a.config.read_text(encoding="utf-8"))
-    grades = None
-    if a.inputs is not None:
+    if grades is None and a.inputs is not None:
         text = sys.stdin.read() if str(a.inputs) == "-" else a.inputs.read_text(encoding="utf-8")
         grades = [line for line in text.splitlines() if line.strip()]
     try:
