@@ -5,6 +5,7 @@ The run is the real workflow on two smoke tasks (oracle harness: one known tool 
 OpenCode converter's output of a recorded OpenCode run.
 """
 
+import html
 import json
 import re
 import shutil
@@ -22,6 +23,7 @@ CHROMIUM = shutil.which("chromium")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 RECORDED = Path(__file__).parent / "fixtures" / "opencode_1.18.33_events.jsonl"
+MINI = Path(__file__).parent / "fixtures" / "mini_swe_agent_2.4.1_messages.jsonl"
 
 
 @pytest.fixture
@@ -125,7 +127,61 @@ def test_long_outputs_fold_with_their_size():
     items = [{"type": "function_call", "call_id": "c", "name": "bash", "arguments": "{}"},
              {"type": "function_call_output", "call_id": "c", "output": "x\n" * 5000}]
     html = page.conversation(None, items)
-    assert "<details><summary>output (9.8 KB, 5001 lines)</summary>" in html
+    head = "x\n" * 20
+    assert f'<pre class="head">{head}\u2026</pre><details><summary>show all output (5000 lines, 9.8 KB)</summary>' in html
+
+
+@pytest.mark.parametrize("output, shown", [
+    ('{\n  "returncode": 2,\n  "output": "a \\u003e b\\nc\\n"\n}', ("a > b\nc\n", 2)),  # mini-swe-agent's observation
+    ('{"output": "", "returncode": -1, "exception_info": "timed out"}', ("timed out", -1)),
+    ('"one\\ntwo"', ("one\ntwo", None)),  # a JSON string literal
+    ('{"output": "x", "files": 3}', ('{"output": "x", "files": 3}', None)),  # other keys: kept as it is
+    ("plain\ntext {", ("plain\ntext {", None)),
+])
+def test_tool_results_read_as_the_agent_saw_them(output, shown):
+    assert page.tool_result(output) == shown
+
+
+def rendered_text(page_file: Path, tmp_path: Path) -> str:
+    """What a reader sees of a page: its body's innerText as Chromium lays it out (CSS applied,
+    folded parts hidden), read back through a copy of the page that shows it in a <pre>."""
+    probe = tmp_path / "probe.html"
+    script = ("<script>var t = document.body.innerText; document.body.innerHTML = '<pre id=\"rendered\"></pre>';"
+              "document.getElementById('rendered').textContent = t;</script>")
+    probe.write_text(page_file.read_text().replace("</body>", script + "</body>"))
+    got = re.search(r'<pre id="rendered">(.*?)</pre>', dom(probe.as_uri(), tmp_path), re.S)
+    assert got, "no rendered text"
+    return html.unescape(got.group(1))
+
+
+@needs_chromium
+def test_mini_swe_agent_trajectory_reads_as_text_in_the_browser(tmp_path):
+    """A recorded mini-swe-agent run and a long failing command: outputs are the text the agent
+    saw (line breaks, no JSON escapes), the exit status beside each, the long one folded."""
+    harness = get_harness("mini-swe-agent")
+    items = harness.convert([json.loads(line) for line in MINI.read_text().splitlines()],
+                            harness.merge_config({})).items
+    long_out = "".join(f"tests/test_{i}.py::test_case FAILED  # got {i} > {i - 1}\n" for i in range(120))
+    items += [{"type": "function_call", "call_id": "long", "name": "bash", "arguments": '{"command": "pytest -q"}'},
+              {"type": "function_call_output", "call_id": "long",
+               "output": json.dumps({"returncode": 1, "output": long_out}, indent=2).replace(">", "\\u003e")}]
+    rollout = tmp_path / "rollout"
+    rollout.mkdir()
+    (rollout / "response.json").write_text(json.dumps({"output": items, "usage": {}, "model": "m"}))
+    row = {"dir": str(rollout), "instance_id": "smoke__calc-1", "task_id": "smoke__calc-1", "repeat": 0,
+           "status": "ok"}
+    out = tmp_path / "page.html"
+    out.write_text(page.render(row, "divide() truncates; fix it", "index.html"))
+    text = rendered_text(out, tmp_path)
+    assert "OUTPUT exit 0\nREADME.md\ncalc.py\npyproject.toml\ntests\n" in text, text[:3000]
+    assert "OUTPUT exit 1\ntests/test_0.py::test_case FAILED  # got 0 > -1\n" in text
+    assert "tests/test_19.py::test_case FAILED  # got 19 > 18\n\u2026\nshow all output (120 lines, " in text
+    assert "test_20.py" not in text  # folded until "show all" is opened
+    for escaped in ("\\n", "\\u003e", "returncode", '"output"'):
+        assert escaped not in text, escaped
+    shot = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1000,1400",
+                           f"--screenshot={tmp_path / 'page.png'}", out.as_uri()], capture_output=True, timeout=120)
+    assert shot.returncode == 0 and (tmp_path / "page.png").stat().st_size > 10_000, shot.stderr[-2000:]
 
 
 def test_grade_shows_tampering_when_present():

@@ -18,6 +18,9 @@ pre{background:#f7f7f7;padding:.5em;overflow-x:auto;white-space:pre-wrap;word-br
 .status-ok,.PASSED{color:#1a7f37} .status-infra_error,.status-agent_error,.status-timeout,.FAILED,.ERROR{color:#cf222e}
 .muted{color:#777;font-size:.9em} .filters{margin:.5em 0} .filters label{margin-right:1em}
 .kv td:first-child{font-weight:bold}
+.exit{font-family:monospace;text-transform:none;padding:0 .4em;border-radius:3px;margin-left:.4em}
+.exit.ok{background:#e6ffec;color:#1a7f37} .exit.fail{background:#ffebe9;color:#cf222e}
+.fold summary{cursor:pointer;color:#0645ad;font-size:.9em} .fold:has(>details[open])>pre.head{display:none}
 """
 
 # The index: rows are inline (one short array per rollout); the table renders

@@ -17,8 +17,12 @@ from ..usage import iter_calls
 from ..util import read_json
 from .assets import CSS
 
-FOLD_CHARS = 2000  # tool outputs and arguments longer than this are folded, with their size
+FOLD_CHARS = 2000  # a text longer than this (or than FOLD_LINES lines) shows its head and a "show all"
+FOLD_LINES = 40
+HEAD_LINES = 20  # the head of a folded text: this many lines, at most FOLD_CHARS characters
 LOG_TAIL_LINES = 80
+EXIT_KEYS = ("returncode", "exit_code", "exit_status")  # where a command result holds its exit status
+RESULT_KEYS = {"output", "exception_info", *EXIT_KEYS}  # a JSON command result: nothing else is dropped
 
 
 def size(n: int) -> str:
@@ -26,11 +30,46 @@ def size(n: int) -> str:
 
 
 def _pre(text: str, label: str) -> str:
-    """A <pre> block, folded behind its size when long."""
-    body = f"<pre>{escape(text)}</pre>"
-    if len(text) <= FOLD_CHARS:
-        return body
-    return f"<details><summary>{escape(label)} ({size(len(text.encode()))}, {text.count(chr(10)) + 1} lines)</summary>{body}</details>"
+    """A <pre> block; a long one shows its first lines and folds the whole text behind "show all"."""
+    lines = len(text.splitlines()) or 1
+    if len(text) <= FOLD_CHARS and lines <= FOLD_LINES:
+        return f"<pre>{escape(text)}</pre>"
+    head = "\n".join(text.split("\n", HEAD_LINES)[:HEAD_LINES])[:FOLD_CHARS]
+    return (f'<div class="fold"><pre class="head">{escape(head)}\n\u2026</pre><details><summary>show all '
+            f'{escape(label)} ({lines} lines, {size(len(text.encode()))})</summary><pre>{escape(text)}</pre>'
+            f"</details></div>")
+
+
+def tool_result(output: str) -> tuple[str, Any]:
+    """(the text the agent saw, its exit status or None) of a tool output. A string holding a
+    JSON object with an `output` (and a `returncode`), as mini-swe-agent's observations are,
+    or a JSON string literal, is unwrapped; any other text is shown as it is."""
+    stripped = output.strip()
+    if not stripped.startswith(("{", '"')):
+        return output, None
+    try:
+        value = json.loads(stripped)
+    except ValueError:
+        return output, None
+    if isinstance(value, str):
+        return value, None
+    if not (isinstance(value, dict) and isinstance(value.get("output"), str) and set(value) <= RESULT_KEYS):
+        return output, None
+    text = value["output"]
+    if value.get("exception_info"):
+        text += ("\n" if text and not text.endswith("\n") else "") + str(value["exception_info"])
+    status = next((value[k] for k in EXIT_KEYS if value.get(k) is not None), None)
+    return text, status
+
+
+def _output_html(output: str, role: str) -> str:
+    """A tool output as the agent saw it, its exit status beside the role."""
+    text, status = tool_result(output if isinstance(output, str) else json.dumps(output, ensure_ascii=False))
+    badge = ""
+    if status is not None:
+        ok = status in (0, "0")
+        badge = f' <span class="exit {"ok" if ok else "fail"}">exit {escape(str(status))}</span>'
+    return f'<div class="turn tool-output"><div class="role">{escape(role)}{badge}</div>{_pre(text, "output")}</div>'
 
 
 def _pretty_args(arguments: str) -> str:
@@ -64,12 +103,11 @@ def conversation(prompt: str | None, items: Iterable[Mapping[str, Any]]) -> str:
                     f'{_pre(_pretty_args(it.get("arguments", "")), "arguments")}')
             if result is not None:
                 paired.add(call_id)
-                html += f'<div class="turn tool-output"><div class="role">output</div>{_pre(result.get("output", ""), "output")}</div>'
+                html += _output_html(result.get("output", ""), "output")
             out.append(html + "</div>")
         elif kind == "function_call_output":
             if it.get("call_id") not in paired:
-                out.append(f'<div class="turn tool-output"><div class="role">output of {escape(it.get("call_id") or "?")}'
-                           f'</div>{_pre(it.get("output", ""), "output")}</div>')
+                out.append(_output_html(it.get("output", ""), f'output of {it.get("call_id") or "?"}'))
         else:
             out.append(f'<div class="turn"><div class="role">{escape(str(kind))}</div>'
                        f'{_pre(json.dumps(it, indent=2, ensure_ascii=False), str(kind))}</div>')
