@@ -34,6 +34,7 @@ COMMENTED = set(NAMED) | {"swe_verified", "swe_multilingual", "swe_pro", "termin
 PROFILE_ENV = {
     "SANDBATCH_MODEL_URL": "http://10.0.0.7:8000/v1",
     "SANDBATCH_MODEL_API_KEY": "model-key",
+    "SANDBATCH_MODEL_NAME": "served-model",  # the endpoint above is not there to ask for its one model
     "OPEN_SANDBOX_DOMAIN": "127.0.0.1:18080",
     "OPEN_SANDBOX_API_KEY": "server-key",
     "SANDBATCH_POOL_ACCEPT_EULA": "1",
@@ -70,8 +71,8 @@ def test_named_profile_header_lists_exactly_the_variables_it_reads(name):
     conn = raw["sandbox"]["opensandbox"]["connection"]
     from sandbatch.harness.pool import BINARY_ENV, EULA_ENV
 
-    read = {raw["model"]["base_url_env"], raw["model"]["api_key_env"], conn["domain_env"], conn["api_key_env"],
-            EULA_ENV, BINARY_ENV}
+    read = {raw["model"]["base_url_env"], raw["model"]["api_key_env"], raw["model"]["name_env"], conn["domain_env"],
+            conn["api_key_env"], EULA_ENV, BINARY_ENV}
     assert header_variables(path) == read == set(PROFILE_ENV) | {BINARY_ENV}
 
 
@@ -165,6 +166,45 @@ def test_a_missing_variable_is_named_in_one_line_by_validate_and_plan(missing, m
     # the proxy address is derived toward the server (here on this host): never loopback
     advertise = re.search(r"^# the sandboxes reach the model proxy at (\S+)$", ok.stderr, re.M).group(1)
     assert not ipaddress.ip_address(advertise).is_loopback
+
+
+def test_profile_sends_the_one_model_the_endpoint_serves(tmp_path):
+    """model.name unset: the one model /v1/models lists is the name, asked at plan time; several,
+    or an endpoint that does not answer, stop the plan in one line naming the variable to set."""
+    from harness_support import scripted_model_server
+
+    path = REPO_ROOT / "config" / "xs_swe_verified.yaml"
+    tasks = overrides(load(path, {"benchmark": {"tasks": str(FIXTURE_TASKS["swebench"])}}))
+    with scripted_model_server({"models": ["Qwen/Qwen3-32B"]}) as (url, model):
+        env = clean_env(SANDBATCH_MODEL_URL=url, SANDBATCH_MODEL_NAME=None)
+        res = validate(str(path), "--config", *tasks, env=env)
+        assert res.returncode == 0, res.stderr
+        assert re.search(r"^  name: Qwen/Qwen3-32B$", res.stdout, re.M), res.stdout
+        res = snakemake(tmp_path, "-n", "--configfile", str(path), "--config", *tasks, env=env)
+        assert res.returncode == 0, res.stderr[-2000:]
+        assert [r["path"] for r in model.requests] == ["/v1/models", "/v1/models"]  # once each, never per rollout
+        assert all(r["headers"].get("authorization") == "Bearer model-key" for r in model.requests)
+        # the variable the header lists wins over the endpoint's list
+        res = validate(str(path), "--config", *tasks, env=clean_env(SANDBATCH_MODEL_URL=url))
+        assert res.returncode == 0 and re.search(r"^  name: served-model$", res.stdout, re.M), res.stderr
+        assert len(model.requests) == 2
+    with scripted_model_server({"models": ["Qwen/Qwen3-32B", "Qwen/Qwen3-8B"]}) as (url, _):
+        env = clean_env(SANDBATCH_MODEL_URL=url, SANDBATCH_MODEL_NAME=None)
+        for res in (validate(str(path), "--config", *tasks, env=env),
+                    snakemake(tmp_path, "-n", "--configfile", str(path), "--config", *tasks, env=env)):
+            assert res.returncode != 0 and "Traceback" not in res.stderr
+            errors = [line for line in res.stderr.splitlines() if "error" in line.lower()]
+            assert len(errors) == 1, res.stderr[-2000:]
+            assert (f"model.name: not set, and {url}/models lists 2 models (Qwen/Qwen3-32B, Qwen/Qwen3-8B); "
+                    "export SANDBATCH_MODEL_NAME=<model id> (named by model.name_env)") in errors[0], errors
+    # the endpoint is down (the scripted model is gone from its port)
+    res = snakemake(tmp_path, "-n", "--configfile", str(path), "--config", *tasks, env=env)
+    errors = [line for line in res.stderr.splitlines() if "error" in line.lower()]
+    assert res.returncode != 0 and len(errors) == 1, res.stderr[-2000:]
+    assert re.search(rf"model.name: not set, and the model endpoint cannot say which model it serves: {url}/models "
+                     r"did not answer with a model list \(.*\); start the endpoint, or export SANDBATCH_MODEL_NAME=",
+                     errors[0]), errors
+    assert not (tmp_path / "results").exists()
 
 
 def test_pool_binary_variable_replaces_the_installer(tmp_path):

@@ -178,8 +178,8 @@ def test_real_mini_swe_agent_resolves_smoke_tasks(tmp_path, tmp_path_factory, sc
         "mode": mode, "step_limit": 6,
         "install": {"env": {"UV_CACHE_DIR": str(caches / "uv-cache"), "PIP_CACHE_DIR": str(caches / "pip-cache")}}}}
     tasks = ["smoke__calc-1", "smoke__textutils-1", "smoke__duration-1"]
-    cfg = smoke_config(tmp_path, harness, tasks, model={"name": "scripted", "base_url": url},
-                       timeouts={"agent": 300, "install": 600})
+    # no model.name: the one model the endpoint lists ("scripted") is asked once, when the run is planned
+    cfg = smoke_config(tmp_path, harness, tasks, model={"base_url": url}, timeouts={"agent": 300, "install": 600})
     run_dir, took = run_workflow(tmp_path, cfg)
     timings = {}
     for task in tasks[:2]:
@@ -207,6 +207,11 @@ def test_real_mini_swe_agent_resolves_smoke_tasks(tmp_path, tmp_path_factory, sc
     # the usage in rollouts.jsonl is exactly what it reported
     chat = [r for r in model.requests if r["path"].endswith("/chat/completions")]
     assert chat and all(r["body"]["model"] == "scripted" and "authorization" not in r["headers"] for r in chat)
+    assert [r["path"] for r in model.requests if r["path"].endswith("/models")] == ["/v1/models"]
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["config"]["model"]["name"] == "scripted"
+    assert {json.loads(p)["model_name_or_path"] for p in (run_dir / "predictions.jsonl").read_text().splitlines()} == {
+        "scripted"}
     rows = [json.loads(line) for line in (run_dir / "rollouts.jsonl").read_text().splitlines()]
     assert sum(r["usage"]["input_tokens"] for r in rows) == sum(u["prompt"] for u in model.reported_usage) > 0
     assert sum(r["usage"]["output_tokens"] for r in rows) == sum(u["completion"] for u in model.reported_usage)

@@ -301,7 +301,7 @@ def test_context_window_comes_from_the_endpoint_or_stops_the_run(tmp_path):
     with scripted_model_server({"models": ["big"], "max_model_len": 200000}) as (url, _):
         model = parse({"model": {"name": "big", "base_url": url}}).model
         harness.check_model(merged, model)  # reported: fine
-        from sandbatch.harness.base import served_context_window
+        from sandbatch.served import served_context_window
         assert served_context_window(model) == (200000, "")
         cfg = harness.agent_config(ctx(tmp_path, model_url=url), served_context_window(model)[0])
         assert cfg["memory"]["compact"]["TriggerCompressionTokenCount"] == 160000

@@ -50,6 +50,7 @@ PROFILES = {
     "xs_swe_pro": ("smoke__calc-1", "smoke__lrucache-1"),
     "xs_terminal_bench": ("hello-file", "goodbye-file"),
 }
+SERVED = "Qwen/Qwen3-32B"  # the model id the scripted model lists
 TB_TASKS = {"hello-file": "Hello, world!", "goodbye-file": "Goodbye, world!"}
 
 
@@ -189,7 +190,8 @@ def model_script() -> dict:
             cmd = f"git apply - <<'EOF'\n{rows[first]['patch']}\nEOF"
         tasks[key] = [{"content": "Applying the fix.", "tool_calls": [{"name": "shell", "arguments": {"cmd": cmd}}]},
                       {"tool_calls": [{"name": "exit", "arguments": {}}]}]
-    return {"tasks": tasks, "default": [], "final": {"content": "I cannot finish this task."}}
+    # the one model it serves: the profiles leave model.name to the endpoint
+    return {"tasks": tasks, "default": [], "final": {"content": "I cannot finish this task."}, "models": [SERVED]}
 
 
 async def live_sandboxes(server, labels: dict[str, str]) -> list:
@@ -263,10 +265,11 @@ def test_every_named_profile_runs_end_to_end_as_shipped(tmp_path, monkeypatch, r
         metrics = json.loads((run / "metrics.json").read_text())
         assert metrics["resolved_rate"]["value"] == 0.5, (profile, metrics["resolved_rate"])
         assert (run / "report.md").is_file()
-    # what reached the model: the profile's model name and sampling (the proxy applied them) and
-    # the upstream key from the environment, never the per-rollout key the agent held
+        assert json.loads((run / "manifest.json").read_text())["config"]["model"]["name"] == SERVED
+    # what reached the model: the one model the endpoint lists and the profile's sampling (the
+    # proxy applied them) and the upstream key from the environment, never the per-rollout key the agent held
     chat = [r for r in model.requests if r["path"].endswith("/chat/completions")]
     assert len(chat) >= 3 * len(PROFILES)
-    assert all(r["body"]["model"] == "served-model" and r["body"]["temperature"] == 0.6 for r in chat)
+    assert all(r["body"]["model"] == SERVED and r["body"]["temperature"] == 0.6 for r in chat)
     assert all(r["headers"].get("authorization") == "Bearer upstream-key" for r in chat)
     print(f"5 named profiles x 2 rollouts on the real OpenSandbox server: {took:.0f} s")

@@ -29,13 +29,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from .config import load
     from .harness import get_harness
     from .tasks import load_tasks
-    from .workflow import check_images, check_registries
+    from .workflow import check_images, check_registries, resolve_model
 
     default = REPO_ROOT / "config" / "default.yaml"
     cfg = load(args.configfile, _overrides(args.config), default=default if not args.no_default else None)
     check_registries(cfg)
     tasks = load_tasks(cfg.benchmark)
     check_images(cfg, lambda: tasks)
+    cfg = resolve_model(cfg)[0]
     yaml.safe_dump(cfg.model_dump(mode="json"), sys.stdout, sort_keys=False)
     print(f"# ok: {len(tasks)} tasks x {cfg.repeats} repeats = {len(tasks) * cfg.repeats} rollouts", file=sys.stderr)
     harness = get_harness(cfg.harness.name)

@@ -72,7 +72,8 @@ class ProxyConfig(_Model):
 class ModelConfig(_Model):
     base_url: str | None
     base_url_env: str | None
-    name: str
+    name: str | None
+    name_env: str | None
     api_key_env: str | None
     sampling: dict[str, Any]
     proxy: ProxyConfig
@@ -274,10 +275,11 @@ def parse(data: Mapping[str, Any], sources: Sequence[tuple[str, Mapping[str, Any
 
 def _apply_env(filled: dict[str, Any]) -> None:
     """`*_env` keys: a set, non-empty environment variable replaces the value beside it
-    (model.base_url; sandbox.opensandbox.connection.domain, whose variable may be a URL)."""
-    name = filled["model"].get("base_url_env")
-    if name and os.environ.get(name, "").strip():
-        filled["model"]["base_url"] = os.environ[name].strip()
+    (model.base_url, model.name; sandbox.opensandbox.connection.domain, whose variable may be a URL)."""
+    for key in ("base_url", "name"):
+        name = filled["model"].get(f"{key}_env")
+        if name and os.environ.get(name, "").strip():
+            filled["model"][key] = os.environ[name].strip()
     conn = (filled["sandbox"].get("opensandbox") or {}).get("connection") or {}
     name = conn.get("domain_env")
     value = os.environ.get(name, "").strip() if name else ""

@@ -43,6 +43,10 @@ def load_run(workflow, config: dict[str, Any]) -> tuple[Config, dict[str, Any], 
             raise UserError(f"benchmark: no task of {cfg.benchmark.tasks} is selected by instance_ids/filter/limit")
         if workflow.is_main_process:  # the jobs Snakemake spawns re-parse; they need not check again
             check_images(cfg, lambda: (read_task(cfg.benchmark, ref) for ref in tasks))
+            # once per run: the jobs (steps, Slurm jobs) read the name from the run's settings
+            cfg, note = resolve_model(cfg, started=True)
+            if note:
+                print(f"sandbatch: {note}", file=sys.stderr)
     except UserError as exc:
         print(f"sandbatch: error: {exc}", file=sys.stderr)
         sys.exit(1)
@@ -68,6 +72,22 @@ def check_registries(cfg: Config) -> None:
     _check_sandbox_service(cfg)
     if harness.needs_model:
         _check_model(cfg, on_host=harness.model_on_host(harness.merge_config(cfg.harness.config)))
+
+
+def resolve_model(cfg: Config, started: bool = False) -> tuple[Config, str]:
+    """model.name resolved (sandbatch.served.resolve_model_name); started: a run that already has
+    settings keeps the name it was started with when the endpoint does not answer."""
+    from .config import run_config
+    from .harness import get_harness
+    from .served import resolve_model_name
+
+    before = None
+    if started and not cfg.model.name:
+        try:
+            before = run_config(cfg.run, cfg.results_dir).model.name
+        except (UserError, ValueError):  # a new run, or settings of another version
+            before = None
+    return resolve_model_name(cfg, get_harness(cfg.harness.name).needs_model, before)
 
 
 def _unset(name: str | None) -> bool:

@@ -143,32 +143,6 @@ def model_endpoint(ctx: RunContext, harness: str) -> str:
     return ctx.model_url
 
 
-def served_context_window(model: ModelConfig, timeout: float = 10) -> tuple[int | None, str]:
-    """(context length, "") as the endpoint's /models reports it (`max_model_len`, as vLLM and
-    SGLang do) for model.name, or (None, why not)."""
-    import json
-    import os
-    import urllib.error
-    import urllib.request
-
-    if not model.base_url:
-        return None, "model.base_url is not set"
-    url = model.base_url.rstrip("/") + "/models"
-    key = os.environ.get(model.api_key_env) if model.api_key_env else None
-    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as resp:
-            listed = json.loads(resp.read()).get("data") or []
-    except (OSError, ValueError, AttributeError) as exc:
-        return None, f"{url} did not answer with a model list ({exc})"
-    entries = [m for m in listed if isinstance(m, dict)]
-    entry = next((m for m in entries if m.get("id") == model.name), entries[0] if len(entries) == 1 else None)
-    length = entry.get("max_model_len") if entry else None
-    if isinstance(length, int) and not isinstance(length, bool) and length > 0:
-        return length, ""
-    return None, f"{url} reports no max_model_len for model {model.name!r}"
-
-
 KEPT_UNKNOWN = 50  # unknown records kept verbatim in the response metadata (all are counted)
 
 

@@ -21,9 +21,10 @@ from .. import responses
 from ..config import ModelConfig
 from ..errors import InfraError, UserError
 from ..sandbox import Sandbox
+from ..served import served_context_window
 from ..util import deep_merge
 from ._process import install_options, json_events, run_command, sh, str_env, upload_source
-from .base import Conversion, Harness, Outcome, RunContext, keep_unknown, model_endpoint, served_context_window
+from .base import Conversion, Harness, Outcome, RunContext, keep_unknown, model_endpoint
 
 GAVE_UP_EXIT = 4
 INSTALL_METHODS = ("installer", "upload", "path")
