@@ -17,6 +17,7 @@ import yaml
 
 from harness_support import (items_of, leftover_sandboxes, rollout, run_context, run_workflow,
                              scripted_model_server, smoke_config)
+from workflow_util import snakemake
 from sandbatch.errors import UserError
 from sandbatch.harness import get_harness
 from sandbatch.sandbox.base import SandboxSpec
@@ -216,6 +217,12 @@ def test_real_mini_swe_agent_resolves_smoke_tasks(tmp_path, tmp_path_factory, sc
     assert sum(r["usage"]["input_tokens"] for r in rows) == sum(u["prompt"] for u in model.reported_usage) > 0
     assert sum(r["usage"]["output_tokens"] for r in rows) == sum(u["completion"] for u in model.reported_usage)
     assert leftover_sandboxes(tmp_path) == []
+    if mode == "host":
+        # the endpoint gone: the started run plans with the name it was started with
+        down = snakemake(tmp_path, "-n", "--configfile", str(tmp_path / "config.yaml"), "--config",
+                         'model={"base_url": "http://127.0.0.1:9/v1"}')
+        assert down.returncode == 0, down.stderr[-3000:]
+        assert "run t keeps model 'scripted', which it was started with" in down.stderr
     if mode == "host":  # the trajectory is saved beside the rollout, the key nowhere in it
         traj = rollout(run_dir, "smoke__calc-1", "mini.traj.json")
         assert traj["info"]["exit_status"] == "Submitted"

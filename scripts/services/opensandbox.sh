@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # The real OpenSandbox server (PyPI opensandbox-server, Docker runtime) for the tests of the
-# opensandbox provider, on 127.0.0.1:$PORT. Idempotent: a server already answering /health on
-# that port is reused. Needs a running Docker engine, PyPI (through pip) and the server's execd
-# image, which is taken from the first of:
+# opensandbox provider, on 127.0.0.1:${SANDBATCH_TEST_OPENSANDBOX_PORT:-18080}. Idempotent: a
+# server already answering /health on that port is reused. Needs a running Docker engine, PyPI
+# (through pip) and the server's execd image, which is taken from the first of:
 #   1. an image already on the engine: the official one (the image the server's own example
 #      config names, e.g. opensandbox/execd:v1.1.0) or opensandbox-local/execd:dev;
 #   2. $SANDBATCH_OPENSANDBOX_SERVER_DIR/execd-image.tar.gz (default ../shared/opensandbox-server/),
 #      a root filesystem imported as opensandbox-local/execd:dev;
 #   3. the official image, pulled from its registry;
 # and when none works it exits 1 with one line naming the three. SANDBATCH_OPENSANDBOX_EXECD_IMAGE
-# names another image to use (on the engine, else pulled) instead of both names in 1 and 3. Once /health answers it prints
+# names another image to use (on the engine, else pulled) instead of both names in 1 and 3.
+# Once /health answers it prints
 #   pid=<pid> url=http://127.0.0.1:<port> key=<key>       (stop the server with: kill <pid>)
 # Environment (all optional):
 #   SANDBATCH_TEST_OPENSANDBOX_PORT   the port                                    [18080]
@@ -40,15 +41,18 @@ docker info >/dev/null 2>&1 || fail "no Docker engine answers; start one first (
 mkdir -p "$state"
 state=$(cd "$state" && pwd)
 venv=$state/venv
-if [ "$("$venv/bin/python" -c 'from importlib.metadata import version; print(version("opensandbox-server"))' 2>/dev/null)" != "$version" ]; then
+installed() { "$venv/bin/python" -c 'import importlib.metadata as m; print(m.version("opensandbox-server"))' 2>/dev/null; }
+if [ "$(installed)" != "$version" ]; then
     "${PYTHON:-$(command -v python3.11 || command -v python3)}" -m venv "$venv"
-    PIP_DISABLE_PIP_VERSION_CHECK=1 "$venv/bin/python" -m pip install -q "opensandbox-server==$version" 2>&1 | grep -v "^WARNING: Location" >&2 || true
+    PIP_DISABLE_PIP_VERSION_CHECK=1 "$venv/bin/python" -m pip install -q "opensandbox-server==$version" 2>&1 |
+        grep -v "^WARNING: Location" >&2 || true
     [ -x "$venv/bin/opensandbox-server" ] || fail "pip could not install opensandbox-server==$version into $venv"
 fi
 
 # The official execd image: the one the server's own example config (init-config) names.
 "$venv/bin/opensandbox-server" init-config "$state/example.toml" --example docker --force >/dev/null
-official=$("$venv/bin/python" -c 'import sys, tomllib; print(tomllib.load(open(sys.argv[1], "rb"))["runtime"]["execd_image"])' "$state/example.toml")
+official=$("$venv/bin/python" -c 'import sys, tomllib
+print(tomllib.load(open(sys.argv[1], "rb"))["runtime"]["execd_image"])' "$state/example.toml")
 wanted=${SANDBATCH_OPENSANDBOX_EXECD_IMAGE:-$official}
 candidates=("$wanted")
 [ -n "${SANDBATCH_OPENSANDBOX_EXECD_IMAGE:-}" ] || candidates+=("$local_image")

@@ -7,7 +7,7 @@ import os
 import sys
 from typing import Any, Callable, Iterable
 
-from .config import Config, parse, workflow_sources
+from .config import Config, parse, run_config, workflow_sources
 from .errors import UserError
 from .tasks import Task, TaskRef, read_task, select_tasks
 
@@ -77,7 +77,6 @@ def check_registries(cfg: Config) -> None:
 def resolve_model(cfg: Config, started: bool = False) -> tuple[Config, str]:
     """model.name resolved (sandbatch.served.resolve_model_name); started: a run that already has
     settings keeps the name it was started with when the endpoint does not answer."""
-    from .config import run_config
     from .harness import get_harness
     from .served import resolve_model_name
 
