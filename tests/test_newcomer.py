@@ -18,6 +18,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+import uuid
 from pathlib import Path
 
 import pytest
@@ -92,22 +93,14 @@ def test_service_script_without_shared_or_registry_names_what_to_provide(clone, 
     assert not (server_state / "server.toml").exists()  # nothing started
 
 
-def test_service_script_starts_the_server_from_an_image_on_the_engine(clone, server_state,
-                                                                     docker_engine):  # noqa: F811
-    have = [i for i in EXECD_IMAGES if subprocess.run(["docker", "image", "inspect", i], capture_output=True)
-            .returncode == 0]
-    if not have:
-        missing(f"no execd image on the engine ({' or '.join(EXECD_IMAGES)}); run scripts/services/opensandbox.sh")
-    port = free_port()
-    t0 = time.monotonic()
-    res = service_script(clone, server_state, port)
-    took = time.monotonic() - t0
+def serves_and_stops(res: subprocess.CompletedProcess, port: int, image: str, state: Path) -> None:
+    """The script started a server on `port` with `image` that answers with its key; stop it."""
     assert res.returncode == 0, res.stderr[-3000:]
     started = re.fullmatch(rf"pid=(\d+) url=http://127\.0\.0\.1:{port} key={KEY}", res.stdout.strip())
     assert started, res.stdout
     pid = int(started.group(1))
     try:
-        assert f'execd_image = "{have[0]}"' in (server_state / "server.toml").read_text()
+        assert f'execd_image = "{image}"' in (state / "server.toml").read_text()
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as resp:
             assert resp.status == 200
         request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/sandboxes",
@@ -123,7 +116,41 @@ def test_service_script_starts_the_server_from_an_image_on_the_engine(clone, ser
             if not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]:
                 break
             time.sleep(0.1)
+
+
+def on_engine(image: str) -> bool:
+    return subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode == 0
+
+
+def test_service_script_starts_the_server_from_an_image_on_the_engine(clone, server_state,
+                                                                     docker_engine):  # noqa: F811
+    have = [i for i in EXECD_IMAGES if on_engine(i)]
+    if not have:
+        missing(f"no execd image on the engine ({' or '.join(EXECD_IMAGES)}); run scripts/services/opensandbox.sh")
+    port = free_port()
+    t0 = time.monotonic()
+    res = service_script(clone, server_state, port)
+    took = time.monotonic() - t0
+    serves_and_stops(res, port, have[0], server_state)
     print(f"\nservice script from a clone without ../shared: server up in {took:.0f} s")
+
+
+def test_service_script_imports_the_image_from_a_server_dir(clone, server_state, docker_engine):  # noqa: F811
+    """The second source: a directory holding execd-image.tar.gz (../shared/opensandbox-server/ on
+    this project's machines), here named by SANDBATCH_OPENSANDBOX_SERVER_DIR, imported under a
+    name of this test's own."""
+    bundle_dir = REPO_ROOT.parent / "shared" / "opensandbox-server"
+    if not (bundle_dir / "execd-image.tar.gz").is_file():
+        pytest.skip(f"{bundle_dir}/execd-image.tar.gz is not on this machine")
+    image = f"sandbatch-test/execd-{uuid.uuid4().hex[:8]}:imported"
+    port = free_port()
+    try:
+        res = service_script(clone, server_state, port, SANDBATCH_OPENSANDBOX_SERVER_DIR=str(bundle_dir),
+                             SANDBATCH_OPENSANDBOX_EXECD_IMAGE=image)
+        assert on_engine(image), res.stderr[-2000:]
+        serves_and_stops(res, port, image, server_state)
+    finally:
+        subprocess.run(["docker", "rmi", "-f", image], capture_output=True)
 
 
 def test_readme_run_command_in_a_fresh_clone(clone):

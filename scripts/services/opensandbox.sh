@@ -9,7 +9,7 @@
 #      a root filesystem imported as opensandbox-local/execd:dev;
 #   3. the official image, pulled from its registry;
 # and when none works it exits 1 with one line naming the three. SANDBATCH_OPENSANDBOX_EXECD_IMAGE
-# names another image to use (on the engine, else pulled) instead of both names in 1 and 3.
+# names another image to use instead (on the engine, else imported under that name, else pulled).
 # Once /health answers it prints
 #   pid=<pid> url=http://127.0.0.1:<port> key=<key>       (stop the server with: kill <pid>)
 # Environment (all optional):
@@ -62,9 +62,9 @@ for candidate in "${candidates[@]}"; do
     if on_engine "$candidate"; then image=$candidate; break; fi
 done
 if [ -z "$image" ] && [ -f "$bundle" ]; then
-    docker import -c 'ENTRYPOINT ["/execd"]' -c 'ENV PATH=/bin' "$bundle" "$local_image" >/dev/null \
+    image=${SANDBATCH_OPENSANDBOX_EXECD_IMAGE:-$local_image}
+    docker import -c 'ENTRYPOINT ["/execd"]' -c 'ENV PATH=/bin' "$bundle" "$image" >/dev/null \
         || fail "docker import of $bundle failed"
-    image=$local_image
 fi
 if [ -z "$image" ]; then
     pulled=$(timeout "${SANDBATCH_OPENSANDBOX_PULL_TIMEOUT:-600}" docker pull -q "$wanted" 2>&1) && image=$wanted \
