@@ -10,6 +10,7 @@ SANDBATCH_REQUIRE_SERVICES=1 (tests/services.py).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -80,11 +81,15 @@ def assert_valid_responses(responses: list[dict[str, Any]]) -> None:
     assert errors == [[] for _ in responses], errors
 
 
+@functools.cache
+def _site_packages() -> Path:
+    return Path(run("import json, os, nemo_gym; print(json.dumps(os.path.dirname(os.path.dirname(nemo_gym.__file__))))"))
+
+
 def package_file(relative: str) -> Path:
     """A file shipped in the nemo-gym wheel, e.g.
     `responses_api_agents/mini_swe_agent_2/data/example.jsonl`."""
-    root = run("import json, os, nemo_gym; print(json.dumps(os.path.dirname(os.path.dirname(nemo_gym.__file__))))")
-    path = Path(root) / relative
+    path = _site_packages() / relative
     assert path.is_file(), f"{path}: not in nemo-gym {VERSION}"
     return path
 

@@ -20,6 +20,8 @@ from sandbatch.tasks.settings import prompt_for
 from workflow_util import REPO, SMOKE_TASKS, snakemake, write_config
 
 GYM_SWE_ROWS = "responses_api_agents/mini_swe_agent_2/data/example.jsonl"
+OTHER_GYM_SWE_ROWS = ("responses_api_agents/mini_swe_agent/data/example.jsonl",
+                      "responses_api_agents/swe_agents/data/example.jsonl")
 
 
 def sandbatch(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -57,6 +59,8 @@ def test_gym_export_is_read_by_gym_reward_profiling_with_the_same_numbers(tmp_pa
     proc = sandbatch("export", "--format", "gym", "t", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert {p.name: p.read_bytes() for p in gym_dir.iterdir()} == written
+    bad = sandbatch("export", "--format", "harbor", "t", cwd=tmp_path)
+    assert bad.returncode == 2 and bad.stderr == "sandbatch: error: export: --format 'harbor' is not known; choose one of: gym\n"
 
     ours = [json.loads(line) for line in (run_dir / "rollouts.jsonl").read_text().splitlines()]
     metrics = json.loads((run_dir / "metrics.json").read_text())
@@ -101,10 +105,12 @@ def test_gym_swe_rows_load_with_kind_swebench(tmp_path):
     dry = snakemake(tmp_path, "-n", "--configfile", str(config))
     assert dry.returncode == 0, dry.stderr[-3000:]
     assert "harness          5" in dry.stdout
-    # their `input` is empty: the prompt is the problem statement, as Gym's SWE agents use it
-    tasks = load_tasks(parse({"benchmark": {"kind": "swebench", "tasks": str(rows)}}).benchmark)
-    by_id = {json.loads(line)["instance_id"]: json.loads(line) for line in rows.read_text().splitlines()}
-    assert [t.prompt for t in tasks] == [by_id[t.instance_id]["problem_statement"] for t in tasks]
+    # so do the SWE rows of Gym's other SWE agents; their `input` is empty: the prompt is the
+    # problem statement, as Gym's SWE agents use it
+    for path in (rows, *map(gym_env.package_file, OTHER_GYM_SWE_ROWS)):
+        tasks = load_tasks(parse({"benchmark": {"kind": "swebench", "tasks": str(path)}}).benchmark)
+        by_id = {json.loads(line)["instance_id"]: json.loads(line) for line in path.read_text().splitlines()}
+        assert tasks and [t.prompt for t in tasks] == [by_id[t.instance_id]["problem_statement"] for t in tasks]
 
 
 @pytest.mark.parametrize("given, prompt", [
