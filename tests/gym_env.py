@@ -69,6 +69,27 @@ def validate_responses(responses: list[dict[str, Any]]) -> tuple[list[list[str]]
     return out["errors"], out["training"]
 
 
+_VALIDATE_PARAMS = """
+import json, sys
+from pydantic import ValidationError
+from nemo_gym.openai_utils import NeMoGymResponseCreateParamsNonStreaming
+errors = []
+for params in json.load(sys.stdin):
+    try:
+        NeMoGymResponseCreateParamsNonStreaming.model_validate(params)
+        errors.append([])
+    except ValidationError as exc:
+        errors.append([f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()])
+print(json.dumps(errors))
+"""
+
+
+def validate_create_params(params: list[dict[str, Any]]) -> list[list[str]]:
+    """Each `responses_create_params` through NeMo Gym's `NeMoGymResponseCreateParamsNonStreaming`
+    (what its agents' /run validates; unknown keys are errors): per entry, its errors."""
+    return run(_VALIDATE_PARAMS, params)
+
+
 def assert_valid_responses(responses: list[dict[str, Any]]) -> None:
     """Every response.json is a Responses object for openai-python's `Response` (this
     environment's openai) and for NeMo Gym's `NeMoGymResponse` (its own environment's)."""

@@ -85,6 +85,8 @@ def test_gym_export_is_read_by_gym_reward_profiling_with_the_same_numbers(tmp_pa
         k: gym_pass[f"pass@{k}/accuracy"] for k in metrics["pass_at_k"]}
     assert set(metrics["pass_at_k"]) == {"1", "2", "4"}
     gym_env.assert_valid_responses([row["response"] for row in exported])  # the oracle's response.json
+    inputs_rows = [json.loads(line) for line in inputs.read_text().splitlines()]
+    assert gym_env.validate_create_params([r["responses_create_params"] for r in inputs_rows]) == [[]] * 12
 
 
 def test_export_names_a_missing_run_in_one_line(tmp_path):
