@@ -89,6 +89,29 @@ def test_gym_export_is_read_by_gym_reward_profiling_with_the_same_numbers(tmp_pa
     assert gym_env.validate_create_params([r["responses_create_params"] for r in inputs_rows]) == [[]] * 12
 
 
+@pytest.mark.slow
+def test_a_gym_row_runs_unchanged_with_its_prompt_and_comes_back_in_the_export(tmp_path):
+    gym_env.python()
+    row = json.loads(SMOKE_TASKS.read_text().splitlines()[0])
+    params = {"input": [{"role": "system", "content": "You fix Python bugs.", "type": "message"},
+                        {"role": "user", "content": "Make calc.divide return the true quotient.", "type": "message"}],
+              "temperature": 1.0}
+    row.update(responses_create_params=params, subset="smoke", split="test", agent_ref={"name": "gym_agent"},
+               repo_dir=str((SMOKE_TASKS.parent / row["repo_dir"]).resolve()))
+    (tmp_path / "tasks.jsonl").write_text(json.dumps(row) + "\n")
+    cfg = smoke_config(tmp_path, {"name": "none"}, [], aggregate={"exports": ["gym"]})
+    cfg["benchmark"] = {"kind": "swebench", "tasks": str(tmp_path / "tasks.jsonl")}
+    run_dir, _ = run_workflow(tmp_path, cfg)
+    trajectory = json.loads((run_dir / "smoke__calc-1" / "0" / "trajectory.json").read_text())
+    assert trajectory["steps"][0] == {"step_id": 1, "source": "user",
+                                      "message": "You fix Python bugs.\n\nMake calc.divide return the true quotient."}
+    [exported] = [json.loads(line) for line in (run_dir / "gym" / "rollouts.jsonl").read_text().splitlines()]
+    assert exported["responses_create_params"] == params  # the row's own request, as Gym would send it
+    assert (exported["subset"], exported["split"], exported["agent_ref"]) == ("smoke", "test", {"name": "none"})
+    assert (exported["reward"], exported["_ng_task_index"], exported["_ng_rollout_index"]) == (0.0, 0, 0)
+    gym_env.assert_valid_responses([exported["response"]])  # the none harness's response.json
+
+
 def test_export_names_a_missing_run_in_one_line(tmp_path):
     proc = sandbatch("export", "--format", "gym", "nosuch", cwd=tmp_path)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
