@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from .. import atif, responses, usage
 from ..errors import InfraError
 from ..harness import Conversion, get_harness
@@ -27,11 +29,12 @@ class ConvertStep(Step):
         except Exception as exc:  # a converter bug must not block the aggregate; it is reported
             conv = Conversion(items=[], unknown=len(events), metadata={"conversion_error": repr(exc)})
         items = responses.inline_think(conv.items) if config.get("inline_think") else conv.items
-        meta = {"harness": harness.name, "status": rec.status, "failure_class": rec.failure_class,
-                "task_id": ctx.task_id, "instance_id": ctx.task.instance_id, "repeat": ctx.repeat,
-                "events": len(events), "unknown_events": conv.unknown, **conv.metadata}
+        run = {"run": cfg.run, "harness": harness.name, "status": rec.status, "failure_class": rec.failure_class,
+               "task_id": ctx.task_id, "instance_id": ctx.task.instance_id, "repeat": ctx.repeat,
+               "events": len(events), "unknown_events": conv.unknown, **conv.metadata}
         resp = responses.response(items, usage.summarize(ctx.path(MODEL_CALLS)), cfg.model.name,
-                                  _RESPONSE_STATUS[rec.status], meta)
+                                  _RESPONSE_STATUS[rec.status], run,
+                                  int(datetime.fromisoformat(rec.started_at).timestamp()) if rec.started_at else None)
         calls = [c for c in usage.iter_calls(ctx.path(MODEL_CALLS)) if usage.is_model_call(c)]
         write_json(ctx.path(TRAJECTORY), atif.trajectory(
             resp, prompt_for(ctx.task, cfg.benchmark),
@@ -43,3 +46,4 @@ class ConvertStep(Step):
 
     def fail(self, exc: InfraError) -> None:  # conversion touches no infrastructure
         raise exc
+
