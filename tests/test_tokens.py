@@ -1,0 +1,239 @@
+"""Token ids and logprobs (model.tokens): asked for, recorded as prompt deltas, joined to items.
+
+Against the scripted model, which answers as vLLM does (its toy chat template makes a
+prompt extend the previous turn's prompt + generation exactly when the history comes back
+as generated), through the real proxy over 127.0.0.1, with openai-python as the client.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import openai
+import pytest
+
+from sandbatch import responses, token_join
+from sandbatch.proxy import ModelProxy
+from sandbatch.proxy.restream import responses_stream
+from sandbatch.proxy.tokens import PromptLog, TokenCollector, decode_prompts
+from sandbatch.testing.scripted_model import Script, ScriptedModel, logprob
+from sandbatch.util import iter_jsonl
+
+SCRIPT = {"tasks": {"inst-1": [
+    {"reasoning_content": "Look around first.", "content": "Listing files.",
+     "tool_calls": [{"name": "bash", "arguments": {"command": "ls -1"}}]},
+    {"content": "Running the tests.", "tool_calls": [{"name": "bash", "arguments": {"command": "pytest -q"}}]},
+    {"content": "The fix is in."},
+]}}
+TOOLS = [{"type": "function", "function": {"name": "bash", "parameters": {
+    "type": "object", "properties": {"command": {"type": "string"}}}}}]
+
+
+@pytest.fixture
+def served():
+    def start(**script_extra):
+        model = ScriptedModel(Script.from_dict({**copy.deepcopy(SCRIPT), **script_extra}))
+        servers.append(model.serve())
+        model.url = f"http://127.0.0.1:{servers[-1].port}/v1"
+        return model
+
+    servers = []
+    yield start
+    for server in servers:
+        server.stop()
+
+
+def run_chat(model, out, tokens="on", stream=False, send_reasoning=True):
+    """An agent loop over Chat Completions through a proxy: three turns of SCRIPT."""
+    with ModelProxy({"require_agent_key": False}, model.url, None, out / "model_calls.jsonl", tokens=tokens) as p:
+        client = openai.OpenAI(base_url=p.url_for("127.0.0.1"), api_key="k")
+        messages = [{"role": "system", "content": "You fix bugs."}, {"role": "user", "content": "Solve inst-1."}]
+        for _ in range(3):
+            if stream:
+                text, reasoning, calls = "", "", {}
+                for chunk in client.chat.completions.create(model="m", messages=messages, tools=TOOLS, stream=True):
+                    for choice in chunk.choices:
+                        d = choice.delta
+                        text += d.content or ""
+                        reasoning += getattr(d, "reasoning_content", None) or ""
+                        for c in d.tool_calls or []:
+                            entry = calls.setdefault(c.index, {"id": c.id, "type": "function",
+                                                               "function": {"name": "", "arguments": ""}})
+                            entry["function"]["name"] += c.function.name or ""
+                            entry["function"]["arguments"] += c.function.arguments or ""
+                message = {"role": "assistant", "content": text, "tool_calls": list(calls.values()) or None}
+                if reasoning:
+                    message["reasoning_content"] = reasoning
+            else:
+                got = client.chat.completions.create(model="m", messages=messages, tools=TOOLS).choices[0].message
+                message = got.model_dump(exclude_none=True)
+            if not send_reasoning:
+                message.pop("reasoning_content", None)
+            messages.append({k: v for k, v in message.items() if v is not None})
+            for call in message.get("tool_calls") or []:
+                messages.append({"role": "tool", "tool_call_id": call["id"], "content": "ok"})
+    return list(iter_jsonl(out / "model_calls.jsonl"))
+
+
+def upstream_sent(model):
+    """(prompt ids, generated ids, logprobs) of every reply, as the scripted model made them."""
+    out = []
+    for request in model.requests:
+        reply = model.reply(request["body"])
+        generated = [i for _, i in reply.generated()]
+        out.append((reply.prompt_ids, generated, [logprob(i) for i in generated]))
+    return out
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "streamed"])
+def test_on_asks_chat_for_tokens_and_records_prompts_as_deltas(served, tmp_path, stream):
+    model = served()
+    rows = run_chat(model, tmp_path, stream=stream)
+    sent = [r["body"] for r in model.requests]
+    assert all(b["logprobs"] is True and b["return_token_ids"] is True for b in sent)
+    assert [r["call"] for r in rows] == [1, 2, 3] and all(r["stream"] is stream for r in rows)
+    truth = upstream_sent(model)
+    prompts = decode_prompts(rows)
+    for row, (prompt, generated, lps) in zip(rows, truth):
+        assert prompts[row["call"]] == prompt  # rebuilt id for id from the deltas
+        assert row["tokens"]["generation"] == generated and row["tokens"]["logprobs"] == lps
+    # the first call's prompt is stored whole; the later ones only as what was added
+    assert rows[0]["tokens"]["prompt"] == {"base": None, "keep": 0, "ids": truth[0][0]}
+    for n in (1, 2):
+        delta = rows[n]["tokens"]["prompt"]
+        assert delta["base"] == n and delta["keep"] == len(truth[n - 1][0]) + len(truth[n - 1][1])
+        assert len(delta["ids"]) < 20 < len(truth[n][0])
+    assert [r["tokens"]["extends"] for r in rows] == [None, True, True]
+
+
+def test_history_rendered_differently_is_drift(served, tmp_path):
+    # the template drops the first turn's reasoning from the history: turn 2 does not extend turn 1
+    rows = run_chat(served(drop_history_reasoning=True), tmp_path)
+    assert [r["tokens"]["extends"] for r in rows] == [None, False, True]
+    # the delta still keeps what the prompts share: turn 1's prompt, up to the dropped reasoning
+    assert rows[1]["tokens"]["prompt"]["keep"] == len(decode_prompts(rows)[1])
+    # an agent that does not send the reasoning back drifts the same way
+    rows = run_chat(served(), tmp_path / "b", send_reasoning=False)
+    assert [r["tokens"]["extends"] for r in rows] == [None, False, True]
+
+
+def test_auto_records_what_comes_and_off_records_nothing(served, tmp_path):
+    model = served()
+    rows = run_chat(model, tmp_path / "auto", tokens="auto")
+    assert not any("logprobs" in r["body"] for r in model.requests)
+    assert all("tokens" not in r and r["output"] for r in rows)  # nothing asked, nothing came
+    model = served()
+    with ModelProxy({"require_agent_key": False, "extra_body": {"logprobs": True, "return_token_ids": True}},
+                    model.url, None, tmp_path / "auto2" / "calls.jsonl") as p:
+        openai.OpenAI(base_url=p.url_for("127.0.0.1"), api_key="k").chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "Solve inst-1."}], tools=TOOLS)
+    (row,) = iter_jsonl(tmp_path / "auto2" / "calls.jsonl")
+    assert row["tokens"]["generation"] == upstream_sent(model)[0][1]
+    rows = run_chat(served(), tmp_path / "off", tokens="off")
+    assert all("tokens" not in r and "output" not in r for r in rows)
+
+
+def test_on_streamed_responses_call_is_made_plain_upstream_and_streamed_back(served, tmp_path):
+    model = served()
+    with ModelProxy({"require_agent_key": False}, model.url, None, tmp_path / "calls.jsonl", tokens="on") as p:
+        client = openai.OpenAI(base_url=p.url_for("127.0.0.1"), api_key="k")
+        events = list(client.responses.create(model="m", input="Solve inst-1.", stream=True))
+        plain = client.responses.create(model="m", input="Solve inst-1.")
+    assert [e.type for e in events][:2] == ["response.created", "response.in_progress"]
+    final = events[-1].response
+    assert events[-1].type == "response.completed" and final.output_text == plain.output_text == "Listing files."
+    assert [i.type for i in final.output] == ["reasoning", "message", "function_call"]
+    assert final.output[2].call_id == "call_0_0"
+    body = model.requests[0]["body"]
+    assert body["stream"] is False and "message.output_text.logprobs" in body["include"]
+    rows = list(iter_jsonl(tmp_path / "calls.jsonl"))
+    assert rows[0]["restreamed"] is True and rows[0]["stream"] is True
+    reply = model.reply(body)
+    text_ids = [i for _, i in dict(reply.generation())["content"]]
+    for row in rows:  # Responses give the text's logprobs only; ids come as token_id:N
+        assert row["tokens"]["generation"] == text_ids and row["tokens"]["logprobs"] == [logprob(i) for i in text_ids]
+        assert decode_prompts(rows)[row["call"]] == reply.prompt_ids
+
+
+def test_restream_is_what_openai_python_reads_as_the_same_response():
+    response = {"id": "resp_1", "object": "response", "created_at": 0, "status": "completed", "model": "m",
+                "output": [{"id": "rs_1", "type": "reasoning", "summary": [{"type": "summary_text", "text": "hm"}]},
+                           {"id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
+                            "content": [{"type": "output_text", "text": "hi", "annotations": [], "logprobs": []}]}],
+                "parallel_tool_calls": True, "tool_choice": "auto", "tools": []}
+    from openai.types.responses import ResponseStreamEvent
+    from pydantic import TypeAdapter
+
+    adapter = TypeAdapter(ResponseStreamEvent)
+    events = [adapter.validate_python(json.loads(block.split("data: ", 1)[1]))
+              for block in responses_stream(response).decode().strip().split("\n\n")]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert events[-1].response.model_dump(exclude_none=True)["output"] == response["output"]
+
+
+def test_prompt_log_keeps_a_bounded_window_and_picks_the_longest_shared_prefix():
+    log = PromptLog(keep=2)
+    a = log.record(1, [1, 2, 3], [4], [-0.1], False)
+    b = log.record(2, [9, 9], [8], [-0.2], False)  # another conversation (a title request)
+    c = log.record(3, [1, 2, 3, 4, 5], [6], [-0.3], True)
+    assert a["prompt"] == {"base": None, "keep": 0, "ids": [1, 2, 3]} and b["prompt"]["base"] is None
+    assert c["prompt"] == {"base": 1, "keep": 4, "ids": [5]} and c["extends"] is True
+    d = log.record(4, [1, 2, 3, 4, 5, 7], [0], [-0.4], True)  # call 1 left the window; 3 is the base
+    assert d["prompt"] == {"base": 3, "keep": 5, "ids": [7]} and d["extends"] is False
+    rows = [{"call": n, "tokens": t} for n, t in enumerate((a, b, c, d), 1)]
+    assert decode_prompts(rows) == {1: [1, 2, 3], 2: [9, 9], 3: [1, 2, 3, 4, 5], 4: [1, 2, 3, 4, 5, 7]}
+    assert log.record(5, None, None, None, True) is None
+
+
+def test_collector_reads_vllm_and_legacy_shapes():
+    c = TokenCollector()
+    c.add({"prompt_token_ids": [1, 2], "choices": [{"index": 0, "message": {"content": "x"}, "logprobs": {
+        "content": [{"token": "token_id:7", "logprob": -0.5}, {"token": "token_id:8", "logprob": -0.25}]}}]})
+    assert (c.prompt_token_ids, c.generation(), c.logprobs) == ([1, 2], [7, 8], [-0.5, -0.25])
+    legacy = TokenCollector()
+    legacy.add({"choices": [{"index": 0, "text": "ab", "logprobs": {"tokens": ["a", "b"], "token_logprobs": [-1, -2]}}]})
+    assert legacy.generation() is None and legacy.logprobs == [-1, -2] and legacy.output()["text"]
+
+
+# --- the join ----------------------------------------------------------------------------------
+
+def call_row(n, text=None, calls=(), prompt=(1,), generation=(5, 6), extends=None, base=None, keep=0):
+    from sandbatch.proxy.tokens import arguments_digest, digest
+
+    output = {"text": digest(text)} if text else {}
+    if calls:
+        output["calls"] = [[cid, name, arguments_digest(args)] for cid, name, args in calls]
+    return {"call": n, "status": 200, "endpoint": "chat", "usage": {"prompt_tokens": 1, "completion_tokens": 2},
+            "output": output, "tokens": {"prompt": {"base": base, "keep": keep, "ids": list(prompt)},
+                                         "generation": list(generation), "logprobs": [-0.5] * len(generation),
+                                         "extends": extends}}
+
+
+def test_join_by_content_not_position():
+    items = [responses.message("Looking."), responses.function_call("c1", "bash", '{"command": "ls"}'),
+             responses.function_call_output("c1", "a.py"), responses.message("Looking."),
+             responses.function_call("call_0", "shell", {"cmd": "pytest"}),  # numbered by the harness (pool)
+             responses.function_call_output("call_0", "ok"), responses.message("Done.")]
+    rows = [call_row(1, "Looking.", [("c1", "bash", '{"command":"ls"}')]),
+            call_row(2, "Title of the task", prompt=(7,)),  # a side call (OpenCode's title): no item
+            call_row(3, "Looking.", [("chatcmpl-tool-9", "shell", '{"cmd":"pytest"}')], prompt=(3, 4), base=1,
+                     keep=3, extends=True),
+            {"call": 4, "status": 502, "endpoint": "chat"},  # failed: nothing to join
+            call_row(5, "Done.", generation=(9,), prompt=(2,), base=3, keep=6, extends=False)]
+    counts, turns = token_join.attach(items, rows)
+    assert counts == {"calls": 4, "matched_calls": 3, "unmatched_calls": 1, "items": 5, "matched_items": 5,
+                      "unmatched_items": 0, "turns_with_tokens": 3, "continuing_turns": 2, "drifted_turns": 1}
+    carrying = [i["type"] for i in items if "prompt_token_ids" in i]
+    assert carrying == ["function_call", "function_call", "message"]  # the last item of each turn
+    assert items[1]["prompt_token_ids"] == [1] and items[1]["generation_token_ids"] == [5, 6]
+    assert items[4]["prompt_token_ids"] == [1, 5, 6, 3, 4]  # call 3's delta on call 1
+    assert items[6]["prompt_token_ids"] == [1, 5, 6, 3, 4, 5, 2] and items[6]["generation_log_probs"] == [-0.5]
+    assert "prompt_token_ids" not in items[0] and "prompt_token_ids" not in items[3]
+
+
+def test_items_without_a_call_are_counted():
+    items = [responses.message("never said"), responses.reasoning("nor this")]
+    counts, _ = token_join.attach(items, [call_row(1, "something else")])
+    assert (counts["unmatched_items"], counts["unmatched_calls"], counts["turns_with_tokens"]) == (2, 1, 0)
+    assert not any("prompt_token_ids" in i for i in items)
