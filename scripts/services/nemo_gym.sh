@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The real NeMo Gym (PyPI nemo-gym 0.4.0) in a Python 3.12 environment of its own, for the
+# tests that check this project's outputs with NeMo Gym's own code (its NeMoGymResponse
+# model, its reward profiling, its example data). Its dependencies (Python >= 3.12, a
+# capped openai, ray, mlflow) do not fit sandbatch's environment, so it lives apart, at
+# ${SANDBATCH_NEMO_GYM_VENV:-/var/lib/sandbatch/nemo-gym-0.4.0} (tests/nemo_gym.py finds it
+# there). The interpreter: $SANDBATCH_PYTHON312, else python3.12 on PATH, else pyenv's
+# newest 3.12; no 3.12 is one line and exit 1. Idempotent: a complete environment is kept.
+set -euo pipefail
+version=0.4.0
+venv=${SANDBATCH_NEMO_GYM_VENV:-/var/lib/sandbatch/nemo-gym-$version}
+stamp="$venv/.sandbatch-nemo-gym-$version"
+if [ -f "$stamp" ] && "$venv/bin/python" -c 'import nemo_gym' 2>/dev/null; then
+    echo "nemo-gym: $version ready in $venv"
+    exit 0
+fi
+
+is_312() { [ -n "$1" ] && [ -x "$1" ] && "$1" -c 'import sys, venv; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; }
+python=""
+for candidate in "${SANDBATCH_PYTHON312:-}" "$(command -v python3.12 || true)" \
+        $(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12*/bin/python 2>/dev/null | sort -V -r); do
+    if is_312 "$candidate"; then python=$candidate; break; fi
+done
+if [ -z "$python" ]; then
+    echo "nemo_gym.sh: no Python 3.12 found (nemo-gym $version needs it); install one (pyenv install 3.12, or Debian's python3.12) or set SANDBATCH_PYTHON312 to its python" >&2
+    exit 1
+fi
+
+rm -rf "$venv"
+mkdir -p "$(dirname "$venv")"
+"$python" -m venv "$venv"
+"$venv/bin/python" -m pip install -q --upgrade pip >/dev/null
+"$venv/bin/python" -m pip install -q "nemo-gym==$version"
+"$venv/bin/python" -c 'import nemo_gym.openai_utils, nemo_gym.reward_profile'
+touch "$stamp"
+echo "nemo-gym: $version installed in $venv ($("$venv/bin/python" --version))"
