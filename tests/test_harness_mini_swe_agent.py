@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness_support import (items_of, leftover_sandboxes, rollout, run_context, run_workflow,
+from harness_support import (assert_token_data, items_of, leftover_sandboxes, rollout, run_context, run_workflow,
                              scripted_model_server, smoke_config)
 from sandbatch.errors import UserError
 from sandbatch.harness import get_harness
@@ -178,10 +178,11 @@ def test_real_mini_swe_agent_resolves_smoke_tasks(tmp_path, tmp_path_factory, sc
         "mode": mode, "step_limit": 6,
         "install": {"env": {"UV_CACHE_DIR": str(caches / "uv-cache"), "PIP_CACHE_DIR": str(caches / "pip-cache")}}}}
     tasks = ["smoke__calc-1", "smoke__textutils-1", "smoke__duration-1"]
-    cfg = smoke_config(tmp_path, harness, tasks, model={"name": "scripted", "base_url": url},
+    cfg = smoke_config(tmp_path, harness, tasks, model={"name": "scripted", "base_url": url, "tokens": "on"},
                        timeouts={"agent": 300, "install": 600})
     run_dir, took = run_workflow(tmp_path, cfg)
     timings = {}
+    assert_token_data(run_dir, tasks, model)  # model.tokens: on, calls not streamed
     for task in tasks[:2]:
         h = rollout(run_dir, task, "harness.json")
         assert (h["status"], h["exit_code"], h["metadata"]["exit_status"]) == ("ok", 0, "Submitted"), h

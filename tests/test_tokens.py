@@ -122,14 +122,19 @@ def test_auto_records_what_comes_and_off_records_nothing(served, tmp_path):
     model = served()
     rows = run_chat(model, tmp_path / "auto", tokens="auto")
     assert not any("logprobs" in r["body"] for r in model.requests)
-    assert all("tokens" not in r and r["output"] for r in rows)  # nothing asked, nothing came
+    assert all("tokens" not in r and "output" not in r for r in rows)  # nothing asked, nothing came
     model = served()
     with ModelProxy({"require_agent_key": False, "extra_body": {"logprobs": True, "return_token_ids": True}},
                     model.url, None, tmp_path / "auto2" / "calls.jsonl") as p:
-        openai.OpenAI(base_url=p.url_for("127.0.0.1"), api_key="k").chat.completions.create(
-            model="m", messages=[{"role": "user", "content": "Solve inst-1."}], tools=TOOLS)
-    (row,) = iter_jsonl(tmp_path / "auto2" / "calls.jsonl")
-    assert row["tokens"]["generation"] == upstream_sent(model)[0][1]
+        client = openai.OpenAI(base_url=p.url_for("127.0.0.1"), api_key="k")
+        for stream in (False, True):  # the agent (here extra_body) asked: recorded, streamed or not
+            answer = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "Solve inst-1."}],
+                                                    tools=TOOLS, stream=stream)
+            if stream:
+                list(answer)
+    rows = list(iter_jsonl(tmp_path / "auto2" / "calls.jsonl"))
+    assert len(rows) == 2 and rows[0]["output"] == rows[1]["output"]
+    assert all(r["tokens"]["generation"] == upstream_sent(model)[0][1] for r in rows)
     rows = run_chat(served(), tmp_path / "off", tokens="off")
     assert all("tokens" not in r and "output" not in r for r in rows)
 

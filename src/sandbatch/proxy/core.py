@@ -214,10 +214,15 @@ class _Failure(Exception):
 
 
 class _SSEScanner:
-    """Finds usage (and token data) in an SSE byte stream without holding the whole stream."""
+    """Finds usage (and token data) in an SSE byte stream without holding the whole stream.
 
-    def __init__(self, tokens: token_data.TokenCollector | None):
+    Events are parsed only when they may hold what is looked for: usage, or with a
+    collector, token data (`every`: all events, as they carry the output too).
+    """
+
+    def __init__(self, tokens: token_data.TokenCollector | None, every: bool = False):
         self.tokens = tokens
+        self.every = every
         self.usage: dict[str, int] | None = None
         self._buffer = b""
 
@@ -230,13 +235,18 @@ class _SSEScanner:
             self._buffer = buffer
             return
         self._buffer = buffer[end + 2:]
-        if self.tokens is None and b'"usage"' not in buffer:
+        if not self._wanted(buffer):
             return  # the common case: nothing to look at in these events
         for event in buffer[:end].split(b"\n\n"):
             self._event(event)
 
+    def _wanted(self, data: bytes) -> bool:
+        if self.tokens is None:
+            return b'"usage"' in data
+        return self.every or b'"usage"' in data or any(m in data for m in token_data.MARKERS)
+
     def _event(self, event: bytes) -> None:
-        if self.tokens is None and b'"usage"' not in event:
+        if not self._wanted(event):
             return
         data = b"\n".join(line[5:].lstrip(b" ") for line in event.split(b"\n") if line.startswith(b"data:"))
         if not data or data == b"[DONE]":
@@ -567,17 +577,20 @@ class ModelProxy:
         self._account(record)
 
     def _keep_tokens(self, record: dict[str, Any], collector: "token_data.TokenCollector", continuing: bool) -> None:
-        """The call's `output` (for the join) and, when they came, its `tokens` (a prompt delta)."""
-        record["output"] = collector.output()
+        """The call's `tokens` (a prompt delta) when they came, and its `output` (for the join)
+        when they came or were asked for."""
         kept = self._prompts.record(record["call"], collector.prompt_token_ids, collector.generation(),
                                     collector.logprobs, continuing)
         if kept is not None:
             record["tokens"] = kept
+        if kept is not None or self.token_mode == "on":
+            record["output"] = collector.output()
 
     async def _relay(self, request: web.Request, resp: aiohttp.ClientResponse, headers: dict[str, str],
                      record: dict, t0: float, continuing: bool) -> web.StreamResponse:
         """Relay an event stream chunk by chunk, scanning it for usage and tokens on the way."""
-        scanner = _SSEScanner(token_data.TokenCollector() if self.token_mode != "off" else None)
+        scanner = _SSEScanner(token_data.TokenCollector() if self.token_mode != "off" else None,
+                              every=self.token_mode == "on")
         out = web.StreamResponse(status=resp.status, headers=headers)
         size = 0
         try:

@@ -37,6 +37,9 @@ from array import array
 from typing import Any, Iterable, Mapping
 
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
+# bytes of a stream event that may carry token data (model.tokens: auto parses only those)
+MARKERS = (b'"token_ids"', b'"prompt_token_ids"', b'"logprobs":{', b'"logprobs":[{', b'"logprobs": {',
+           b'"logprobs": [{')
 TOKEN_FIELDS = ("logprobs", "top_logprobs", "return_token_ids", "return_tokens_as_token_ids")
 _ID_PREFIX = "token_id:"
 
