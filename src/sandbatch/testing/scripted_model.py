@@ -30,18 +30,20 @@ Script (YAML or JSON)::
     drop_history_reasoning: false # true: the template leaves reasoning out of the history
 
 The turn is the number of assistant turns already in the conversation, so the server
-keeps no state and concurrent rollouts do not interfere. Usage counts tokens: the conversation is rendered through a toy chat template
-(`<|role|>` text `<|end|>` per message, tool calls as canonical JSON, the assistant's
-reasoning when the history carries it back) and cut into 4-character tokens, each with a
-fixed id, so a prompt extends the previous turn's prompt + generation token for token
-exactly when the agent sends the history back as it was generated.
-`drop_history_reasoning: true` renders history without reasoning, as some real chat
-templates do (re-tokenisation drift). Token ids and logprobs are returned when asked for
-the way vLLM is asked: Chat `logprobs: true` (logprobs.content, one entry per generated
-token, streamed per chunk) and `return_token_ids: true` (`prompt_token_ids`, per choice
-`token_ids`); Responses `include: ["message.output_text.logprobs"]` (the text's
-logprobs), `return_token_ids: true` (top-level `prompt_token_ids`) and
-`return_tokens_as_token_ids: true` (logprob tokens written `token_id:N`).
+keeps no state and concurrent rollouts do not interfere. Usage counts tokens: the
+conversation is rendered through a toy chat template (`<|role|>` text `<|end|>` per
+message, tool calls as canonical JSON, the assistant's reasoning when the history carries
+it back) and cut into 4-character tokens, each with a fixed id, so a prompt extends the
+previous turn's prompt + generation token for token exactly when the agent sends the
+history back as it was generated. `drop_history_reasoning: true` renders the history
+without reasoning, as some real chat templates do (re-tokenisation drift).
+
+Token ids and logprobs come when asked for the way vLLM is asked: Chat `logprobs: true`
+(`logprobs.content`, one entry per generated token, streamed per chunk) and
+`return_token_ids: true` (`prompt_token_ids`, per choice `token_ids`); Responses
+`include: ["message.output_text.logprobs"]` (the text's logprobs), `return_token_ids: true`
+(top-level `prompt_token_ids`) and `return_tokens_as_token_ids: true` (logprob tokens
+written `token_id:N`). `logprob(id)` is the logprob of a token, fixed per id.
 """
 
 from __future__ import annotations
