@@ -309,15 +309,19 @@ POOL_SCRIPT = {
 
 
 @pytest.mark.slow
-def test_pool_rollouts_carry_the_upstreams_token_ids_and_show_drift(tmp_path):
+@pytest.mark.parametrize("streaming", [False, True], ids=["plain", "streamed"])
+def test_pool_rollouts_carry_the_upstreams_token_ids_and_show_drift(tmp_path, streaming):
     """model.tokens: on, the stand-in's own agent loop: three turns per task, ids joined to items."""
     tasks = ["smoke__calc-1", "smoke__textutils-1"]
+    openai = {"use_streaming": streaming}
     harness = {"name": "pool", "config": {"install": {"method": "upload", "source": str(STANDIN)},
-                                          "max_context_window": 64000}}
+                                          "max_context_window": 64000,
+                                          "agent_config": {"model": {"provider": {"openai": openai}}}}}
     with scripted_model_server(POOL_SCRIPT) as (url, model):
         cfg = smoke_config(tmp_path, harness, tasks, model={"name": "scripted", "base_url": url, "tokens": "on"},
                            timeouts={"agent": 120})
         run_dir, _ = run_workflow(tmp_path, cfg)
+    assert {r["body"]["stream"] for r in model.requests} == {streaming}
     for task in tasks:
         assert rollout(run_dir, task, "grade.json")["reward"] == 1.0
         assert len(items_of(rollout(run_dir, task, "response.json"), "function_call")) == 2
