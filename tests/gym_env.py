@@ -68,6 +68,18 @@ def validate_responses(responses: list[dict[str, Any]]) -> tuple[list[list[str]]
     return out["errors"], out["training"]
 
 
+def assert_valid_responses(responses: list[dict[str, Any]]) -> None:
+    """Every response.json is a Responses object for openai-python's `Response` (this
+    environment's openai) and for NeMo Gym's `NeMoGymResponse` (its own environment's)."""
+    from openai.types.responses import Response
+
+    for resp in responses:
+        Response.model_validate(resp)
+        assert all(isinstance(k, str) and isinstance(v, str) for k, v in resp["metadata"].items()), resp["metadata"]
+    errors, _ = validate_responses(responses)
+    assert errors == [[] for _ in responses], errors
+
+
 def package_file(relative: str) -> Path:
     """A file shipped in the nemo-gym wheel, e.g.
     `responses_api_agents/mini_swe_agent_2/data/example.jsonl`."""

@@ -133,10 +133,11 @@ def assert_token_data(run_dir: Path, tasks: list[str], model: Any, drifted: dict
     replies = [model.reply(r["body"]) for r in model.requests
                if r["method"] == "POST" and r["path"].endswith(("/chat/completions", "/responses"))]
     by_prompt = {tuple(r.prompt_ids): r for r in replies}
-    training = []
+    resps = []
     for task in tasks:
         resp = rollout(run_dir, task, "response.json")
-        join = resp["metadata"]["token_join"]
+        resps.append(resp)
+        join = resp["sandbatch"]["token_join"]
         assert join["unmatched_items"] == 0 and join["matched_items"] == join["items"] > 0, join
         assert join["drifted_turns"] == (drifted or {}).get(task, 0), join
         group, carrying = [], []
@@ -160,7 +161,6 @@ def assert_token_data(run_dir: Path, tasks: list[str], model: Any, drifted: dict
             group = []
         assert not group, f"{task}: items after the last turn with token data: {group}"
         assert len(carrying) == join["turns_with_tokens"] == join["matched_calls"]
-        training += carrying
         steps = rollout(run_dir, task, "trajectory.json")["steps"]
         metrics = [s["metrics"] for s in steps if "completion_token_ids" in s.get("metrics", {})]
         assert metrics, f"{task}: no ATIF step carries token ids"
@@ -168,28 +168,33 @@ def assert_token_data(run_dir: Path, tasks: list[str], model: Any, drifted: dict
             item = next(i for i in carrying if i["prompt_token_ids"] == m["prompt_token_ids"])
             assert (m["completion_token_ids"], m["logprobs"]) == (item["generation_token_ids"],
                                                                   item["generation_log_probs"])
-    assert_gym_training_items(training)
+    assert_gym_training_items(resps)
 
 
-_GYM_TRAINING_ITEMS = """
+_GYM_TRAINING = """
 import json, sys
-from nemo_gym import openai_utils as gym
-classes = {"message": gym.NeMoGymResponseOutputMessageForTraining, "reasoning": gym.NeMoGymResponseReasoningItemForTraining,
-           "function_call": gym.NeMoGymResponseFunctionToolCallForTraining}
+from nemo_gym.openai_utils import NeMoGymResponse, TokenIDLogProbMixin
 out = []
-for item in json.load(sys.stdin):
-    parsed = classes[item["type"]].model_validate(item)
-    out.append([parsed.prompt_token_ids, parsed.generation_token_ids, parsed.generation_log_probs])
+for resp in json.load(sys.stdin):
+    parsed = NeMoGymResponse.model_validate(resp)
+    out.append([[type(i).__name__, i.prompt_token_ids, i.generation_token_ids, i.generation_log_probs]
+                for i in parsed.output if isinstance(i, TokenIDLogProbMixin)])
 print(json.dumps(out))
 """
+_GYM_CLASSES = {"message": "NeMoGymResponseOutputMessageForTraining",
+                "function_call": "NeMoGymResponseFunctionToolCallForTraining",
+                "reasoning": "NeMoGymResponseReasoningItemForTraining"}
 
 
-def assert_gym_training_items(items: list[dict[str, Any]]) -> None:
-    """The items validate as NeMo Gym 0.4.0's own training items, fields unchanged."""
+def assert_gym_training_items(resps: list[dict[str, Any]]) -> None:
+    """Each response validates as NeMo Gym 0.4.0's `NeMoGymResponse`, and exactly its items
+    with token data parse as Gym's training items, fields unchanged."""
     import gym_env
 
-    parsed = gym_env.run(_GYM_TRAINING_ITEMS, items)
-    assert parsed == [[i["prompt_token_ids"], i["generation_token_ids"], i["generation_log_probs"]] for i in items]
+    parsed = gym_env.run(_GYM_TRAINING, resps)
+    assert parsed == [[[_GYM_CLASSES[i["type"]], i["prompt_token_ids"], i["generation_token_ids"],
+                        i["generation_log_probs"]] for i in r["output"] if "prompt_token_ids" in i] for r in resps]
+    assert all(parsed)
 
 
 def _item_text(item: dict[str, Any]) -> str:

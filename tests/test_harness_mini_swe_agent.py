@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gym_env import assert_valid_responses
 from harness_support import (assert_token_data, items_of, leftover_sandboxes, rollout, run_context, run_workflow,
                              scripted_model_server, smoke_config)
 from sandbatch.errors import UserError
@@ -193,7 +194,7 @@ def test_real_mini_swe_agent_resolves_smoke_tasks(tmp_path, tmp_path_factory, sc
         assert len(calls) == 3
         assert [o["call_id"] for o in items_of(resp, "function_call_output")] == [c["call_id"] for c in calls]
         assert items_of(resp, "reasoning")[0]["summary"][0]["text"] == "Find the code first."
-        assert resp["metadata"]["unknown_events"] == 0
+        assert resp["sandbatch"]["unknown_events"] == 0
         events = rollout(run_dir, task, "events.jsonl")
         assert [m["role"] for m in events][:3] == ["system", "user", "assistant"] and events[-1]["role"] == "exit"
         grade = rollout(run_dir, task, "grade.json")
@@ -204,6 +205,7 @@ def test_real_mini_swe_agent_resolves_smoke_tasks(tmp_path, tmp_path_factory, sc
                                                                                "LimitsExceeded")
     assert len(items_of(rollout(run_dir, "smoke__duration-1", "response.json"), "function_call")) == 6
     assert rollout(run_dir, "smoke__duration-1", "grade.json")["reward"] == 0.0
+    assert_valid_responses([rollout(run_dir, task, "response.json") for task in tasks])
     # through the proxy: the model sees its own name and no key (none is configured), and
     # the usage in rollouts.jsonl is exactly what it reported
     chat = [r for r in model.requests if r["path"].endswith("/chat/completions")]

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from services import need_program
+from gym_env import assert_valid_responses
 from harness_support import (OPENCODE_SCRIPT as SCRIPT, assert_token_data, items_of, leftover_sandboxes, rollout,
                              run_context, run_workflow, scripted_model_server, sleeper, smoke_config)
 from sandbatch.errors import UserError
@@ -133,11 +134,12 @@ def test_real_opencode_resolves_smoke_tasks(tmp_path, tmp_path_factory, scripted
         assert items_of(resp, "reasoning")[0]["summary"][0]["text"] == "Find the code first."
         assert items_of(resp, "message")[-1]["content"][0]["text"] in (SCRIPT["tasks"]["divide() truncates"]["final"]["content"],
                                                                        SCRIPT["tasks"]["slugify() leaves"]["final"]["content"])
-        assert resp["metadata"]["opencode_usage"]["steps"] == 3 and resp["metadata"]["unknown_events"] == 0
+        assert resp["sandbatch"]["opencode_usage"]["steps"] == 3 and resp["sandbatch"]["unknown_events"] == 0
         grade = rollout(run_dir, task, "grade.json")
         assert grade["reward"] == 1.0, grade
         patch = rollout(run_dir, task, "patch.json")
         assert not any("opencode" in f or ".local" in f for f in patch["files"]), patch["files"]
+    assert_valid_responses([rollout(run_dir, task, "response.json") for task in tasks])
     # what reached the model through the proxy: the model's name, the upstream key from the
     # environment (the agent only ever held a per-rollout proxy key), tools offered
     chat = [r for r in model.requests if r["path"].endswith("/chat/completions")]

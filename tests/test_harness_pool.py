@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from gym_env import assert_valid_responses
 from harness_support import (CALC_EDIT, SLUG_EDIT, assert_token_data, items_of, leftover_sandboxes, rollout,
                              run_context, run_workflow, scripted_model_server, smoke_config)
 from sandbatch.errors import UserError
@@ -233,7 +234,7 @@ def test_pool_runs_through_the_workflow(tmp_path):
     resp = rollout(run_dir, "smoke__calc-1", "response.json")
     assert [i["name"] for i in items_of(resp, "function_call")] == ["shell", "edit", "read", "shell_list", "exit"]
     assert len(items_of(resp, "function_call_output")) == 5
-    assert resp["metadata"]["unknown_events"] == 2 and len(resp["metadata"]["errors"]) == 2
+    assert resp["sandbatch"]["unknown_events"] == 2 and len(resp["sandbatch"]["errors"]) == 2
     assert rollout(run_dir, "smoke__calc-1", "grade.json")["reward"] == 1.0
     events = rollout(run_dir, "smoke__calc-1", "events.jsonl")
     assert events[0] == FULL_STREAM[0] and len(events) == len(FULL_STREAM)
@@ -246,7 +247,7 @@ def test_pool_runs_through_the_workflow(tmp_path):
     # failed: agent_error, its edit still becomes the patch
     h = rollout(run_dir, "smoke__duration-1", "harness.json")
     assert (h["status"], h["failure_class"], h["exit_code"]) == ("agent_error", "agent_exit", 1)
-    assert rollout(run_dir, "smoke__duration-1", "response.json")["metadata"]["errors"] == [{"error": "500 upstream"}]
+    assert rollout(run_dir, "smoke__duration-1", "response.json")["sandbatch"]["errors"] == [{"error": "500 upstream"}]
     assert "notes.txt" in rollout(run_dir, "smoke__duration-1", "patch.json")["files"]
 
     # hung: killed at the timeout, recorded as timeout, what it printed kept
@@ -255,6 +256,7 @@ def test_pool_runs_through_the_workflow(tmp_path):
     assert 7 < h["agent_s"] < 30
     assert rollout(run_dir, "smoke__lrucache-1", "events.jsonl") == scenarios[3]["events"]
     assert rollout(run_dir, "smoke__lrucache-1", "response.json")["status"] == "incomplete"
+    assert_valid_responses([rollout(run_dir, task, "response.json") for task in tasks])  # fixed, failed, timed out
 
     # what pool received: flags, the whole config, state dirs under the sandbox tmpdir
     received = [json.loads(p.read_text()) for p in dumps.glob("*.json")]

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from gym_env import assert_valid_responses
 from workflow_util import REPO, SMOKE_TASKS, metrics, mtimes, rollouts, snakemake, write_config
 
 pytestmark = pytest.mark.slow
@@ -32,6 +33,7 @@ def test_oracle_resolves_every_smoke_task(oracle_run):
     run_dir = oracle_run / "results" / "default"
     for name in ("sandbox.json", "events.jsonl", "harness.json", "response.json", "patch.diff", "grade.json"):
         assert len(list(run_dir.glob(f"*/0/{name}"))) == N_SMOKE, name
+    assert_valid_responses([json.loads(p.read_text()) for p in run_dir.glob("*/0/response.json")])
     preds = [json.loads(l) for l in (run_dir / "predictions.jsonl").read_text().splitlines()]
     assert {p["instance_id"] for p in preds} == {r["instance_id"] for r in rows}
     assert all(p["model_patch"].startswith("diff --git") for p in preds)

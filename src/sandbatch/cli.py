@@ -1,5 +1,5 @@
 """`sandbatch`: what lives outside the DAG: validate configs, fetch task files; status, stop,
-rerun-errors, reap, view of a run; compare two runs."""
+rerun-errors, reap, view, export of a run; compare two runs."""
 
 from __future__ import annotations
 
@@ -143,6 +143,21 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    from .config import run_config
+    from .export import export
+    from .util import iter_jsonl
+
+    os.chdir(args.directory)  # the run's config names paths relative to its working directory
+    cfg = run_config(args.run, args.results_dir)
+    rows_path = cfg.run_dir / "rollouts.jsonl"
+    if not rows_path.is_file():
+        raise UserError(f"{rows_path}: not found; export needs a finished run (its aggregate step writes it)")
+    out = export(cfg, args.format, iter_jsonl(rows_path))
+    print(f"wrote {args.format} export of run {cfg.run} to {out}")
+    return 0
+
+
 def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="the run name (results/<run>/)")
     p.add_argument("--results-dir", default="results", help="directory holding <run>/ (default: results)")
@@ -192,6 +207,11 @@ def build_parser() -> argparse.ArgumentParser:
     _run_args(w)
     w.add_argument("-o", "--output", type=Path, help="directory to write (default: results/<run>/view)")
     w.set_defaults(func=cmd_view)
+    e = sub.add_parser("export", help="write a finished run in another tool's layout (gym: NeMo Gym's rollouts)")
+    _run_args(e)
+    e.add_argument("--format", required=True, help="gym: `gym eval run`'s rollouts.jsonl and "
+                   "materialised inputs, in results/<run>/gym/")
+    e.set_defaults(func=cmd_export)
     c = sub.add_parser("compare", help="paired comparison of two finished runs on the same tasks (B against A)")
     c.add_argument("run_a", metavar="RUN_A", help="the baseline run (results/<run>/)")
     c.add_argument("run_b", metavar="RUN_B", help="the run compared with it")

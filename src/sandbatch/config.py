@@ -125,6 +125,7 @@ class PatchConfig(_Model):
 class AggregateConfig(_Model):
     report_title: str | None
     compare_to: str | None
+    exports: list[Literal["gym"]]
 
 
 class Config(_Model):

@@ -7,6 +7,7 @@ written in one place.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from typing import Any
 
@@ -62,16 +63,31 @@ def inline_think(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def usage(input_tokens: int = 0, output_tokens: int = 0, cached_tokens: int = 0,
           reasoning_tokens: int = 0) -> dict[str, Any]:
+    """Responses usage. `cache_write_tokens` (required by openai-python's `Response` since
+    3.x) is 0: the model calls' cache writes are not counted."""
     return {
         "input_tokens": input_tokens,
-        "input_tokens_details": {"cached_tokens": cached_tokens},
+        "input_tokens_details": {"cached_tokens": cached_tokens, "cache_write_tokens": 0},
         "output_tokens": output_tokens,
         "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
         "total_tokens": input_tokens + output_tokens,
     }
 
 
+# the run's identity, as strings, in the OpenAI `metadata` (string to string, at most 16 pairs)
+METADATA_KEYS = ("run", "task_id", "instance_id", "repeat", "harness", "status", "failure_class")
+
+
 def response(items: list[dict[str, Any]], usage_: dict[str, Any], model: str, status: str,
-             metadata: dict[str, Any]) -> dict[str, Any]:
-    return {"id": _id("resp"), "object": "response", "model": model, "status": status,
-            "output": items, "usage": usage_, "metadata": metadata}
+             run: dict[str, Any], created_at: int | None = None) -> dict[str, Any]:
+    """A Responses object that OpenAI's `Response` and NeMo Gym's `NeMoGymResponse` accept.
+
+    `run` (structured: counts, lists, the harness's own fields) goes to a field of its own,
+    `sandbatch`; `metadata` holds its identity keys as strings. The agent's tool list is not
+    recorded: `tools`, `tool_choice` and `parallel_tool_calls` carry the Responses defaults.
+    `created_at`: Unix seconds (default: now)."""
+    metadata = {k: str(run[k]) for k in METADATA_KEYS if run.get(k) is not None}
+    return {"id": _id("resp"), "object": "response", "created_at": int(time.time()) if created_at is None else created_at,
+            "model": model, "status": status,
+            "output": items, "usage": usage_, "tools": [], "tool_choice": "auto", "parallel_tool_calls": True,
+            "metadata": metadata, "sandbatch": run}

@@ -1,3 +1,5 @@
+from sandbatch.export import GYM_DIR, GYM_FILES
+
 # Outputs marked report(...) make up `snakemake --report report.html` (captions in workflow/report/).
 rule aggregate:
     input:
@@ -46,3 +48,19 @@ if CFG.aggregate.compare_to:
         shell:
             f"{PYTHON} -m sandbatch.cli compare {shlex.quote(CFG.aggregate.compare_to)} {shlex.quote(CFG.run)} "
             f"--results-dir {shlex.quote(CFG.results_dir)} --html {{output}} > {{log}} 2>&1"
+
+# aggregate.exports: the finished run in another tool's layout, as `sandbatch export` writes it
+if "gym" in CFG.aggregate.exports:
+
+    rule export_gym:
+        input:
+            stamp=SETTINGS + "/aggregate.json",
+            rollouts=RUN_DIR + "/rollouts.jsonl",
+        output:
+            [f"{RUN_DIR}/{GYM_DIR}/{name}" for name in GYM_FILES],
+        log:
+            RUN_DIR + "/logs/export_gym.log",
+        localrule: True
+        shell:
+            f"{PYTHON} -m sandbatch.cli export {shlex.quote(CFG.run)} --format gym "
+            f"--results-dir {shlex.quote(CFG.results_dir)} > {{log}} 2>&1"

@@ -39,6 +39,8 @@ def get_final_outputs():
     summary = list(rules.aggregate.output)  # every output: a missing plot is redone too
     if CFG.aggregate.compare_to:
         summary += list(rules.compare_runs.output)
+    if "gym" in CFG.aggregate.exports:
+        summary += list(rules.export_gym.output)
     return summary + rollout_files("grade.json") + rollout_files("response.json") + rollout_files("trajectory.json")
 
 

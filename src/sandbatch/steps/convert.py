@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from .. import atif, responses, token_join, usage
 from ..errors import InfraError
 from ..harness import Conversion, get_harness
@@ -30,11 +32,12 @@ class ConvertStep(Step):
         # joined before inline_think, which changes the messages' text
         joined, turns = token_join.attach(conv.items, calls)
         items = responses.inline_think(conv.items) if config.get("inline_think") else conv.items
-        meta = {"harness": harness.name, "status": rec.status, "failure_class": rec.failure_class,
-                "task_id": ctx.task_id, "instance_id": ctx.task.instance_id, "repeat": ctx.repeat,
-                "events": len(events), "unknown_events": conv.unknown, "token_join": joined, **conv.metadata}
+        run = {"run": cfg.run, "harness": harness.name, "status": rec.status, "failure_class": rec.failure_class,
+               "task_id": ctx.task_id, "instance_id": ctx.task.instance_id, "repeat": ctx.repeat,
+               "events": len(events), "unknown_events": conv.unknown, "token_join": joined, **conv.metadata}
         resp = responses.response(items, usage.summarize(ctx.path(MODEL_CALLS)), cfg.model.name,
-                                  _RESPONSE_STATUS[rec.status], meta)
+                                  _RESPONSE_STATUS[rec.status], run,
+                                  int(datetime.fromisoformat(rec.started_at).timestamp()) if rec.started_at else None)
         write_json(ctx.path(TRAJECTORY), atif.trajectory(
             resp, prompt_for(ctx.task, cfg.benchmark),
             {"name": harness.name, "version": rec.version, "model_name": cfg.model.name if harness.needs_model else None},
@@ -45,3 +48,4 @@ class ConvertStep(Step):
 
     def fail(self, exc: InfraError) -> None:  # conversion touches no infrastructure
         raise exc
+

@@ -82,6 +82,32 @@ def parse_list(value: Any, where: str) -> list[str]:
     raise UserError(f"{where}: expected a list of strings, got {type(value).__name__}")
 
 
+def _text(content: Any) -> str:
+    """A Responses message's content as text: a string, or its parts' texts joined."""
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return content if isinstance(content, str) else ""
+
+
+def gym_prompt(params: Any) -> str | None:
+    """The prompt of a NeMo Gym row (its `responses_create_params`), taken as NeMo Gym's
+    OpenCode agent takes it (responses_api_agents/opencode_agent: `_extract_instruction`):
+    the text of the last user message, after the text of a leading system message and a
+    blank line; a string `input` is the user message. None when there is no user message
+    (Gym's SWE-bench rows carry `input: []`: their agents prompt with problem_statement)."""
+    items = params.get("input") if isinstance(params, dict) else None
+    if isinstance(items, str):
+        return items or None
+    if not isinstance(items, list):
+        return None
+    messages = [m for m in items if isinstance(m, dict)]
+    system = _text(messages[0].get("content")) if messages and messages[0].get("role") == "system" else ""
+    user = next((_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
+    if not user:
+        return None
+    return f"{system}\n\n{user}" if system else user
+
+
 class HasInstanceId(Protocol):
     instance_id: str
 

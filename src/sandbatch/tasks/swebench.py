@@ -1,6 +1,7 @@
 """SWE-bench rows (JSONL): classic Verified / Multilingual rows, self-describing rows that
 carry `image`, `eval_script`, `log_parser`, `eval_type` (the swebench 5.x dataset shape),
-and the bundled smoke benchmark (classic rows plus `repo_dir` and `test_cmd`)."""
+the bundled smoke benchmark (classic rows plus `repo_dir` and `test_cmd`), and NeMo Gym's
+SWE rows (classic rows plus `responses_create_params`, whose prompt is used: gym_prompt)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 from ..errors import UserError
 from ..ids import path_id
-from .base import Task, parse_list
+from .base import Task, gym_prompt, parse_list
 from .jsonl import resolve_repo_dir, scan_tasks, task_at
 
 SCHEMA = "tasks/swebench.schema.yaml"
@@ -47,7 +48,7 @@ def _task(row: dict, path: Path, where: str) -> Task:
         repo=row.get("repo") or "",
         base_commit=row.get("base_commit"),
         problem_statement=row["problem_statement"],
-        prompt=row["problem_statement"],
+        prompt=gym_prompt(row.get("responses_create_params")) or row["problem_statement"],
         patch=row["patch"],
         test_patch=row["test_patch"],
         fail_to_pass=parse_list(row["FAIL_TO_PASS"], f"{where}: field FAIL_TO_PASS"),

@@ -163,7 +163,7 @@ def render(row: Mapping[str, Any], prompt: str | None, index_href: str) -> str:
                   ("output tokens", usage.get("output_tokens")),
                   ("reasoning tokens", (usage.get("output_tokens_details") or {}).get("reasoning_tokens")),
                   ("total tokens", usage.get("total_tokens"))])
-    meta = resp.get("metadata") or {}
+    meta = resp.get("sandbatch") or {}  # the run data of response.json (responses.response)
     notes = ""
     if meta.get("unknown_events") or meta.get("conversion_error"):
         notes = (f'<p class="muted">{meta.get("unknown_events", 0)} event(s) the converter did not recognise'

@@ -1,0 +1,93 @@
+"""A finished run in the layout other tools read (`sandbatch export`, `aggregate.exports`).
+
+`gym`: what NeMo Gym's `gym eval run` writes, so that its own tools (`gym eval profile`,
+its trainers) read a run unchanged. In `<run>/gym/`:
+
+- `rollouts_materialized_inputs.jsonl`: one row per rollout, the task's fields plus
+  `responses_create_params` (the prompt the agent got, as Responses input), `agent_ref`
+  (the harness), `_ng_task_index` and `_ng_rollout_index` (the repeat);
+- `rollouts.jsonl`: one row per graded rollout, the same keys plus `response` (the
+  rollout's response.json), `reward` and `resolved`;
+- `rollouts_failures.jsonl`: rollouts that ended in an infrastructure error (no reward:
+  never a 0), with `_ng_failure_class`, as Gym keeps its failed rollouts out of the main
+  file. Their inputs stay in the inputs file, so Gym's profile of a run that had some
+  needs its `++allow_partial_rollouts=True`, as for a Gym run with failures.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from .config import Config
+from .errors import UserError
+from .records import RESPONSE
+from .tasks import Task, read_task, select_tasks
+from .tasks.settings import prompt_for
+from .util import read_json, write_jsonl
+
+FORMATS = ("gym",)
+GYM_DIR = "gym"
+GYM_FILES = ("rollouts.jsonl", "rollouts_materialized_inputs.jsonl", "rollouts_failures.jsonl")
+TASK_INDEX, ROLLOUT_INDEX = "_ng_task_index", "_ng_rollout_index"
+_GYM_KEYS = {"responses_create_params", "agent_ref", TASK_INDEX, ROLLOUT_INDEX}
+
+
+def gym_task_fields(task: Task) -> dict[str, Any]:
+    """The task as a row: the SWE-bench fields it has, then every other field of its row
+    (a NeMo Gym row's `subset`, `split`, ... come back as they were)."""
+    fields = {"instance_id": task.instance_id, "repo": task.repo, "base_commit": task.base_commit,
+              "problem_statement": task.problem_statement, "version": task.version, "patch": task.patch,
+              "test_patch": task.test_patch, "FAIL_TO_PASS": task.fail_to_pass, "PASS_TO_PASS": task.pass_to_pass}
+    out = {k: v for k, v in fields.items() if v not in (None, "", [])}
+    out.update({k: v for k, v in task.extra.items() if k not in _GYM_KEYS})
+    return out
+
+
+def gym_create_params(task: Task, prompt: str) -> dict[str, Any]:
+    """The row's own `responses_create_params` (a NeMo Gym row), its `input` the prompt the
+    agent got when the row had none."""
+    params = dict(task.extra.get("responses_create_params") or {})
+    if not params.get("input"):
+        params["input"] = [{"role": "user", "content": prompt, "type": "message"}]
+    return params
+
+
+def gym(cfg: Config, rows: Iterable[Mapping[str, Any]], out_dir: Path) -> dict[str, int]:
+    """Write the gym layout of `rows` (rollouts.jsonl rows) into out_dir; the row counts."""
+    rows = list(rows)
+    done = {r["task_id"] for r in rows}
+    tasks = [t for t in select_tasks(cfg.benchmark) if t.id in done]
+    index = {t.id: i for i, t in enumerate(tasks)}
+    if len(index) != len(done):
+        missing = sorted(done - set(index))
+        raise UserError(f"{cfg.run_dir}/rollouts.jsonl: task {missing[0]} is not in the run's benchmark.tasks "
+                        f"({cfg.benchmark.tasks}); export from the working directory the run was started in")
+    inputs, results, failures = [], [], []
+    for ref in tasks:
+        task = read_task(cfg.benchmark, ref)
+        fields, params = gym_task_fields(task), gym_create_params(task, prompt_for(task, cfg.benchmark))
+        for row in sorted((r for r in rows if r["task_id"] == ref.id), key=lambda r: r["repeat"]):
+            keys = {"agent_ref": {"name": row["harness"]}, TASK_INDEX: index[ref.id], ROLLOUT_INDEX: row["repeat"]}
+            inputs.append({**fields, "responses_create_params": params, **keys})
+            if row["status"] == "infra_error":
+                failures.append({**fields, "responses_create_params": params, **keys,
+                                 "_ng_failure_class": row["failure_class"] or "infra_error"})
+                continue
+            response = read_json(cfg.run_dir / ref.id / str(row["repeat"]) / RESPONSE)
+            # an agent that failed or timed out earns what its patch earns (0 when ungraded), as in metrics.json
+            results.append({**fields, "responses_create_params": params, "response": response,
+                            "reward": float(row["reward"] or 0.0), "resolved": bool(row["resolved"]), **keys})
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, data in zip(GYM_FILES, (results, inputs, failures)):
+        write_jsonl(out_dir / name, data)
+    return {"rollouts": len(results), "inputs": len(inputs), "failures": len(failures)}
+
+
+def export(cfg: Config, fmt: str, rows: Iterable[Mapping[str, Any]]) -> Path:
+    """Write the run in format `fmt` under its run directory; the directory written."""
+    if fmt not in FORMATS:
+        raise UserError(f"export: format {fmt!r} is not known; choose one of: {', '.join(FORMATS)}")
+    out = cfg.run_dir / GYM_DIR
+    gym(cfg, rows, out)
+    return out
