@@ -334,6 +334,8 @@ def test_pool_rollouts_carry_the_upstreams_token_ids_and_show_drift(tmp_path, st
     assert drift["drift_rate"]["value"] == 0.25
     assert "re-tokenisation drift (turns not extending the previous turn) | 25.0% (1/4)" in \
         (run_dir / "report.md").read_text()
+    page = (run_dir / "report" / "view" / "rollouts" / "smoke__textutils-1" / "0.html").read_text()
+    assert "<td>drifted turns</td><td>1 of 2</td>" in page
 
 
 # --- max_context_window: set, or the endpoint's max_model_len, or a plan-time error ----------
