@@ -243,7 +243,7 @@ class _SSEScanner:
     def _wanted(self, data: bytes) -> bool:
         if self.tokens is None:
             return b'"usage"' in data
-        return self.every or b'"usage"' in data or any(m in data for m in token_data.MARKERS)
+        return self.every or b'"usage"' in data or token_data.MARKER.search(data) is not None
 
     def _event(self, event: bytes) -> None:
         if not self._wanted(event):

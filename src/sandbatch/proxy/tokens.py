@@ -33,13 +33,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from array import array
 from typing import Any, Iterable, Mapping
 
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
-# bytes of a stream event that may carry token data (model.tokens: auto parses only those)
-MARKERS = (b'"token_ids"', b'"prompt_token_ids"', b'"logprobs":{', b'"logprobs":[{', b'"logprobs": {',
-           b'"logprobs": [{')
+# what marks a stream event that may carry token data (model.tokens: auto parses only those)
+MARKER = re.compile(rb'token_ids"|"logprobs": ?\[?\{')
 TOKEN_FIELDS = ("logprobs", "top_logprobs", "return_token_ids", "return_tokens_as_token_ids")
 _ID_PREFIX = "token_id:"
 
