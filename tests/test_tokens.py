@@ -91,7 +91,8 @@ def test_on_asks_chat_for_tokens_and_records_prompts_as_deltas(served, tmp_path,
     model = served()
     rows = run_chat(model, tmp_path, stream=stream)
     sent = [r["body"] for r in model.requests]
-    assert all(b["logprobs"] is True and b["return_token_ids"] is True for b in sent)
+    assert all(b["logprobs"] is True and b["return_token_ids"] is b["return_tokens_as_token_ids"] is True
+               for b in sent)
     assert [r["call"] for r in rows] == [1, 2, 3] and all(r["stream"] is stream for r in rows)
     truth = upstream_sent(model)
     prompts = decode_prompts(rows)
@@ -235,6 +236,27 @@ def test_join_by_content_not_position():
     assert items[4]["prompt_token_ids"] == [1, 5, 6, 3, 4]  # call 3's delta on call 1
     assert items[6]["prompt_token_ids"] == [1, 5, 6, 3, 4, 5, 2] and items[6]["generation_log_probs"] == [-0.5]
     assert "prompt_token_ids" not in items[0] and "prompt_token_ids" not in items[3]
+
+
+def test_atif_step_metrics_carry_the_joined_turns_tokens():
+    import jsonschema
+    from pathlib import Path
+
+    from sandbatch import atif
+
+    items = [responses.message("Looking."), responses.function_call("c1", "bash", '{"command": "ls"}'),
+             responses.function_call_output("c1", "a.py"), responses.message("Done.")]
+    rows = [{"call": 1, "status": 502, "endpoint": "chat"},  # failed first: position alone would misalign
+            call_row(2, "Looking.", [("c1", "bash", '{"command":"ls"}')]),
+            call_row(3, "Done.", generation=(9,), prompt=(2,), base=2, keep=3, extends=True)]
+    _, turns = token_join.attach(items, rows)
+    doc = atif.trajectory(responses.response(items, responses.usage(), "m", "completed", {}), "fix it",
+                          {"name": "a", "version": "1", "model_name": "m"}, "s", rows, turns=turns)
+    schema = json.loads((Path(__file__).parent / "fixtures" / "atif-v1.4.schema.json").read_text())
+    jsonschema.Draft202012Validator(schema).validate(doc)
+    metrics = [s.get("metrics") for s in doc["steps"][1:]]
+    assert [m["completion_token_ids"] for m in metrics] == [[5, 6], [9]]
+    assert [m["prompt_token_ids"] for m in metrics] == [[1], [1, 5, 6, 2]] and metrics[1]["logprobs"] == [-0.5]
 
 
 def test_items_without_a_call_are_counted():

@@ -1,9 +1,9 @@
 """Token ids and logprobs of model calls (`model.tokens`), and how model_calls.jsonl keeps them.
 
 Asking (`on`): `ask` adds to a call what vLLM-style servers take - Chat Completions
-`logprobs: true` and `return_token_ids: true`; Responses the
-`message.output_text.logprobs` include, `return_token_ids: true` and
-`return_tokens_as_token_ids: true`.
+`logprobs: true`, `return_token_ids: true` and `return_tokens_as_token_ids: true` (the
+generated ids then also come as the logprobs' tokens, from servers without
+return_token_ids); Responses the `message.output_text.logprobs` include and the same two.
 
 Reading: `TokenCollector` takes a response body or each event of its stream. Shapes
 understood: `prompt_token_ids` at the top level or per choice (vLLM `return_token_ids`),
@@ -47,8 +47,8 @@ _ID_PREFIX = "token_id:"
 def ask(body: dict[str, Any], endpoint: str) -> dict[str, Any]:
     """Ask the upstream for token ids and logprobs the way `endpoint` takes them; returns what changed."""
     if endpoint in ("chat", "completions"):
-        wanted = {"logprobs": True, "return_token_ids": True} if endpoint == "chat" else \
-            {"logprobs": body.get("logprobs") or 1, "return_token_ids": True}
+        wanted = {"logprobs": True if endpoint == "chat" else (body.get("logprobs") or 1),
+                  "return_token_ids": True, "return_tokens_as_token_ids": True}
     elif endpoint == "responses":
         include = list(body.get("include") or [])
         wanted = {"include": include if LOGPROBS_INCLUDE in include else include + [LOGPROBS_INCLUDE],
