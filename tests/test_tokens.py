@@ -178,18 +178,31 @@ def test_restream_is_what_openai_python_reads_as_the_same_response():
     assert events[-1].response.model_dump(exclude_none=True)["output"] == response["output"]
 
 
-def test_prompt_log_keeps_a_bounded_window_and_picks_the_longest_shared_prefix():
+def test_prompt_log_keeps_conversation_heads_and_picks_the_longest_shared_prefix():
     log = PromptLog(keep=2)
     a = log.record(1, [1, 2, 3], [4], [-0.1], False)
     b = log.record(2, [9, 9], [8], [-0.2], False)  # another conversation (a title request)
-    c = log.record(3, [1, 2, 3, 4, 5], [6], [-0.3], True)
+    c = log.record(3, [1, 2, 3, 4, 5], [6], [-0.3], True)  # continues call 1: its head now
     assert a["prompt"] == {"base": None, "keep": 0, "ids": [1, 2, 3]} and b["prompt"]["base"] is None
     assert c["prompt"] == {"base": 1, "keep": 4, "ids": [5]} and c["extends"] is True
-    d = log.record(4, [1, 2, 3, 4, 5, 7], [0], [-0.4], True)  # call 1 left the window; 3 is the base
-    assert d["prompt"] == {"base": 3, "keep": 5, "ids": [7]} and d["extends"] is False
-    rows = [{"call": n, "tokens": t} for n, t in enumerate((a, b, c, d), 1)]
-    assert decode_prompts(rows) == {1: [1, 2, 3], 2: [9, 9], 3: [1, 2, 3, 4, 5], 4: [1, 2, 3, 4, 5, 7]}
-    assert log.record(5, None, None, None, True) is None
+    turns = [log.record(n, [7, n], [0], [-0.5], False) for n in (4, 5)]  # two more conversations
+    assert turns[0]["prompt"]["base"] is None and turns[1]["prompt"] == {"base": 4, "keep": 1, "ids": [5]}
+    d = log.record(6, [7, 5, 0, 1], [2], [-0.4], True)  # continues call 5 (call 4 shares less)
+    assert d["prompt"] == {"base": 5, "keep": 3, "ids": [1]} and d["extends"] is True
+    e = log.record(7, [1, 2, 3, 4, 5, 7], [0], [-0.4], True)  # call 3's head left the window: whole
+    assert e["prompt"] == {"base": None, "keep": 0, "ids": [1, 2, 3, 4, 5, 7]} and e["extends"] is False
+    rows = [{"call": n, "tokens": t} for n, t in zip((1, 2, 3, 4, 5, 6, 7), (a, b, c, *turns, d, e))]
+    assert decode_prompts(rows) == {1: [1, 2, 3], 2: [9, 9], 3: [1, 2, 3, 4, 5], 4: [7, 4], 5: [7, 5],
+                                    6: [7, 5, 0, 1], 7: [1, 2, 3, 4, 5, 7]}
+    assert log.record(8, None, None, None, True) is None
+
+
+def test_a_conversation_keeps_its_head_while_many_others_run():
+    log = PromptLog(keep=2)
+    main = log.record(1, [1, 2], [3], [-0.1], False)
+    sub = [log.record(n, [8] * 3 + list(range(n)), [0], [-0.1], n > 2) for n in range(2, 30)]  # a sub-agent
+    back = log.record(30, [1, 2, 3, 4], [5], [-0.1], True)
+    assert main and all(sub) and back["prompt"] == {"base": 1, "keep": 3, "ids": [4]} and back["extends"] is True
 
 
 def test_collector_reads_vllm_and_legacy_shapes():

@@ -15,7 +15,7 @@ the generated ids when no `token_ids` come. It also notes what the call produced
 text, reasoning and tool calls, as digests), which the convert step joins to the items.
 
 Keeping: `PromptLog` writes each call's prompt as a delta against an earlier call of the
-rollout. The `tokens` field of a model_calls.jsonl line::
+rollout, the head of the conversation it continues. The `tokens` field of a model_calls.jsonl line::
 
     {"prompt": {"base": 3, "keep": 1840, "ids": [...]},  # the first `keep` ids of call 3's
                                                       # prompt + generation, then `ids`
@@ -23,7 +23,8 @@ rollout. The `tokens` field of a model_calls.jsonl line::
      "extends": true}
 
 `base` is the recorded call whose prompt + generation shares the longest prefix with this
-prompt (null with keep 0: `ids` is the whole prompt). `extends` says whether the prompt
+prompt, among the last calls of up to 8 conversations (null with keep 0: `ids` is the
+whole prompt). `extends` says whether the prompt
 starts with that call's whole prompt + generation, token for token (false: the history
 was re-rendered differently, re-tokenisation drift); null for a conversation's first call
 (no assistant turn in the request). `decode_prompts` rebuilds the full prompts.
@@ -213,15 +214,18 @@ def _lcp(a: bytes, b: bytes) -> int:
 
 
 class PromptLog:
-    """The recent calls' prompt + generation, to write each new prompt as a delta.
+    """The heads of the rollout's conversations (their last call's prompt + generation), to
+    write each new prompt as a delta.
 
-    Keeps the last `keep` calls with token data (as 8-byte integers: 256 KB per 32k
-    tokens), so memory stays bounded however long the rollout.
+    A call that continues a head (its prompt holds at least the head's whole prompt)
+    replaces it, so one head stands for a whole conversation however many turns it has;
+    `keep` heads are kept (interleaved conversations: the agent's, a title request, sub-
+    agents), as 8-byte integers: 256 KB per 32k tokens, bounded however long the rollout.
     """
 
     def __init__(self, keep: int = 8):
         self.keep = keep
-        self._recent: list[tuple[int, bytes]] = []  # (call number, prompt + generation)
+        self._heads: list[tuple[int, bytes, int]] = []  # (call number, prompt + generation, prompt length)
 
     def record(self, call: int, prompt: list[int] | None, generation: list[int] | None,
                logprobs: list[float] | None, continuing: bool) -> dict[str, Any] | None:
@@ -231,15 +235,17 @@ class PromptLog:
         out: dict[str, Any] = {}
         if prompt is not None:
             ids = array("q", prompt).tobytes()
-            base, keep = None, 0
-            for number, seq in reversed(self._recent):
-                common = _lcp(seq, ids) // 8
+            head, keep = None, 0
+            for entry in reversed(self._heads):
+                common = _lcp(entry[1], ids) // 8
                 if common > keep:
-                    base, keep, whole = number, common, len(seq) // 8
-            out["prompt"] = {"base": base, "keep": keep, "ids": prompt[keep:]}
-            out["extends"] = (base is not None and keep == whole) if continuing else None
-            self._recent.append((call, ids + array("q", generation or []).tobytes()))
-            del self._recent[:-self.keep]
+                    head, keep = entry, common
+            out["prompt"] = {"base": head and head[0], "keep": keep, "ids": prompt[keep:]}
+            out["extends"] = (head is not None and keep == len(head[1]) // 8) if continuing else None
+            if head is not None and keep >= head[2]:
+                self._heads.remove(head)  # continued: this call is the conversation's head now
+            self._heads.append((call, ids + array("q", generation or []).tobytes(), len(prompt)))
+            del self._heads[:-self.keep]
         out["generation"] = generation or []
         out["logprobs"] = logprobs or []
         return out
