@@ -277,3 +277,23 @@ def test_items_without_a_call_are_counted():
     counts, _ = token_join.attach(items, [call_row(1, "something else")])
     assert (counts["unmatched_items"], counts["unmatched_calls"], counts["turns_with_tokens"]) == (2, 1, 0)
     assert not any("prompt_token_ids" in i for i in items)
+
+
+# --- the setting ---------------------------------------------------------------------------------
+
+def test_model_tokens_setting(tmp_path):
+    from sandbatch.config import load
+    from sandbatch.errors import UserError
+
+    path = tmp_path / "run.yaml"
+    path.write_text("model:\n  tokens: on\n")  # YAML 1.1 reads an unquoted on as true
+    assert load([path]).model.tokens == "on"
+    path.write_text("model:\n  tokens: off\n")
+    assert load([path]).model.tokens == "off"
+    assert load([]).model.tokens == "auto"
+    path.write_text("model:\n  tokens: on\n  proxy: {enabled: false}\n")
+    with pytest.raises(UserError, match=r"^model\.tokens: 'on' needs the model proxy.*model\.proxy\.enabled: true"):
+        load([path])
+    path.write_text("model:\n  tokens: always\n")
+    with pytest.raises(UserError, match=r"run\.yaml: model\.tokens"):
+        load([path])
