@@ -210,6 +210,10 @@ def test_collector_reads_vllm_and_legacy_shapes():
     c.add({"prompt_token_ids": [1, 2], "choices": [{"index": 0, "message": {"content": "x"}, "logprobs": {
         "content": [{"token": "token_id:7", "logprob": -0.5}, {"token": "token_id:8", "logprob": -0.25}]}}]})
     assert (c.prompt_token_ids, c.generation(), c.logprobs) == ([1, 2], [7, 8], [-0.5, -0.25])
+    split = TokenCollector()  # reasoning's logprobs apart from the content's
+    split.add({"choices": [{"index": 0, "message": {"content": "x"}, "logprobs": {
+        "content": [{"token": "token_id:9", "logprob": -0.5}], "reasoning_content": [{"token": "token_id:3", "logprob": -1}]}}]})
+    assert (split.generation(), split.logprobs) == ([3, 9], [-1, -0.5])
     legacy = TokenCollector()
     legacy.add({"choices": [{"index": 0, "text": "ab", "logprobs": {"tokens": ["a", "b"], "token_logprobs": [-1, -2]}}]})
     assert legacy.generation() is None and legacy.logprobs == [-1, -2] and legacy.output()["text"]

@@ -8,7 +8,8 @@ return_token_ids); Responses the `message.output_text.logprobs` include and the 
 Reading: `TokenCollector` takes a response body or each event of its stream. Shapes
 understood: `prompt_token_ids` at the top level or per choice (vLLM `return_token_ids`),
 per choice `token_ids` (streamed: per chunk), `logprobs.content[] {token, logprob}`
-(Chat), `logprobs.tokens / token_logprobs` (legacy completions), Responses
+(Chat; a `logprobs.reasoning_content[]` beside it counts first), `logprobs.tokens /
+token_logprobs` (legacy completions), Responses
 `output[].content[].logprobs[]` and `response.output_text.delta` events with `logprobs`,
 and logprob tokens written `token_id:N` (vLLM `return_tokens_as_token_ids`), which give
 the generated ids when no `token_ids` come. It also notes what the call produced (its
@@ -131,8 +132,10 @@ class TokenCollector:
             self.token_ids.extend(choice["token_ids"])
         lp = choice.get("logprobs")
         if isinstance(lp, Mapping):
-            if isinstance(lp.get("content"), list):
-                self._logprob_list(lp["content"])
+            if isinstance(lp.get("content"), list) or isinstance(lp.get("reasoning_content"), list):
+                # servers that split them give the reasoning's first: it was generated first
+                self._logprob_list(lp.get("reasoning_content"))
+                self._logprob_list(lp.get("content"))
             elif isinstance(lp.get("tokens"), list):  # legacy completions
                 self.logprob_tokens.extend(lp["tokens"])
                 self.logprobs.extend(lp.get("token_logprobs") or [])
