@@ -47,7 +47,11 @@ def main() -> int:
     args = ap.parse_args()
     rng = random.Random(7)
     tool = max(0, (args.context - args.system) // args.turns - args.generation)
-    tmp = Path(tempfile.mkdtemp(prefix="token-storage-"))
+    with tempfile.TemporaryDirectory(prefix="token-storage-") as tmp:
+        return measure(args, rng, tool, Path(tmp))
+
+
+def measure(args: argparse.Namespace, rng: random.Random, tool: int, tmp: Path) -> int:
     calls_path, log = tmp / "model_calls.jsonl", PromptLog()
     prompt = [rng.randrange(1, 150000) for _ in range(args.system)]
     items, record_s, truth = [], 0.0, {}
@@ -86,9 +90,12 @@ def main() -> int:
     print(f"model_calls.jsonl: {calls_path.stat().st_size / 1e6:.2f} MB "
           f"({sum(len(json.dumps(r['tokens'], separators=(',', ':'))) for r in rows) / 1e6:.2f} MB of it token data); "
           f"recording {1000 * record_s / args.turns:.2f} ms a call")
+    t0 = time.perf_counter()
+    json.loads(resp_path.read_bytes())
     print(f"response.json: {resp_path.stat().st_size / 1e6:.2f} MB ({token_bytes / 1e6:.2f} MB training fields: "
-          f"each turn's whole prompt, as NeMo Gym's items carry it); join {joined['matched_calls']}/{joined['calls']} "
-          f"calls, drifted {joined['drifted_turns']}/{joined['continuing_turns']} turns")
+          f"each turn's whole prompt, as NeMo Gym's items carry it), parsed in {time.perf_counter() - t0:.2f} s; "
+          f"join {joined['matched_calls']}/{joined['calls']} calls, "
+          f"drifted {joined['drifted_turns']}/{joined['continuing_turns']} turns")
     return 0
 
 
