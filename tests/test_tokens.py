@@ -281,6 +281,8 @@ def test_items_without_a_call_are_counted():
     counts, _ = token_join.attach(items, [call_row(1, "something else")])
     assert (counts["unmatched_items"], counts["unmatched_calls"], counts["turns_with_tokens"]) == (2, 1, 0)
     assert not any("prompt_token_ids" in i for i in items)
+    # no call recorded its output (model.tokens off, or nothing came): nothing to count
+    assert token_join.attach(items, [{"call": 1, "status": 200, "endpoint": "chat", "usage": {}}]) == (None, [])
 
 
 # --- the setting ---------------------------------------------------------------------------------

@@ -87,10 +87,13 @@ def join(items: Iterable[dict[str, Any]], calls: Iterable[Mapping[str, Any]]) ->
     return turns, unmatched
 
 
-def attach(items: list[dict[str, Any]], calls: Iterable[Mapping[str, Any]]) -> tuple[dict[str, int], list[Turn]]:
+def attach(items: list[dict[str, Any]], calls: Iterable[Mapping[str, Any]]) -> tuple[dict[str, int] | None, list[Turn]]:
     """Join `calls` to `items`, put each turn's training fields on its last item; return the
-    counts for response.json (`token_join`) and the turns."""
+    counts for response.json (`token_join`; None when no call recorded its output, i.e.
+    model.tokens was off or nothing came) and the turns."""
     turns, unmatched_items = join(items, calls)
+    if not turns:
+        return None, []
     with_tokens = 0
     for turn in turns:
         fields = turn.training() if turn.items else None

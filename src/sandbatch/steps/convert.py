@@ -34,7 +34,8 @@ class ConvertStep(Step):
         items = responses.inline_think(conv.items) if config.get("inline_think") else conv.items
         run = {"run": cfg.run, "harness": harness.name, "status": rec.status, "failure_class": rec.failure_class,
                "task_id": ctx.task_id, "instance_id": ctx.task.instance_id, "repeat": ctx.repeat,
-               "events": len(events), "unknown_events": conv.unknown, "token_join": joined, **conv.metadata}
+               "events": len(events), "unknown_events": conv.unknown,
+               **({"token_join": joined} if joined else {}), **conv.metadata}
         resp = responses.response(items, usage.summarize(ctx.path(MODEL_CALLS)), cfg.model.name,
                                   _RESPONSE_STATUS[rec.status], run,
                                   int(datetime.fromisoformat(rec.started_at).timestamp()) if rec.started_at else None)
