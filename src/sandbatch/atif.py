@@ -15,9 +15,12 @@ Spec: harbor docs/rfcs/0001-trajectory-format.md (ATIF-v1.4).
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from .responses import item_text
+
+if TYPE_CHECKING:
+    from .token_join import Turn
 
 SCHEMA_VERSION = "ATIF-v1.4"
 
@@ -82,7 +85,7 @@ def agent_steps(items: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _metrics(call: Mapping[str, Any], turn: Any = None) -> dict[str, Any]:
+def _metrics(call: Mapping[str, Any], turn: "Turn | None" = None) -> dict[str, Any]:
     u = call.get("usage") or {}
     out = {"prompt_tokens": u.get("prompt_tokens", 0), "completion_tokens": u.get("completion_tokens", 0),
            "cached_tokens": u.get("cached_tokens", 0), "extra": {"reasoning_tokens": u.get("reasoning_tokens", 0)}}
@@ -95,7 +98,7 @@ def _metrics(call: Mapping[str, Any], turn: Any = None) -> dict[str, Any]:
 
 def trajectory(response: Mapping[str, Any], prompt: str | None, agent: Mapping[str, Any], session_id: str,
                calls: list[Mapping[str, Any]] | None = None, extra: Mapping[str, Any] | None = None,
-               turns: Iterable[Any] = ()) -> dict[str, Any]:
+               turns: Iterable["Turn"] = ()) -> dict[str, Any]:
     """The ATIF document of one rollout; `agent` is {name, version, model_name}; `turns` the
     model calls joined to the response's items (token_join.Turn)."""
     model = agent.get("model_name")

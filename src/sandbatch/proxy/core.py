@@ -50,9 +50,9 @@ from aiohttp import web
 from ..errors import InfraError, UserError
 from ..usage import MODEL_ENDPOINTS, usage_of
 from ..util import backoff_delay
-from .rewrite import rewrite_request
 from . import tokens as token_data
 from .restream import responses_stream
+from .rewrite import rewrite_request
 from .server import ServerThread, catch_all
 
 if TYPE_CHECKING:
