@@ -10,6 +10,7 @@ SANDBATCH_REQUIRE_SERVICES=1 (tests/services.py).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -68,6 +69,27 @@ def validate_responses(responses: list[dict[str, Any]]) -> tuple[list[list[str]]
     return out["errors"], out["training"]
 
 
+_VALIDATE_PARAMS = """
+import json, sys
+from pydantic import ValidationError
+from nemo_gym.openai_utils import NeMoGymResponseCreateParamsNonStreaming
+errors = []
+for params in json.load(sys.stdin):
+    try:
+        NeMoGymResponseCreateParamsNonStreaming.model_validate(params)
+        errors.append([])
+    except ValidationError as exc:
+        errors.append([f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()])
+print(json.dumps(errors))
+"""
+
+
+def validate_create_params(params: list[dict[str, Any]]) -> list[list[str]]:
+    """Each `responses_create_params` through NeMo Gym's `NeMoGymResponseCreateParamsNonStreaming`
+    (what its agents' /run validates; unknown keys are errors): per entry, its errors."""
+    return run(_VALIDATE_PARAMS, params)
+
+
 def assert_valid_responses(responses: list[dict[str, Any]]) -> None:
     """Every response.json is a Responses object for openai-python's `Response` (this
     environment's openai) and for NeMo Gym's `NeMoGymResponse` (its own environment's)."""
@@ -80,11 +102,15 @@ def assert_valid_responses(responses: list[dict[str, Any]]) -> None:
     assert errors == [[] for _ in responses], errors
 
 
+@functools.cache
+def _site_packages() -> Path:
+    return Path(run("import json, os, nemo_gym; print(json.dumps(os.path.dirname(os.path.dirname(nemo_gym.__file__))))"))
+
+
 def package_file(relative: str) -> Path:
     """A file shipped in the nemo-gym wheel, e.g.
     `responses_api_agents/mini_swe_agent_2/data/example.jsonl`."""
-    root = run("import json, os, nemo_gym; print(json.dumps(os.path.dirname(os.path.dirname(nemo_gym.__file__))))")
-    path = Path(root) / relative
+    path = _site_packages() / relative
     assert path.is_file(), f"{path}: not in nemo-gym {VERSION}"
     return path
 

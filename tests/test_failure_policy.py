@@ -58,6 +58,16 @@ def test_retry_then_infra_error_then_rerun_errors(tmp_path):
     assert st["steps"]["sandbox"] == {"ok": 2, "infra_error": 1}
     assert st["steps"]["grade"] == {"ok": 1, "infra_error": 2}
     assert sandboxes(tmp_path) == []
+    # the gym export keeps infra errors out of the rollouts, as Gym keeps its failed rollouts
+    exported = sandbatch("export", "--format", "gym", "default", "-d", str(tmp_path))
+    assert exported.returncode == 0, exported.stderr
+    gym = {name: [json.loads(line) for line in (run_dir / "gym" / name).read_text().splitlines()]
+           for name in ("rollouts.jsonl", "rollouts_materialized_inputs.jsonl", "rollouts_failures.jsonl")}
+    assert [(r["instance_id"], r["reward"]) for r in gym["rollouts.jsonl"]] == [(FLAKY, 1.0)]
+    assert sorted((r["instance_id"], r["_ng_failure_class"]) for r in gym["rollouts_failures.jsonl"]) == [
+        (BAD_GRADER, "sandbox_prepare"), (BROKEN, "sandbox_prepare")]
+    assert all("reward" not in r for r in gym["rollouts_failures.jsonl"])
+    assert [r["_ng_task_index"] for r in gym["rollouts_materialized_inputs.jsonl"]] == [0, 1, 2]
 
     before = records(tmp_path)
     listed = sandbatch("rerun-errors", "default", "-d", str(tmp_path), "-n")

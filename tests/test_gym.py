@@ -20,6 +20,8 @@ from sandbatch.tasks.settings import prompt_for
 from workflow_util import REPO, SMOKE_TASKS, snakemake, write_config
 
 GYM_SWE_ROWS = "responses_api_agents/mini_swe_agent_2/data/example.jsonl"
+OTHER_GYM_SWE_ROWS = ("responses_api_agents/mini_swe_agent/data/example.jsonl",
+                      "responses_api_agents/swe_agents/data/example.jsonl")
 
 
 def sandbatch(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -57,6 +59,8 @@ def test_gym_export_is_read_by_gym_reward_profiling_with_the_same_numbers(tmp_pa
     proc = sandbatch("export", "--format", "gym", "t", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert {p.name: p.read_bytes() for p in gym_dir.iterdir()} == written
+    bad = sandbatch("export", "--format", "harbor", "t", cwd=tmp_path)
+    assert bad.returncode == 2 and bad.stderr == "sandbatch: error: export: --format 'harbor' is not known; choose one of: gym\n"
 
     ours = [json.loads(line) for line in (run_dir / "rollouts.jsonl").read_text().splitlines()]
     metrics = json.loads((run_dir / "metrics.json").read_text())
@@ -81,6 +85,31 @@ def test_gym_export_is_read_by_gym_reward_profiling_with_the_same_numbers(tmp_pa
         k: gym_pass[f"pass@{k}/accuracy"] for k in metrics["pass_at_k"]}
     assert set(metrics["pass_at_k"]) == {"1", "2", "4"}
     gym_env.assert_valid_responses([row["response"] for row in exported])  # the oracle's response.json
+    inputs_rows = [json.loads(line) for line in inputs.read_text().splitlines()]
+    assert gym_env.validate_create_params([r["responses_create_params"] for r in inputs_rows]) == [[]] * 12
+
+
+@pytest.mark.slow
+def test_a_gym_row_runs_unchanged_with_its_prompt_and_comes_back_in_the_export(tmp_path):
+    gym_env.python()
+    row = json.loads(SMOKE_TASKS.read_text().splitlines()[0])
+    params = {"input": [{"role": "system", "content": "You fix Python bugs.", "type": "message"},
+                        {"role": "user", "content": "Make calc.divide return the true quotient.", "type": "message"}],
+              "temperature": 1.0}
+    row.update(responses_create_params=params, subset="smoke", split="test", agent_ref={"name": "gym_agent"},
+               repo_dir=str((SMOKE_TASKS.parent / row["repo_dir"]).resolve()))
+    (tmp_path / "tasks.jsonl").write_text(json.dumps(row) + "\n")
+    cfg = smoke_config(tmp_path, {"name": "none"}, [], aggregate={"exports": ["gym"]})
+    cfg["benchmark"] = {"kind": "swebench", "tasks": str(tmp_path / "tasks.jsonl")}
+    run_dir, _ = run_workflow(tmp_path, cfg)
+    trajectory = json.loads((run_dir / "smoke__calc-1" / "0" / "trajectory.json").read_text())
+    assert trajectory["steps"][0] == {"step_id": 1, "source": "user",
+                                      "message": "You fix Python bugs.\n\nMake calc.divide return the true quotient."}
+    [exported] = [json.loads(line) for line in (run_dir / "gym" / "rollouts.jsonl").read_text().splitlines()]
+    assert exported["responses_create_params"] == params  # the row's own request, as Gym would send it
+    assert (exported["subset"], exported["split"], exported["agent_ref"]) == ("smoke", "test", {"name": "none"})
+    assert (exported["reward"], exported["_ng_task_index"], exported["_ng_rollout_index"]) == (0.0, 0, 0)
+    gym_env.assert_valid_responses([exported["response"]])  # the none harness's response.json
 
 
 def test_export_names_a_missing_run_in_one_line(tmp_path):
@@ -101,10 +130,12 @@ def test_gym_swe_rows_load_with_kind_swebench(tmp_path):
     dry = snakemake(tmp_path, "-n", "--configfile", str(config))
     assert dry.returncode == 0, dry.stderr[-3000:]
     assert "harness          5" in dry.stdout
-    # their `input` is empty: the prompt is the problem statement, as Gym's SWE agents use it
-    tasks = load_tasks(parse({"benchmark": {"kind": "swebench", "tasks": str(rows)}}).benchmark)
-    by_id = {json.loads(line)["instance_id"]: json.loads(line) for line in rows.read_text().splitlines()}
-    assert [t.prompt for t in tasks] == [by_id[t.instance_id]["problem_statement"] for t in tasks]
+    # so do the SWE rows of Gym's other SWE agents; their `input` is empty: the prompt is the
+    # problem statement, as Gym's SWE agents use it
+    for path in (rows, *map(gym_env.package_file, OTHER_GYM_SWE_ROWS)):
+        tasks = load_tasks(parse({"benchmark": {"kind": "swebench", "tasks": str(path)}}).benchmark)
+        by_id = {json.loads(line)["instance_id"]: json.loads(line) for line in path.read_text().splitlines()}
+        assert tasks and [t.prompt for t in tasks] == [by_id[t.instance_id]["problem_statement"] for t in tasks]
 
 
 @pytest.mark.parametrize("given, prompt", [

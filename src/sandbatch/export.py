@@ -26,7 +26,6 @@ from .tasks import Task, read_task, select_tasks
 from .tasks.settings import prompt_for
 from .util import read_json, write_jsonl
 
-FORMATS = ("gym",)
 GYM_DIR = "gym"
 GYM_FILES = ("rollouts.jsonl", "rollouts_materialized_inputs.jsonl", "rollouts_failures.jsonl")
 TASK_INDEX, ROLLOUT_INDEX = "_ng_task_index", "_ng_rollout_index"
@@ -84,10 +83,13 @@ def gym(cfg: Config, rows: Iterable[Mapping[str, Any]], out_dir: Path) -> dict[s
     return {"rollouts": len(results), "inputs": len(inputs), "failures": len(failures)}
 
 
+EXPORTERS = {"gym": gym}  # format -> writer; each writes into results/<run>/<format>/
+
+
 def export(cfg: Config, fmt: str, rows: Iterable[Mapping[str, Any]]) -> Path:
     """Write the run in format `fmt` under its run directory; the directory written."""
-    if fmt not in FORMATS:
-        raise UserError(f"export: format {fmt!r} is not known; choose one of: {', '.join(FORMATS)}")
-    out = cfg.run_dir / GYM_DIR
-    gym(cfg, rows, out)
+    if fmt not in EXPORTERS:
+        raise UserError(f"export: --format {fmt!r} is not known; choose one of: {', '.join(EXPORTERS)}")
+    out = cfg.run_dir / fmt
+    EXPORTERS[fmt](cfg, rows, out)
     return out
