@@ -162,6 +162,22 @@ def test_on_streamed_responses_call_is_made_plain_upstream_and_streamed_back(ser
         assert decode_prompts(rows)[row["call"]] == reply.prompt_ids
 
 
+def test_on_restreams_chat_once_a_stream_came_without_token_ids(served, tmp_path):
+    model = served(stream_tokens=False)  # a server whose streams carry no token data
+    rows = run_chat(model, tmp_path, stream=True)
+    assert [r.get("restreamed", False) for r in rows] == [False, True, True]
+    assert [r["body"]["stream"] for r in model.requests] == [True, False, False]
+    # the first turn's tokens never came, so the second's cannot be compared with them
+    assert "tokens" not in rows[0] and [r["tokens"]["extends"] for r in rows[1:]] == [None, True]
+    truth = upstream_sent(model)
+    prompts = decode_prompts(rows)
+    assert [prompts[r["call"]] for r in rows[1:]] == [t[0] for t in truth[1:]]
+    assert all(r["usage"]["completion_tokens"] == len(t[1]) for r, t in zip(rows, truth))  # usage chunk sent back
+    # the agent read the same conversation from the restreamed answers: three turns, as scripted
+    assert [model.reply(r["body"]).content for r in model.requests] == ["Listing files.", "Running the tests.",
+                                                                        "The fix is in."]
+
+
 def test_restream_is_what_openai_python_reads_as_the_same_response():
     response = {"id": "resp_1", "object": "response", "created_at": 0, "status": "completed", "model": "m",
                 "output": [{"id": "rs_1", "type": "reasoning", "summary": [{"type": "summary_text", "text": "hm"}]},
@@ -189,12 +205,14 @@ def test_prompt_log_keeps_conversation_heads_and_picks_the_longest_shared_prefix
     assert turns[0]["prompt"]["base"] is None and turns[1]["prompt"] == {"base": 4, "keep": 1, "ids": [5]}
     d = log.record(6, [7, 5, 0, 1], [2], [-0.4], True)  # continues call 5 (call 4 shares less)
     assert d["prompt"] == {"base": 5, "keep": 3, "ids": [1]} and d["extends"] is True
-    e = log.record(7, [1, 2, 3, 4, 5, 7], [0], [-0.4], True)  # call 3's head left the window: whole
-    assert e["prompt"] == {"base": None, "keep": 0, "ids": [1, 2, 3, 4, 5, 7]} and e["extends"] is False
-    rows = [{"call": n, "tokens": t} for n, t in zip((1, 2, 3, 4, 5, 6, 7), (a, b, c, *turns, d, e))]
+    e = log.record(7, [1, 2, 3, 4, 5, 7], [0], [-0.4], True)  # call 3's head left the window: whole, unknown
+    assert e["prompt"] == {"base": None, "keep": 0, "ids": [1, 2, 3, 4, 5, 7]} and e["extends"] is None
+    f = log.record(8, [1, 2, 3, 4, 5, 7, 0, 6], [1], [-0.4], True)
+    assert f["prompt"] == {"base": 7, "keep": 7, "ids": [6]} and f["extends"] is True
+    rows = [{"call": n, "tokens": t} for n, t in zip((1, 2, 3, 4, 5, 6, 7, 8), (a, b, c, *turns, d, e, f))]
     assert decode_prompts(rows) == {1: [1, 2, 3], 2: [9, 9], 3: [1, 2, 3, 4, 5], 4: [7, 4], 5: [7, 5],
-                                    6: [7, 5, 0, 1], 7: [1, 2, 3, 4, 5, 7]}
-    assert log.record(8, None, None, None, True) is None
+                                    6: [7, 5, 0, 1], 7: [1, 2, 3, 4, 5, 7], 8: [1, 2, 3, 4, 5, 7, 0, 6]}
+    assert log.record(9, None, None, None, True) is None
 
 
 def test_a_conversation_keeps_its_head_while_many_others_run():

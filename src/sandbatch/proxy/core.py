@@ -27,8 +27,9 @@ refuses calls beyond `max_calls` / `max_tokens` with an OpenAI-style error; and 
 one JSON line per request to `calls_path`. With `tokens` (model.tokens) other than off it
 records each call's number, what it produced (`output`, digests for the convert step's
 join) and its token ids and logprobs (`tokens`, see tokens.py); `on` also asks the
-upstream for them and makes streamed Responses calls unstreamed upstream, streaming the
-answer back to the agent (restream.py).
+upstream for them and makes streamed calls unstreamed upstream where a stream carries
+none (Responses always; Chat once a stream of this upstream came without them), streaming
+the answer back to the agent (restream.py).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from ..errors import InfraError, UserError
 from ..usage import MODEL_ENDPOINTS, usage_of
 from ..util import backoff_delay
 from . import tokens as token_data
-from .restream import responses_stream
+from .restream import chat_stream, responses_stream
 from .rewrite import rewrite_request
 from .server import ServerThread, catch_all
 
@@ -310,6 +311,7 @@ class ModelProxy:
         self.sampling = dict(sampling or {})
         self.token_mode = tokens
         self._prompts = token_data.PromptLog()
+        self._chat_streams_bare = False  # a Chat stream came without token ids: restream them
         self.model_name = model_name
         self.bind_host = bind_host or self.settings.bind_host or "127.0.0.1"
         self._api_key = api_key
@@ -497,12 +499,15 @@ class ModelProxy:
             body, endpoint, drop_cache=s.drop_cache_control, sampling=self.sampling, extra_body=s.extra_body,
             model=self.model_name if s.force_model_name else None, stream_usage=s.stream_usage)
         record.update(model=body.get("model"), stream=body.get("stream") is True, **changes)
-        restream = False
+        restream = usage_chunk = False
         if self.token_mode == "on":
             record.update(token_data.ask(body, endpoint))
-            # a Responses stream carries no token ids: ask unstreamed, stream the answer back
-            restream = endpoint == "responses" and body.get("stream") is True
+            # a stream without token ids (Responses; Chat from this upstream once one came
+            # without): ask unstreamed, stream the answer back
+            restream = body.get("stream") is True and (endpoint == "responses" or (
+                endpoint == "chat" and self._chat_streams_bare))
             if restream:
+                usage_chunk = (body.pop("stream_options", None) or {}).get("include_usage") is True
                 body["stream"] = False
                 record["restreamed"] = True
         continuing = token_data.continuing(body)
@@ -535,7 +540,7 @@ class ModelProxy:
         record["latency_s"] = _since(t0)
         record["response_bytes"] = len(data)
         if restream and resp.status < 400:
-            answer = await self._restream(request, data, headers)
+            answer = await self._restream(request, data, headers, endpoint, usage_chunk)
         else:
             answer = web.Response(status=resp.status, body=data, headers=headers)
             # parse after the bytes are on their way: the agent does not wait for bookkeeping
@@ -544,17 +549,19 @@ class ModelProxy:
         self._finish(record, data, continuing)
         return answer
 
-    async def _restream(self, request: web.Request, data: bytes, headers: dict[str, str]) -> web.StreamResponse:
-        """Send an unstreamed Responses answer to the agent as the event stream it asked for."""
+    async def _restream(self, request: web.Request, data: bytes, headers: dict[str, str], endpoint: str,
+                        usage_chunk: bool) -> web.StreamResponse:
+        """Send an unstreamed answer to the agent as the event stream it asked for."""
         try:
             obj = json.loads(data)
         except ValueError:
             obj = None
+        obj = obj if isinstance(obj, dict) else {}
         headers = {k: v for k, v in headers.items() if k != "content-type"}
         out = web.StreamResponse(status=200, headers={**headers, "content-type": "text/event-stream",
                                                       "cache-control": "no-cache"})
         await out.prepare(request)
-        await out.write(responses_stream(obj if isinstance(obj, dict) else {}))
+        await out.write(responses_stream(obj) if endpoint == "responses" else chat_stream(obj, usage_chunk))
         await out.write_eof()
         return out
 
@@ -618,6 +625,9 @@ class ModelProxy:
             record.update(latency_s=_since(t0), response_bytes=size, usage=scanner.usage)
             if scanner.tokens is not None and resp.status < 400:
                 self._keep_tokens(record, scanner.tokens, continuing)
+                if self.token_mode == "on" and record["endpoint"] == "chat" and \
+                        not (record.get("tokens") or {}).get("prompt"):
+                    self._chat_streams_bare = True  # asked, no prompt ids came: restream the next ones
             self._account(record)
         return out
 

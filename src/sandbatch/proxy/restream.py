@@ -1,8 +1,9 @@
-"""A finished Responses object as the event stream a streaming client expects.
+"""A finished answer as the event stream a streaming client expects.
 
-With `model.tokens: on` the proxy makes a streamed Responses call unstreamed upstream (a
-Responses stream carries no token ids) and sends the answer back as these events: the
-agent gets the stream it asked for, all at once when the answer is complete.
+With `model.tokens: on` the proxy makes a streamed call unstreamed upstream when the
+stream would carry no token ids (a Responses stream never does; a Chat stream of a server
+that sent none) and sends the answer back as these events: the agent gets the stream it
+asked for, all at once when the answer is complete.
 """
 
 from __future__ import annotations
@@ -62,3 +63,31 @@ def responses_stream(response: dict[str, Any]) -> bytes:
                              ensure_ascii=False)
         out.append(f"event: {kind}\ndata: {payload}\n\n")
     return "".join(out).encode()
+
+
+def _chunks(completion: dict[str, Any], usage: bool) -> Iterator[dict[str, Any]]:
+    head = {k: completion.get(k) for k in ("id", "created", "model")}
+    head["object"] = "chat.completion.chunk"
+    for choice in completion.get("choices") or []:
+        message = choice.get("message") or {}
+        index = choice.get("index", 0)
+        delta = {"role": "assistant", "content": message.get("content") or ""}
+        for key in ("reasoning_content", "reasoning"):
+            if message.get(key):
+                delta[key] = message[key]
+        yield {**head, "choices": [{"index": index, "delta": delta, "logprobs": choice.get("logprobs"),
+                                    "finish_reason": None}]}
+        for n, call in enumerate(message.get("tool_calls") or []):
+            yield {**head, "choices": [{"index": index, "delta": {"tool_calls": [{**call, "index": n}]},
+                                        "logprobs": None, "finish_reason": None}]}
+        yield {**head, "choices": [{"index": index, "delta": {}, "logprobs": None,
+                                    "finish_reason": choice.get("finish_reason")}]}
+    if usage and completion.get("usage") is not None:
+        yield {**head, "choices": [], "usage": completion["usage"]}
+
+
+def chat_stream(completion: dict[str, Any], usage: bool = True) -> bytes:
+    """The Chat Completions chunks of `completion` (a chat.completion object), then [DONE];
+    a final usage chunk when `usage` (stream_options.include_usage was asked for)."""
+    out = [f"data: {json.dumps(c, separators=(',', ':'), ensure_ascii=False)}\n\n" for c in _chunks(completion, usage)]
+    return ("".join(out) + "data: [DONE]\n\n").encode()

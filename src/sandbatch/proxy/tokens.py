@@ -28,7 +28,7 @@ prompt, among the last calls of up to 8 conversations (null with keep 0: `ids` i
 whole prompt). `extends` says whether the prompt
 starts with that call's whole prompt + generation, token for token (false: the history
 was re-rendered differently, re-tokenisation drift); null for a conversation's first call
-(no assistant turn in the request). `decode_prompts` rebuilds the full prompts.
+(no assistant turn in the request) and when no earlier call of it was recorded. `decode_prompts` rebuilds the full prompts.
 """
 
 from __future__ import annotations
@@ -244,7 +244,7 @@ class PromptLog:
                 if common > keep:
                     head, keep = entry, common
             out["prompt"] = {"base": head and head[0], "keep": keep, "ids": prompt[keep:]}
-            out["extends"] = (head is not None and keep == len(head[1]) // 8) if continuing else None
+            out["extends"] = keep == len(head[1]) // 8 if continuing and head is not None else None
             if head is not None and keep >= head[2]:
                 self._heads.remove(head)  # continued: this call is the conversation's head now
             self._heads.append((call, ids + array("q", generation or []).tobytes(), len(prompt)))

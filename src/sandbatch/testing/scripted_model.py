@@ -28,6 +28,7 @@ Script (YAML or JSON)::
     models: [scripted]            # ids listed by /v1/models
     max_model_len: 32768          # their context length there, as vLLM reports it (null: not reported)
     drop_history_reasoning: false # true: the template leaves reasoning out of the history
+    stream_tokens: true           # false: streams carry no token ids or logprobs (plain answers do)
 
 The turn is the number of assistant turns already in the conversation, so the server
 keeps no state and concurrent rollouts do not interfere. Usage counts tokens: the
@@ -132,6 +133,7 @@ class Script:
     models: list[str] = field(default_factory=lambda: ["scripted"])
     max_model_len: int | None = 32768
     drop_history_reasoning: bool = False
+    stream_tokens: bool = True
 
     @classmethod
     def load(cls, path: str | Path) -> "Script":
@@ -149,7 +151,7 @@ class Script:
         if not isinstance(raw, dict):
             raise UserError(f"{where}: the top level must be a mapping with 'tasks'")
         allowed = {"tasks", "default", "final", "fallbacks", "title", "models", "max_model_len",
-                   "drop_history_reasoning"}
+                   "drop_history_reasoning", "stream_tokens"}
         unknown = set(raw) - allowed
         if unknown:
             raise UserError(f"{where}: unknown key '{sorted(unknown)[0]}'; allowed: {', '.join(sorted(allowed))}")
@@ -183,6 +185,7 @@ class Script:
         script.models = list(raw.get("models") or script.models)
         script.max_model_len = raw.get("max_model_len", script.max_model_len)
         script.drop_history_reasoning = bool(raw.get("drop_history_reasoning", False))
+        script.stream_tokens = bool(raw.get("stream_tokens", True))
         return script
 
     def task_for(self, text: str) -> TaskScript | None:
@@ -491,7 +494,8 @@ class ScriptedModel:
     def _chat_chunks(self, reply: Reply, body: dict[str, Any]) -> Iterable[tuple[str | None, dict]]:
         """vLLM's stream: the first chunk has prompt_token_ids, every chunk the ids and
         logprobs of the tokens it carries (asked for)."""
-        ids, logprobs, as_ids = bool(body.get("return_token_ids")), bool(body.get("logprobs")), \
+        tokens = self.script.stream_tokens
+        ids, logprobs, as_ids = tokens and bool(body.get("return_token_ids")), tokens and bool(body.get("logprobs")), \
             bool(body.get("return_tokens_as_token_ids"))
 
         def chunk(delta: dict[str, Any], finish: str | None = None, tokens=()) -> tuple[None, dict]:
