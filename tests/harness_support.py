@@ -119,3 +119,85 @@ OPENCODE_SCRIPT = {
     },
     "final": {"content": "Nothing to do."},
 }
+
+
+# --- token data (model.tokens: on) against the scripted model ----------------------------------
+
+def assert_token_data(run_dir: Path, tasks: list[str], model: Any, drifted: dict[str, int] | None = None) -> None:
+    """Each rollout's assistant items, turn by turn, are what one upstream reply produced, and
+    the turn's last item carries the prompt ids, generated ids and logprobs that reply was
+    sent with, id for id; so do the trajectory's step metrics. `drifted`: turns per task whose
+    prompt does not extend the previous turn's (default none)."""
+    from sandbatch.testing.scripted_model import logprob
+
+    replies = [model.reply(r["body"]) for r in model.requests
+               if r["method"] == "POST" and r["path"].endswith(("/chat/completions", "/responses"))]
+    by_prompt = {tuple(r.prompt_ids): r for r in replies}
+    resps = []
+    for task in tasks:
+        resp = rollout(run_dir, task, "response.json")
+        resps.append(resp)
+        join = resp["sandbatch"]["token_join"]
+        assert join["unmatched_items"] == 0 and join["matched_items"] == join["items"] > 0, join
+        assert join["drifted_turns"] == (drifted or {}).get(task, 0), join
+        group, carrying = [], []
+        for item in resp["output"]:
+            if item["type"] not in ("message", "reasoning", "function_call"):
+                continue
+            group.append(item)
+            if "prompt_token_ids" not in item:
+                continue
+            reply = by_prompt[tuple(item["prompt_token_ids"])]  # the upstream turn with exactly this prompt
+            generated = [i for _, i in reply.generated()]
+            assert item["generation_token_ids"] == generated
+            assert item["generation_log_probs"] == [logprob(i) for i in generated]
+            produced = ([("reasoning", reply.reasoning)] if reply.reasoning else []) + \
+                ([("message", reply.content)] if reply.content else []) + \
+                [("function_call", name, json.loads(args)) for _, name, args in reply.calls]
+            got = [("function_call", i["name"], json.loads(i["arguments"])) if i["type"] == "function_call"
+                   else (i["type"], _item_text(i)) for i in group]
+            assert sorted(map(repr, got)) == sorted(map(repr, produced)), (got, produced)
+            carrying.append(item)
+            group = []
+        assert not group, f"{task}: items after the last turn with token data: {group}"
+        assert len(carrying) == join["turns_with_tokens"] == join["matched_calls"]
+        steps = rollout(run_dir, task, "trajectory.json")["steps"]
+        metrics = [s["metrics"] for s in steps if "completion_token_ids" in s.get("metrics", {})]
+        assert metrics, f"{task}: no ATIF step carries token ids"
+        for m in metrics:
+            item = next(i for i in carrying if i["prompt_token_ids"] == m["prompt_token_ids"])
+            assert (m["completion_token_ids"], m["logprobs"]) == (item["generation_token_ids"],
+                                                                  item["generation_log_probs"])
+    assert_gym_training_items(resps)
+
+
+_GYM_TRAINING = """
+import json, sys
+from nemo_gym.openai_utils import NeMoGymResponse, TokenIDLogProbMixin
+out = []
+for resp in json.load(sys.stdin):
+    parsed = NeMoGymResponse.model_validate(resp)
+    out.append([[type(i).__name__, i.prompt_token_ids, i.generation_token_ids, i.generation_log_probs]
+                for i in parsed.output if isinstance(i, TokenIDLogProbMixin)])
+print(json.dumps(out))
+"""
+_GYM_CLASSES = {"message": "NeMoGymResponseOutputMessageForTraining",
+                "function_call": "NeMoGymResponseFunctionToolCallForTraining",
+                "reasoning": "NeMoGymResponseReasoningItemForTraining"}
+
+
+def assert_gym_training_items(resps: list[dict[str, Any]]) -> None:
+    """Each response validates as NeMo Gym 0.4.0's `NeMoGymResponse`, and exactly its items
+    with token data parse as Gym's training items, fields unchanged."""
+    import gym_env
+
+    parsed = gym_env.run(_GYM_TRAINING, resps)
+    assert parsed == [[[_GYM_CLASSES[i["type"]], i["prompt_token_ids"], i["generation_token_ids"],
+                        i["generation_log_probs"]] for i in r["output"] if "prompt_token_ids" in i] for r in resps]
+    assert all(parsed)
+
+
+def _item_text(item: dict[str, Any]) -> str:
+    from sandbatch.responses import item_text
+
+    return item_text(item).strip()

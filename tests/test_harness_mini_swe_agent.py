@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from gym_env import assert_valid_responses
-from harness_support import (items_of, leftover_sandboxes, rollout, run_context, run_workflow,
+from harness_support import (assert_token_data, items_of, leftover_sandboxes, rollout, run_context, run_workflow,
                              scripted_model_server, smoke_config)
 from workflow_util import snakemake
 from sandbatch.errors import UserError
@@ -181,9 +181,11 @@ def test_real_mini_swe_agent_resolves_smoke_tasks(tmp_path, tmp_path_factory, sc
         "install": {"env": {"UV_CACHE_DIR": str(caches / "uv-cache"), "PIP_CACHE_DIR": str(caches / "pip-cache")}}}}
     tasks = ["smoke__calc-1", "smoke__textutils-1", "smoke__duration-1"]
     # no model.name: the one model the endpoint lists ("scripted") is asked once, when the run is planned
-    cfg = smoke_config(tmp_path, harness, tasks, model={"base_url": url}, timeouts={"agent": 300, "install": 600})
+    cfg = smoke_config(tmp_path, harness, tasks, model={"base_url": url, "tokens": "on"},
+                       timeouts={"agent": 300, "install": 600})
     run_dir, took = run_workflow(tmp_path, cfg)
     timings = {}
+    assert_token_data(run_dir, tasks, model)  # model.tokens: on, calls not streamed
     for task in tasks[:2]:
         h = rollout(run_dir, task, "harness.json")
         assert (h["status"], h["exit_code"], h["metadata"]["exit_status"]) == ("ok", 0, "Submitted"), h

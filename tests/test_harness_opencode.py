@@ -15,8 +15,8 @@ import pytest
 
 from services import need_program
 from gym_env import assert_valid_responses
-from harness_support import (OPENCODE_SCRIPT as SCRIPT, items_of, leftover_sandboxes, rollout, run_context,
-                             run_workflow, scripted_model_server, sleeper, smoke_config)
+from harness_support import (OPENCODE_SCRIPT as SCRIPT, assert_token_data, items_of, leftover_sandboxes, rollout,
+                             run_context, run_workflow, scripted_model_server, sleeper, smoke_config)
 from sandbatch.errors import UserError
 from sandbatch.harness import get_harness
 from sandbatch.harness.opencode import DEFAULT_PERMISSION
@@ -117,7 +117,7 @@ def test_real_opencode_resolves_smoke_tasks(tmp_path, tmp_path_factory, scripted
     env = {"npm_config_cache": str(npm_cache)}
     harness = {"name": "opencode", "config": {"install": {"method": "npm", "env": env}}}
     tasks = ["smoke__calc-1", "smoke__textutils-1"]
-    cfg = smoke_config(tmp_path, harness, tasks, model={"name": "scripted", "base_url": url,
+    cfg = smoke_config(tmp_path, harness, tasks, model={"name": "scripted", "base_url": url, "tokens": "on",
                                                         "api_key_env": "SCRIPTED_UPSTREAM_KEY"},
                        timeouts={"agent": 300, "install": 600})
     run_dir, took = run_workflow(tmp_path, cfg)
@@ -152,6 +152,9 @@ def test_real_opencode_resolves_smoke_tasks(tmp_path, tmp_path_factory, scripted
     assert sum(r["usage"]["input_tokens"] for r in rows) == sum(u["prompt"] for u in model.reported_usage) > 0
     assert sum(r["usage"]["output_tokens"] for r in rows) == sum(u["completion"] for u in model.reported_usage)
     assert any("bash" in json.dumps(r["body"].get("tools")) for r in chat)
+    # model.tokens: on; OpenCode streams: every turn's token ids and logprobs on its items
+    assert all(r["body"]["stream"] is True and r["body"]["return_token_ids"] is True for r in chat)
+    assert_token_data(run_dir, tasks, model)
     assert leftover_sandboxes(tmp_path) == []
     print(f"\nopencode via npm, 2 tasks: workflow {took:.1f} s; (install s, agent s) per task: {timings}")
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from gym_env import assert_valid_responses
-from harness_support import items_of, leftover_sandboxes, rollout, run_context, run_workflow, smoke_config
+from harness_support import (CALC_EDIT, SLUG_EDIT, assert_token_data, items_of, leftover_sandboxes, rollout,
+                             run_context, run_workflow, scripted_model_server, smoke_config)
 from sandbatch.errors import UserError
 from sandbatch.harness import get_harness
 from sandbatch.harness.pool import AGENT_DEFAULT
@@ -289,6 +290,52 @@ def test_pool_runs_through_the_workflow(tmp_path):
         assert not any("last-run.log" in f for f in rollout(run_dir, task, "patch.json")["files"])
     assert leftover_sandboxes(tmp_path) == []
     print(f"pool stand-in workflow, 4 tasks: {took:.1f} s")
+
+
+# the scripted model's side of the stand-in's agent loop (a `shell` tool; no tool call ends it)
+POOL_SCRIPT = {
+    "tasks": {
+        "divide() truncates": {"turns": [
+            {"content": "Looking.", "tool_calls": [{"name": "bash", "arguments": {"command": "grep -n '//' calc.py"}}]},
+            {"content": "Fixing.", "tool_calls": [{"name": "bash", "arguments": {"command": CALC_EDIT}}]},
+        ], "final": {"content": "Fixed divide()."}},
+        # reasoning on the first turn, which the stand-in leaves out of the history it sends back
+        "slugify() leaves": {"turns": [
+            {"reasoning_content": "Read it first.", "content": "Reading.",
+             "tool_calls": [{"name": "bash", "arguments": {"command": "cat textutils/slug.py"}}]},
+            {"content": "Fixing.", "tool_calls": [{"name": "bash", "arguments": {"command": SLUG_EDIT}}]},
+        ], "final": {"content": "Fixed slugify()."}},
+    },
+    "fallbacks": {"bash": [{"name": "shell", "rename": {"command": "cmd"}}]},
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("streaming", [False, True], ids=["plain", "streamed"])
+def test_pool_rollouts_carry_the_upstreams_token_ids_and_show_drift(tmp_path, streaming):
+    """model.tokens: on, the stand-in's own agent loop: three turns per task, ids joined to items."""
+    tasks = ["smoke__calc-1", "smoke__textutils-1"]
+    openai = {"use_streaming": streaming}
+    harness = {"name": "pool", "config": {"install": {"method": "upload", "source": str(STANDIN)},
+                                          "max_context_window": 64000,
+                                          "agent_config": {"model": {"provider": {"openai": openai}}}}}
+    with scripted_model_server(POOL_SCRIPT) as (url, model):
+        cfg = smoke_config(tmp_path, harness, tasks, model={"name": "scripted", "base_url": url, "tokens": "on"},
+                           timeouts={"agent": 120})
+        run_dir, _ = run_workflow(tmp_path, cfg)
+    assert {r["body"]["stream"] for r in model.requests} == {streaming}
+    for task in tasks:
+        assert rollout(run_dir, task, "grade.json")["reward"] == 1.0
+        assert len(items_of(rollout(run_dir, task, "response.json"), "function_call")) == 2
+    # textutils' second prompt lacks the first turn's reasoning: the one drifted turn of the run
+    assert_token_data(run_dir, tasks, model, drifted={"smoke__textutils-1": 1})
+    drift = json.loads((run_dir / "metrics.json").read_text())["token_data"]
+    assert (drift["turns_with_tokens"], drift["continuing_turns"], drift["drifted_turns"]) == (6, 4, 1)
+    assert drift["drift_rate"]["value"] == 0.25
+    assert "re-tokenisation drift (turns not extending the previous turn) | 25.0% (1/4)" in \
+        (run_dir / "report.md").read_text()
+    page = (run_dir / "report" / "view" / "rollouts" / "smoke__textutils-1" / "0.html").read_text()
+    assert "<td>drifted turns</td><td>1 of 2</td>" in page
 
 
 # --- max_context_window: set, or the endpoint's max_model_len, or a plan-time error ----------

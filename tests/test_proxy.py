@@ -498,25 +498,6 @@ def test_retry_after_forms():
     assert retry_after({}) is None and retry_after({"retry-after": "soon"}) is None
 
 
-def test_record_tokens_keeps_ids_and_logprobs(scripted, out):
-    settings = {"record_tokens": True, "extra_body": {"logprobs": True, "return_token_ids": True}}
-    with proxy(scripted.url, out, settings) as p:
-        base = p.url_for("127.0.0.1")
-        httpx.post(f"{base}/chat/completions", json=chat_body())
-        httpx.post(f"{base}/chat/completions", json=chat_body(stream=True))
-    plain, streamed = (r["tokens"] for r in calls(out))
-    assert plain["prompt_token_ids"] and plain["choices"][0]["token_ids"]
-    assert "".join(plain["choices"][0]["tokens"]) == "Listing files."
-    assert all(lp == -0.125 for lp in plain["choices"][0]["logprobs"])
-    assert streamed == plain  # the stream's pieces add up to the same tokens
-
-
-def test_record_tokens_off_keeps_no_tokens(scripted, out):
-    with proxy(scripted.url, out, {"extra_body": {"logprobs": True}}) as p:
-        httpx.post(p.url_for("127.0.0.1") + "/chat/completions", json=chat_body())
-    assert "tokens" not in calls(out)[0]
-
-
 # --- lifecycle ------------------------------------------------------------------------------
 
 def test_async_context_does_not_block_the_callers_loop_and_stops_cleanly(upstream, out):

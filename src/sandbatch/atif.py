@@ -4,8 +4,10 @@ Harbor's viewer and the tools that read ATIF load `trajectory.json`, written bes
 response.json by the convert step. The mapping: the prompt is step 1 (source "user");
 each model turn (its reasoning, message and tool calls) is one "agent" step, and the
 outputs of its tool calls are that step's observation. A new agent step starts when text
-follows tool calls or a second message follows a message. Per-step token metrics come
-from model_calls.jsonl when there is exactly one answered model call per agent step (the
+follows tool calls or a second message follows a message. Per-step metrics come from the
+model call the step's items were joined to (token_join): its usage, and with token data
+`prompt_token_ids`, `completion_token_ids` and `logprobs`. Without a join they come from
+model_calls.jsonl when there is exactly one answered model call per agent step (the
 turns then line up); the totals are always in final_metrics.
 Spec: harbor docs/rfcs/0001-trajectory-format.md (ATIF-v1.4).
 """
@@ -13,9 +15,12 @@ Spec: harbor docs/rfcs/0001-trajectory-format.md (ATIF-v1.4).
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from .responses import item_text
+
+if TYPE_CHECKING:
+    from .token_join import Turn
 
 SCHEMA_VERSION = "ATIF-v1.4"
 
@@ -34,7 +39,8 @@ def agent_steps(items: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     by_call: dict[str, dict[str, Any]] = {}
 
     def new() -> dict[str, Any]:
-        steps.append({"source": "agent", "message": "", "_reasoning": [], "tool_calls": [], "_results": []})
+        steps.append({"source": "agent", "message": "", "_reasoning": [], "tool_calls": [], "_results": [],
+                      "_items": []})
         return steps[-1]
 
     cur: dict[str, Any] | None = None
@@ -44,6 +50,7 @@ def agent_steps(items: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
             if cur is None or cur["tool_calls"] or cur["_results"] or (kind == "message" and cur["message"]) \
                     or (kind == "reasoning" and cur["message"]):
                 cur = new()
+            cur["_items"].append(it.get("id"))
             if kind == "message":
                 cur["message"] = item_text(it)
             else:
@@ -51,6 +58,7 @@ def agent_steps(items: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         elif kind == "function_call":
             if cur is None or cur["_results"]:
                 cur = new()
+            cur["_items"].append(it.get("id"))
             call_id = it.get("call_id") or f"call_{len(by_call)}"
             cur["tool_calls"].append({"tool_call_id": call_id, "function_name": it.get("name") or "",
                                       "arguments": _arguments(it.get("arguments"))})
@@ -66,7 +74,7 @@ def agent_steps(items: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
             owner["_results"].append(result)
     out = []
     for s in steps:
-        step = {"source": "agent", "message": s["message"]}
+        step = {"source": "agent", "message": s["message"], "_items": s["_items"]}
         if s["_reasoning"]:
             step["reasoning_content"] = "\n".join(s["_reasoning"])
         if s["tool_calls"]:
@@ -77,23 +85,41 @@ def agent_steps(items: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _metrics(call: Mapping[str, Any], turn: "Turn | None" = None) -> dict[str, Any]:
+    u = call.get("usage") or {}
+    out = {"prompt_tokens": u.get("prompt_tokens", 0), "completion_tokens": u.get("completion_tokens", 0),
+           "cached_tokens": u.get("cached_tokens", 0), "extra": {"reasoning_tokens": u.get("reasoning_tokens", 0)}}
+    fields = turn.training() if turn is not None else None
+    if fields:
+        out.update(prompt_token_ids=fields["prompt_token_ids"], completion_token_ids=fields["generation_token_ids"],
+                   logprobs=fields["generation_log_probs"])
+    return out
+
+
 def trajectory(response: Mapping[str, Any], prompt: str | None, agent: Mapping[str, Any], session_id: str,
-               calls: list[Mapping[str, Any]] | None = None, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The ATIF document of one rollout; `agent` is {name, version, model_name}."""
+               calls: list[Mapping[str, Any]] | None = None, extra: Mapping[str, Any] | None = None,
+               turns: Iterable["Turn"] = ()) -> dict[str, Any]:
+    """The ATIF document of one rollout; `agent` is {name, version, model_name}; `turns` the
+    model calls joined to the response's items (token_join.Turn)."""
     model = agent.get("model_name")
     steps: list[dict[str, Any]] = []
     if prompt is not None:
         steps.append({"source": "user", "message": prompt})
     agents = agent_steps(response.get("output") or [])
+    turn_of = {item.get("id"): turn for turn in turns for item in turn.items}
     answered = [c for c in calls or [] if isinstance(c.get("status"), int) and c["status"] < 400
                 and isinstance(c.get("usage"), Mapping)]
-    if agents and len(answered) == len(agents):
+    if turn_of:
+        for step in agents:
+            joined = {id(turn_of[i]): turn_of[i] for i in step["_items"] if i in turn_of}
+            if len(joined) == 1:
+                turn = next(iter(joined.values()))
+                step["metrics"] = _metrics(turn.row, turn)
+    elif agents and len(answered) == len(agents):
         for step, call in zip(agents, answered):
-            u = call["usage"]
-            step["metrics"] = {"prompt_tokens": u.get("prompt_tokens", 0), "completion_tokens": u.get("completion_tokens", 0),
-                               "cached_tokens": u.get("cached_tokens", 0),
-                               "extra": {"reasoning_tokens": u.get("reasoning_tokens", 0)}}
+            step["metrics"] = _metrics(call)
     for step in agents:
+        del step["_items"]
         if model:
             step["model_name"] = model
     steps += agents

@@ -61,7 +61,6 @@ class ProxyConfig(_Model):
     max_calls: int | None
     max_tokens: int | None
     cap_status: int
-    record_tokens: bool
     force_model_name: bool
     stream_usage: bool
     require_agent_key: bool
@@ -76,6 +75,7 @@ class ModelConfig(_Model):
     name_env: str | None
     api_key_env: str | None
     sampling: dict[str, Any]
+    tokens: Literal["auto", "on", "off"]
     proxy: ProxyConfig
 
 
@@ -185,8 +185,11 @@ def coerce_strings(data: Any, schema: Mapping[str, Any]) -> Any:
 
     Snakemake passes nested `--config` values as strings (`model={"sampling": ...}` gives
     "0.6"); a string is parsed as YAML only where the schema does not accept a string.
+    A boolean where the schema wants one of "on"/"off" (YAML's unquoted on/off) is that word.
     """
     types = _types_of(schema)
+    if isinstance(data, bool) and "boolean" not in types and {"on", "off"} <= set(schema.get("enum") or ()):
+        return "on" if data else "off"  # YAML 1.1 reads an unquoted on/off as a boolean
     if isinstance(data, str) and types and "string" not in types:
         import yaml
 
@@ -295,6 +298,9 @@ def _check_benchmark(cfg: "Config") -> None:
     from .tasks.settings import check_template
 
     check_template(cfg.benchmark.prompt_template)
+    if cfg.model.tokens == "on" and not cfg.model.proxy.enabled:
+        raise UserError("model.tokens: 'on' needs the model proxy, which asks the upstream for token ids; "
+                        "set model.proxy.enabled: true or model.tokens: auto")
     if cfg.grading.in_agent_sandbox and cfg.benchmark.kind != "terminal_bench":
         raise UserError(f"grading.in_agent_sandbox: only Terminal-Bench tasks are graded in the agent's sandbox; "
                         f"remove it for benchmark.kind {cfg.benchmark.kind!r}")

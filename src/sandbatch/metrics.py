@@ -61,6 +61,7 @@ def compute(rollouts: Iterable[Mapping[str, Any]], threshold: float) -> dict[str
     graded = len(rows) - len(infra)
     durations = {p: [r["durations"][p] for r in rows if r["durations"].get(p) is not None] for p in PHASES}
     tokens = [r["usage"].get("total_tokens", 0) for r in rows]
+    joins = [r.get("token_join") or {} for r in rows]
     return {
         "tasks": len(by_task),
         "rollouts": len(rows),
@@ -82,7 +83,20 @@ def compute(rollouts: Iterable[Mapping[str, Any]], threshold: float) -> dict[str
         "tokens": {"total": sum(tokens), "mean_per_rollout": round(sum(tokens) / len(tokens), 1) if tokens else 0,
                    "input": sum(r["usage"].get("input_tokens", 0) for r in rows),
                    "output": sum(r["usage"].get("output_tokens", 0) for r in rows)},
+        "token_data": token_data(joins),
     }
+
+
+def token_data(joins: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """Token ids and logprobs over the rollouts' token_join counts (response.json): how many
+    turns carry them, how well calls joined items, and the re-tokenisation drift (the share
+    of turns continuing a conversation whose prompt does not extend the previous turn's
+    prompt + generation token for token)."""
+    total = {k: sum(int(j.get(k) or 0) for j in joins) for k in (
+        "calls", "matched_calls", "unmatched_calls", "items", "matched_items", "unmatched_items",
+        "turns_with_tokens", "continuing_turns", "drifted_turns")}
+    return {**total, "rollouts_with_tokens": sum(1 for j in joins if j.get("turns_with_tokens")),
+            "drift_rate": _rate(total["drifted_turns"], total["continuing_turns"])}
 
 
 def _rate(num: int, den: int) -> dict[str, Any]:

@@ -24,6 +24,19 @@ def metric_rows(m: dict[str, Any]) -> list[tuple[str, str]]:
         ("empty patches", str(m["empty_patches"])),
         ("patches that changed tests or test config", _pct(m["tampering_rate"])),
         ("tokens (total / mean per rollout)", f"{m['tokens']['total']} / {m['tokens']['mean_per_rollout']}"),
+        *_token_rows(m.get("token_data") or {}),
+    ]
+
+
+def _token_rows(t: dict[str, Any]) -> list[tuple[str, str]]:
+    """Token data rows, when any model call was recorded for the join."""
+    if not t.get("calls"):
+        return []
+    return [
+        ("turns with token ids and logprobs", f"{t['turns_with_tokens']} ({t['rollouts_with_tokens']} rollouts)"),
+        ("model calls joined to items (unmatched calls / items)",
+         f"{t['matched_calls']}/{t['calls']} ({t['unmatched_calls']} / {t['unmatched_items']})"),
+        ("re-tokenisation drift (turns not extending the previous turn)", _pct(t["drift_rate"])),
     ]
 
 

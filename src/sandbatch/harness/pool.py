@@ -54,7 +54,7 @@ AGENT_DEFAULT: dict[str, Any] = {
         "shell": {"foreground_timeout": "120s"},
     },
     "model": {
-        # streaming off: token ids and logprobs come back only on non-streaming responses
+        # streaming off: one answer per call (model.tokens records streamed calls too)
         "provider": {"openai": {"base_url": None, "api_key": None, "model_id": None, "use_streaming": False}},
         "prompt": {"hidden_tool_names": ["exit"]},
         "max_completion_retries": 2,

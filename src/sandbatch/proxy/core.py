@@ -24,7 +24,12 @@ forces the model name; adds the upstream API key (held in memory only, never wri
 retries connect errors, dropped connections, 429 (honouring Retry-After), 502 and 503
 with jittered exponential backoff inside `retry_budget`; relays streams chunk by chunk;
 refuses calls beyond `max_calls` / `max_tokens` with an OpenAI-style error; and appends
-one JSON line per request to `calls_path`.
+one JSON line per request to `calls_path`. With `tokens` (model.tokens) other than off it
+records each call's number, what it produced (`output`, digests for the convert step's
+join) and its token ids and logprobs (`tokens`, see tokens.py); `on` also asks the
+upstream for them and makes streamed calls unstreamed upstream where a stream carries
+none (Responses always; Chat once a stream of this upstream came without them), streaming
+the answer back to the agent (restream.py).
 """
 
 from __future__ import annotations
@@ -46,9 +51,10 @@ from aiohttp import web
 from ..errors import InfraError, UserError
 from ..usage import MODEL_ENDPOINTS, usage_of
 from ..util import backoff_delay
+from . import tokens as token_data
+from .restream import chat_stream, responses_stream
 from .rewrite import rewrite_request
 from .server import ServerThread, catch_all
-from .tokens import TokenCollector
 
 if TYPE_CHECKING:
     from ..config import ModelConfig, ProxyConfig
@@ -209,10 +215,15 @@ class _Failure(Exception):
 
 
 class _SSEScanner:
-    """Finds usage (and token data) in an SSE byte stream without holding the whole stream."""
+    """Finds usage (and token data) in an SSE byte stream without holding the whole stream.
 
-    def __init__(self, tokens: TokenCollector | None):
+    Events are parsed only when they may hold what is looked for: usage, or with a
+    collector, token data (`every`: all events, as they carry the output too).
+    """
+
+    def __init__(self, tokens: token_data.TokenCollector | None, every: bool = False):
         self.tokens = tokens
+        self.every = every
         self.usage: dict[str, int] | None = None
         self._buffer = b""
 
@@ -225,13 +236,18 @@ class _SSEScanner:
             self._buffer = buffer
             return
         self._buffer = buffer[end + 2:]
-        if self.tokens is None and b'"usage"' not in buffer:
+        if not self._wanted(buffer):
             return  # the common case: nothing to look at in these events
         for event in buffer[:end].split(b"\n\n"):
             self._event(event)
 
+    def _wanted(self, data: bytes) -> bool:
+        if self.tokens is None:
+            return b'"usage"' in data
+        return self.every or b'"usage"' in data or token_data.MARKER.search(data) is not None
+
     def _event(self, event: bytes) -> None:
-        if self.tokens is None and b'"usage"' not in event:
+        if not self._wanted(event):
             return
         data = b"\n".join(line[5:].lstrip(b" ") for line in event.split(b"\n") if line.startswith(b"data:"))
         if not data or data == b"[DONE]":
@@ -266,6 +282,7 @@ class ModelProxy:
         key per proxy, readable as `.agent_key`.
     calls_path: model_calls.jsonl, appended one line per request.
     sampling: `model.sampling`; model_name: `model.name` (used when force_model_name).
+    tokens: `model.tokens` (auto, on, off).
     bind_host / port: override the settings' values (bind_host None = 127.0.0.1).
 
     Attributes after start: `port`, `url_for(host)`, `stats`, `agent_key`.
@@ -283,6 +300,7 @@ class ModelProxy:
         bind_host: str | None = None,
         port: int | None = None,
         agent_key: str | None = None,
+        tokens: str = "auto",
     ):
         if not upstream_url or not upstream_url.startswith(("http://", "https://")):
             raise UserError(f"model.base_url: {upstream_url!r} is not an http(s) URL; set it to the "
@@ -291,6 +309,9 @@ class ModelProxy:
         self.upstream_url = upstream_url.rstrip("/")
         self.calls_path = Path(calls_path)
         self.sampling = dict(sampling or {})
+        self.token_mode = tokens
+        self._prompts = token_data.PromptLog()
+        self._chat_streams_bare = False  # a Chat stream came without token ids: restream them
         self.model_name = model_name
         self.bind_host = bind_host or self.settings.bind_host or "127.0.0.1"
         self._api_key = api_key
@@ -317,7 +338,7 @@ class ModelProxy:
         if not model.base_url:
             raise UserError("model.base_url: not set; give the OpenAI-compatible endpoint, e.g. http://host:8000/v1")
         return cls(model.proxy, model.base_url, api_key, calls_path, sampling=model.sampling,
-                   model_name=model.name, bind_host=bind_host, port=port)
+                   model_name=model.name, bind_host=bind_host, port=port, tokens=model.tokens)
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -473,10 +494,23 @@ class ModelProxy:
             kind = "rate_limit_error" if s.cap_status == 429 else "invalid_request_error"
             return _error(s.cap_status, message, f"{cap}_exceeded", kind)
         self.calls += 1
+        record["call"] = self.calls
         changes = rewrite_request(
             body, endpoint, drop_cache=s.drop_cache_control, sampling=self.sampling, extra_body=s.extra_body,
             model=self.model_name if s.force_model_name else None, stream_usage=s.stream_usage)
         record.update(model=body.get("model"), stream=body.get("stream") is True, **changes)
+        restream = usage_chunk = False
+        if self.token_mode == "on":
+            record.update(token_data.ask(body, endpoint))
+            # a stream without token ids (Responses; Chat from this upstream once one came
+            # without): ask unstreamed, stream the answer back
+            restream = body.get("stream") is True and (endpoint == "responses" or (
+                endpoint == "chat" and self._chat_streams_bare))
+            if restream:
+                usage_chunk = (body.pop("stream_options", None) or {}).get("include_usage") is True
+                body["stream"] = False
+                record["restreamed"] = True
+        continuing = token_data.continuing(body)
         content = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
         record["request_bytes"] = len(content)
         try:
@@ -493,7 +527,7 @@ class ModelProxy:
             record["attempt_statuses"] = statuses
         headers = _response_headers(resp)
         if resp.content_type == "text/event-stream":
-            return await self._relay(request, resp, headers, record, t0)
+            return await self._relay(request, resp, headers, record, t0, continuing)
         try:
             data = await resp.read()
         except self._errors as exc:
@@ -505,14 +539,33 @@ class ModelProxy:
             resp.release()
         record["latency_s"] = _since(t0)
         record["response_bytes"] = len(data)
-        answer = web.Response(status=resp.status, body=data, headers=headers)
-        # parse after the bytes are on their way: the agent does not wait for bookkeeping
-        await answer.prepare(request)
-        await answer.write_eof()
-        self._finish(record, data)
+        if restream and resp.status < 400:
+            answer = await self._restream(request, data, headers, endpoint, usage_chunk)
+        else:
+            answer = web.Response(status=resp.status, body=data, headers=headers)
+            # parse after the bytes are on their way: the agent does not wait for bookkeeping
+            await answer.prepare(request)
+            await answer.write_eof()
+        self._finish(record, data, continuing)
         return answer
 
-    def _finish(self, record: dict[str, Any], data: bytes) -> None:
+    async def _restream(self, request: web.Request, data: bytes, headers: dict[str, str], endpoint: str,
+                        usage_chunk: bool) -> web.StreamResponse:
+        """Send an unstreamed answer to the agent as the event stream it asked for."""
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            obj = None
+        obj = obj if isinstance(obj, dict) else {}
+        headers = {k: v for k, v in headers.items() if k != "content-type"}
+        out = web.StreamResponse(status=200, headers={**headers, "content-type": "text/event-stream",
+                                                      "cache-control": "no-cache"})
+        await out.prepare(request)
+        await out.write(responses_stream(obj) if endpoint == "responses" else chat_stream(obj, usage_chunk))
+        await out.write_eof()
+        return out
+
+    def _finish(self, record: dict[str, Any], data: bytes, continuing: bool) -> None:
         try:
             obj = json.loads(data)
         except ValueError:
@@ -522,18 +575,29 @@ class ModelProxy:
             if record.get("status", 200) >= 400 and isinstance(obj.get("error"), (dict, str)):
                 err = obj["error"]
                 record["error"] = (err.get("message") if isinstance(err, dict) else err) or str(err)
-            elif self.settings.record_tokens:
-                collector = TokenCollector()
+            elif self.token_mode != "off":
+                collector = token_data.TokenCollector()
                 collector.add(obj)
-                record["tokens"] = collector.result()
+                self._keep_tokens(record, collector, continuing)
         else:
             record["usage"] = None
         self._account(record)
 
+    def _keep_tokens(self, record: dict[str, Any], collector: "token_data.TokenCollector", continuing: bool) -> None:
+        """The call's `tokens` (a prompt delta) when they came, and its `output` (for the join)
+        when they came or were asked for."""
+        kept = self._prompts.record(record["call"], collector.prompt_token_ids, collector.generation(),
+                                    collector.logprobs, continuing)
+        if kept is not None:
+            record["tokens"] = kept
+        if kept is not None or self.token_mode == "on":
+            record["output"] = collector.output()
+
     async def _relay(self, request: web.Request, resp: aiohttp.ClientResponse, headers: dict[str, str],
-                     record: dict, t0: float) -> web.StreamResponse:
+                     record: dict, t0: float, continuing: bool) -> web.StreamResponse:
         """Relay an event stream chunk by chunk, scanning it for usage and tokens on the way."""
-        scanner = _SSEScanner(TokenCollector() if self.settings.record_tokens else None)
+        scanner = _SSEScanner(token_data.TokenCollector() if self.token_mode != "off" else None,
+                              every=self.token_mode == "on")
         out = web.StreamResponse(status=resp.status, headers=headers)
         size = 0
         try:
@@ -559,8 +623,11 @@ class ModelProxy:
         finally:
             resp.release()
             record.update(latency_s=_since(t0), response_bytes=size, usage=scanner.usage)
-            if scanner.tokens is not None:
-                record["tokens"] = scanner.tokens.result()
+            if scanner.tokens is not None and resp.status < 400:
+                self._keep_tokens(record, scanner.tokens, continuing)
+                if self.token_mode == "on" and record["endpoint"] == "chat" and \
+                        not (record.get("tokens") or {}).get("prompt"):
+                    self._chat_streams_bare = True  # asked, no prompt ids came: restream the next ones
             self._account(record)
         return out
 

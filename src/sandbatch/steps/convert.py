@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from .. import atif, responses, usage
+from .. import atif, responses, token_join, usage
 from ..errors import InfraError
 from ..harness import Conversion, get_harness
 from ..records import EVENTS, HARNESS, MODEL_CALLS, RESPONSE, TRAJECTORY, HarnessRecord, load
@@ -28,20 +28,23 @@ class ConvertStep(Step):
             conv = harness.convert(events, config)
         except Exception as exc:  # a converter bug must not block the aggregate; it is reported
             conv = Conversion(items=[], unknown=len(events), metadata={"conversion_error": repr(exc)})
+        calls = [c for c in usage.iter_calls(ctx.path(MODEL_CALLS)) if usage.is_model_call(c)]
+        # joined before inline_think, which changes the messages' text
+        joined, turns = token_join.attach(conv.items, calls)
         items = responses.inline_think(conv.items) if config.get("inline_think") else conv.items
         run = {"run": cfg.run, "harness": harness.name, "status": rec.status, "failure_class": rec.failure_class,
                "task_id": ctx.task_id, "instance_id": ctx.task.instance_id, "repeat": ctx.repeat,
-               "events": len(events), "unknown_events": conv.unknown, **conv.metadata}
+               "events": len(events), "unknown_events": conv.unknown,
+               **({"token_join": joined} if joined else {}), **conv.metadata}
         resp = responses.response(items, usage.summarize(ctx.path(MODEL_CALLS)), cfg.model.name,
                                   _RESPONSE_STATUS[rec.status], run,
                                   int(datetime.fromisoformat(rec.started_at).timestamp()) if rec.started_at else None)
-        calls = [c for c in usage.iter_calls(ctx.path(MODEL_CALLS)) if usage.is_model_call(c)]
         write_json(ctx.path(TRAJECTORY), atif.trajectory(
             resp, prompt_for(ctx.task, cfg.benchmark),
             {"name": harness.name, "version": rec.version, "model_name": cfg.model.name if harness.needs_model else None},
             f"{cfg.run}/{ctx.task_id}/{ctx.repeat}", calls,
             {"sandbatch": {"run": cfg.run, "task_id": ctx.task_id, "instance_id": ctx.task.instance_id,
-                           "repeat": ctx.repeat, "status": rec.status, "response_id": resp["id"]}}))
+                           "repeat": ctx.repeat, "status": rec.status, "response_id": resp["id"]}}, turns))
         write_json(ctx.path(RESPONSE), resp)
 
     def fail(self, exc: InfraError) -> None:  # conversion touches no infrastructure

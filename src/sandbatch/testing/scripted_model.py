@@ -27,12 +27,24 @@ Script (YAML or JSON)::
     title: "Scripted task"        # answer to title requests (no tools, "title" in the system text)
     models: [scripted]            # ids listed by /v1/models
     max_model_len: 32768          # their context length there, as vLLM reports it (null: not reported)
+    drop_history_reasoning: false # true: the template leaves reasoning out of the history
+    stream_tokens: true           # false: streams carry no token ids or logprobs (plain answers do)
 
 The turn is the number of assistant turns already in the conversation, so the server
-keeps no state and concurrent rollouts do not interfere. Usage is derived from character
-counts (4 characters a token). Token ids and logprobs are returned when asked for the way
-vLLM is asked (`logprobs: true`, `return_token_ids: true`; Responses:
-`include: ["message.output_text.logprobs"]`).
+keeps no state and concurrent rollouts do not interfere. Usage counts tokens: the
+conversation is rendered through a toy chat template (`<|role|>` text `<|end|>` per
+message, tool calls as canonical JSON, the assistant's reasoning when the history carries
+it back) and cut into 4-character tokens, each with a fixed id, so a prompt extends the
+previous turn's prompt + generation token for token exactly when the agent sends the
+history back as it was generated. `drop_history_reasoning: true` renders the history
+without reasoning, as some real chat templates do (re-tokenisation drift).
+
+Token ids and logprobs come when asked for the way vLLM is asked: Chat `logprobs: true`
+(`logprobs.content`, one entry per generated token, streamed per chunk) and
+`return_token_ids: true` (`prompt_token_ids`, per choice `token_ids`); Responses
+`include: ["message.output_text.logprobs"]` (the text's logprobs), `return_token_ids: true`
+(top-level `prompt_token_ids`) and `return_tokens_as_token_ids: true` (logprob tokens
+written `token_id:N`). `logprob(id)` is the logprob of a token, fixed per id.
 """
 
 from __future__ import annotations
@@ -42,6 +54,7 @@ import asyncio
 import json
 import re
 import signal
+import zlib
 import sys
 import time
 from dataclasses import dataclass, field
@@ -119,6 +132,8 @@ class Script:
     title: str = "Scripted task"
     models: list[str] = field(default_factory=lambda: ["scripted"])
     max_model_len: int | None = 32768
+    drop_history_reasoning: bool = False
+    stream_tokens: bool = True
 
     @classmethod
     def load(cls, path: str | Path) -> "Script":
@@ -135,10 +150,11 @@ class Script:
     def from_dict(cls, raw: dict[str, Any], where: str = "script") -> "Script":
         if not isinstance(raw, dict):
             raise UserError(f"{where}: the top level must be a mapping with 'tasks'")
-        unknown = set(raw) - {"tasks", "default", "final", "fallbacks", "title", "models", "max_model_len"}
+        allowed = {"tasks", "default", "final", "fallbacks", "title", "models", "max_model_len",
+                   "drop_history_reasoning", "stream_tokens"}
+        unknown = set(raw) - allowed
         if unknown:
-            raise UserError(f"{where}: unknown key '{sorted(unknown)[0]}'; "
-                            "allowed: tasks, default, final, fallbacks, title, models, max_model_len")
+            raise UserError(f"{where}: unknown key '{sorted(unknown)[0]}'; allowed: {', '.join(sorted(allowed))}")
         script = cls()
         for key, spec in (raw.get("tasks") or {}).items():
             loc = f"{where}: tasks.{key}"
@@ -168,6 +184,8 @@ class Script:
         script.title = str(raw.get("title", script.title))
         script.models = list(raw.get("models") or script.models)
         script.max_model_len = raw.get("max_model_len", script.max_model_len)
+        script.drop_history_reasoning = bool(raw.get("drop_history_reasoning", False))
+        script.stream_tokens = bool(raw.get("stream_tokens", True))
         return script
 
     def task_for(self, text: str) -> TaskScript | None:
@@ -225,8 +243,74 @@ def tool_names(body: dict[str, Any]) -> list[str]:
     return names
 
 
-def _tokens(n_chars: int) -> int:
-    return max(1, -(-n_chars // CHARS_PER_TOKEN))
+# --- the toy tokenizer and chat template ----------------------------------------------------
+
+END = "<|end|>"
+
+
+def tokenize(text: str) -> list[tuple[str, int]]:
+    """(piece, id) per CHARS_PER_TOKEN characters; a piece's id depends on its text alone."""
+    pieces = [text[i:i + CHARS_PER_TOKEN] for i in range(0, len(text), CHARS_PER_TOKEN)]
+    return [(p, zlib.crc32(p.encode()) % 50000 + 1) for p in pieces]
+
+
+def _canonical(arguments: Any) -> str:
+    """Tool-call arguments as the template renders them: parsed and re-encoded (sorted keys)."""
+    try:
+        value = json.loads(arguments) if isinstance(arguments, str) else arguments
+    except ValueError:
+        return str(arguments)
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _call_text(name: str, arguments: Any) -> str:
+    return f'<tool>{{"name":{json.dumps(name)},"arguments":{_canonical(arguments)}}}</tool>'
+
+
+def _assistant_segments(reasoning: str, content: str, calls: Iterable[tuple[str, Any]]) -> list[str]:
+    """The texts of an assistant turn in the order the template renders (and the model generates) them."""
+    texts = ([f"<think>{reasoning}</think>"] if reasoning else []) + ([content] if content else [])
+    return texts + [_call_text(name, args) for name, args in calls] + [END]
+
+
+def _history_segments(item: dict[str, Any], drop_reasoning: bool) -> list[str]:
+    """One history item as template segments (Chat messages and Responses items alike); an
+    assistant turn's END is added once per turn by render_prompt."""
+    kind = item.get("type")
+    if kind == "function_call":
+        return [_call_text(str(item.get("name", "")), item.get("arguments") or "{}")]
+    if kind == "function_call_output":
+        return [f"<|tool|>{_text(item.get('output'))}", END]
+    if kind == "reasoning":
+        text = _text(item.get("summary")) or _text(item.get("content"))
+        return [] if drop_reasoning else [f"<think>{text}</think>"]
+    if item.get("role") == "assistant":
+        reasoning = "" if drop_reasoning else str(item.get("reasoning_content") or item.get("reasoning") or "")
+        calls = [((c.get("function") or {}).get("name", ""), (c.get("function") or {}).get("arguments") or "{}")
+                 for c in item.get("tool_calls") or [] if isinstance(c, dict)]
+        return _assistant_segments(reasoning, _text(item.get("content")), calls)[:-1]
+    return [f"<|{item.get('role')}|>{_text(item.get('content'))}", END]
+
+
+def render_prompt(messages: list[dict[str, Any]], drop_reasoning: bool = False) -> list[int]:
+    """Prompt token ids: the history, each assistant turn opened by `<|assistant|>` and closed
+    by END, then `<|assistant|>` (the generation prompt)."""
+    ids: list[int] = []
+    previous = False
+    for item in messages:
+        current = _is_assistant(item)
+        if previous and not current:
+            ids += _ids(END)
+        if current and not previous:
+            ids += _ids("<|assistant|>")
+        for text in _history_segments(item, drop_reasoning):
+            ids += _ids(text)
+        previous = current
+    return ids + (_ids(END) if previous else []) + _ids("<|assistant|>")
+
+
+def _ids(text: str) -> list[int]:
+    return [i for _, i in tokenize(text)]
 
 
 @dataclass
@@ -237,26 +321,51 @@ class Reply:
     reasoning: str
     calls: list[tuple[str, str, str]]  # (call id, tool name, arguments JSON)
     finish_reason: str
-    prompt_tokens: int
+    prompt_ids: list[int]  # the rendered, tokenized conversation
     model: str
+
+    def generation(self) -> list[tuple[str, list[tuple[str, int]]]]:
+        """(part, its tokens) in generation order: "reasoning", "content", "call <i>", "end"."""
+        names = (["reasoning"] if self.reasoning else []) + (["content"] if self.content else [])
+        names += [f"call {i}" for i in range(len(self.calls))] + ["end"]
+        texts = _assistant_segments(self.reasoning, self.content, [(n, a) for _, n, a in self.calls])
+        return [(name, tokenize(text)) for name, text in zip(names, texts)]
+
+    def generated(self) -> list[tuple[str, int]]:
+        return [token for _, tokens in self.generation() for token in tokens]
+
+    @property
+    def prompt_tokens(self) -> int:
+        return len(self.prompt_ids)
 
     @property
     def completion_tokens(self) -> int:
-        return _tokens(len(self.content) + len(self.reasoning) + sum(len(a) + len(n) for _, n, a in self.calls))
+        return len(self.generated())
 
     @property
     def reasoning_tokens(self) -> int:
-        return _tokens(len(self.reasoning)) if self.reasoning else 0
+        return sum(len(tokens) for name, tokens in self.generation() if name == "reasoning")
 
     def pieces(self, text: str, size: int = 16) -> list[str]:
         return [text[i:i + size] for i in range(0, len(text), size)]
 
-    def token_ids(self, n: int, salt: int) -> list[int]:
-        return [(salt * 7919 + i * 31) % 50000 + 1 for i in range(n)]
 
-    def logprob_items(self, text: str) -> list[dict[str, Any]]:
-        return [{"token": t, "logprob": -0.125, "bytes": list(t.encode()), "top_logprobs": []}
-                for t in self.pieces(text, CHARS_PER_TOKEN)]
+def logprob(token_id: int) -> float:
+    """The logprob the scripted model reports for a token: fixed per id, distinct across ids."""
+    return -round((token_id % 997 + 1) / 1000, 3)
+
+
+def logprob_items(tokens: list[tuple[str, int]], as_ids: bool = False) -> list[dict[str, Any]]:
+    """logprobs.content entries (as_ids: the token written `token_id:N`, as vLLM's
+    return_tokens_as_token_ids does)."""
+    return [{"token": f"token_id:{i}" if as_ids else piece, "logprob": logprob(i), "bytes": list(piece.encode()),
+             "top_logprobs": []} for piece, i in tokens]
+
+
+def _split(tokens: list, n: int) -> list[list]:
+    """`tokens` in n consecutive groups (the last takes the remainder)."""
+    size = len(tokens) // n if n else 0
+    return [tokens[k * size:(k + 1) * size] if k < n - 1 else tokens[k * size:] for k in range(n)]
 
 
 # --- the server --------------------------------------------------------------------------
@@ -324,11 +433,11 @@ class ScriptedModel:
     def reply(self, body: dict[str, Any]) -> Reply:
         messages = _messages(body)
         offered = tool_names(body)
-        prompt_tokens = _tokens(len(json.dumps(messages)))
+        prompt_ids = render_prompt(messages, self.script.drop_history_reasoning)
         model = str(body.get("model") or self.script.models[0])
         system = "\n".join(_text(m.get("content")) for m in messages if m.get("role") in ("system", "developer"))
         if not offered and re.search(r"\btitle\b", system, re.IGNORECASE):
-            return Reply(self.script.title, "", [], "stop", prompt_tokens, model)
+            return Reply(self.script.title, "", [], "stop", prompt_ids, model)
         index = assistant_turns(messages)
         task = self.script.task_for(first_user_text(messages))
         turns = task.turns if task else self.script.default
@@ -338,7 +447,7 @@ class ScriptedModel:
             turn = (task.final if task and task.final else None) or self.script.final
         calls = [self._resolve(call, offered, f"call_{index}_{i}") for i, call in enumerate(turn.tool_calls)]
         finish = turn.finish_reason or ("tool_calls" if calls else "stop")
-        return Reply(turn.content or "", turn.reasoning_content or "", calls, finish, prompt_tokens, model)
+        return Reply(turn.content or "", turn.reasoning_content or "", calls, finish, prompt_ids, model)
 
     def _resolve(self, call: ToolCall, offered: list[str], call_id: str) -> tuple[str, str, str]:
         """The call under a tool the request offers: the named one, else the first fallback offered."""
@@ -376,41 +485,45 @@ class ScriptedModel:
         out: dict[str, Any] = {"id": "chatcmpl-scripted", "object": "chat.completion", "created": 0,
                                "model": reply.model, "choices": [choice], "usage": self._usage(reply, False)}
         if body.get("logprobs"):
-            choice["logprobs"] = {"content": reply.logprob_items(reply.content)}
+            choice["logprobs"] = {"content": logprob_items(reply.generated(), bool(body.get("return_tokens_as_token_ids")))}
         if body.get("return_token_ids"):
-            out["prompt_token_ids"] = reply.token_ids(reply.prompt_tokens, 1)
-            choice["token_ids"] = reply.token_ids(reply.completion_tokens, 2)
+            out["prompt_token_ids"] = reply.prompt_ids
+            choice["token_ids"] = [i for _, i in reply.generated()]
         return out
 
     def _chat_chunks(self, reply: Reply, body: dict[str, Any]) -> Iterable[tuple[str | None, dict]]:
-        def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> tuple[None, dict]:
-            choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None, **extra}
+        """vLLM's stream: the first chunk has prompt_token_ids, every chunk the ids and
+        logprobs of the tokens it carries (asked for)."""
+        tokens = self.script.stream_tokens
+        ids, logprobs, as_ids = tokens and bool(body.get("return_token_ids")), tokens and bool(body.get("logprobs")), \
+            bool(body.get("return_tokens_as_token_ids"))
+
+        def chunk(delta: dict[str, Any], finish: str | None = None, tokens=()) -> tuple[None, dict]:
+            choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
+            if logprobs:
+                choice["logprobs"] = {"content": logprob_items(list(tokens), as_ids)}
+            if ids:
+                choice["token_ids"] = [i for _, i in tokens]
             return None, {"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "created": 0,
                           "model": reply.model, "choices": [choice]}
 
-        ids = bool(body.get("return_token_ids"))
+        parts = dict(reply.generation())
         first = chunk({"role": "assistant", "content": ""})
         if ids:
-            first[1]["prompt_token_ids"] = reply.token_ids(reply.prompt_tokens, 1)
+            first[1]["prompt_token_ids"] = reply.prompt_ids
         yield first
-        for piece in reply.pieces(reply.reasoning):
-            yield chunk({"reasoning_content": piece})
-        content_ids = reply.token_ids(reply.completion_tokens, 2)
-        for n, piece in enumerate(reply.pieces(reply.content)):
-            extra: dict[str, Any] = {}
-            if body.get("logprobs"):
-                extra["logprobs"] = {"content": reply.logprob_items(piece)}
-            if ids:
-                extra["token_ids"] = content_ids[n * 4:(n + 1) * 4]
-            yield chunk({"content": piece}, **extra)
+        for key, delta in (("reasoning", "reasoning_content"), ("content", "content")):
+            text = getattr(reply, key)
+            pieces = reply.pieces(text)
+            for piece, tokens in zip(pieces, _split(parts.get(key, []), len(pieces))):
+                yield chunk({delta: piece}, tokens=tokens)
         for index, (call_id, name, args) in enumerate(reply.calls):
             yield chunk({"tool_calls": [{"index": index, "id": call_id, "type": "function",
-                                         "function": {"name": name, "arguments": ""}}]})
+                                         "function": {"name": name, "arguments": ""}}]}, tokens=parts[f"call {index}"])
             half = len(args) // 2
             for part in (args[:half], args[half:]):
                 yield chunk({"tool_calls": [{"index": index, "function": {"arguments": part}}]})
-        sent = len(reply.pieces(reply.content)) * 4
-        yield chunk({}, reply.finish_reason, **({"token_ids": content_ids[sent:]} if ids else {}))
+        yield chunk({}, reply.finish_reason, tokens=parts["end"])
         if (body.get("stream_options") or {}).get("include_usage"):
             yield None, {"id": "chatcmpl-scripted", "object": "chat.completion.chunk", "created": 0,
                          "model": reply.model, "choices": [], "usage": self._usage(reply, False)}
@@ -418,7 +531,7 @@ class ScriptedModel:
 
     # Responses --------------------------------------------------------------------------
 
-    def _output(self, reply: Reply, logprobs: bool) -> list[dict[str, Any]]:
+    def _output(self, reply: Reply, logprobs: bool, as_ids: bool = False) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []
         if reply.reasoning:
             items.append({"id": "rs_scripted", "type": "reasoning",
@@ -426,7 +539,7 @@ class ScriptedModel:
         if reply.content:
             part: dict[str, Any] = {"type": "output_text", "text": reply.content, "annotations": []}
             if logprobs:
-                part["logprobs"] = reply.logprob_items(reply.content)
+                part["logprobs"] = logprob_items(dict(reply.generation())["content"], as_ids)
             items.append({"id": "msg_scripted", "type": "message", "role": "assistant", "status": "completed",
                           "content": [part]})
         for call_id, name, args in reply.calls:
@@ -436,10 +549,14 @@ class ScriptedModel:
 
     def _response(self, reply: Reply, body: dict[str, Any], status: str = "completed") -> dict[str, Any]:
         logprobs = "message.output_text.logprobs" in (body.get("include") or [])
-        return {"id": "resp_scripted", "object": "response", "created_at": 0, "status": status,
-                "model": reply.model, "output": self._output(reply, logprobs) if status == "completed" else [],
-                "usage": self._usage(reply, True) if status == "completed" else None,
-                "parallel_tool_calls": True, "tool_choice": body.get("tool_choice", "auto"), "tools": []}
+        as_ids = bool(body.get("return_tokens_as_token_ids"))
+        out = {"id": "resp_scripted", "object": "response", "created_at": 0, "status": status,
+               "model": reply.model, "output": self._output(reply, logprobs, as_ids) if status == "completed" else [],
+               "usage": self._usage(reply, True) if status == "completed" else None,
+               "parallel_tool_calls": True, "tool_choice": body.get("tool_choice", "auto"), "tools": []}
+        if body.get("return_token_ids"):
+            out["prompt_token_ids"] = reply.prompt_ids
+        return out
 
     def _responses_events(self, reply: Reply, body: dict[str, Any]) -> Iterable[tuple[str, dict]]:
         final = self._response(reply, body)
@@ -456,11 +573,12 @@ class ScriptedModel:
                 yield "response.content_part.added", {"item_id": item["id"], "output_index": index,
                                                       "content_index": 0,
                                                       "part": {"type": "output_text", "text": "", "annotations": []}}
-                for piece in reply.pieces(part["text"]):
+                pieces = reply.pieces(part["text"])
+                for piece, logprobs in zip(pieces, _split(part.get("logprobs") or [], len(pieces))):
                     delta: dict[str, Any] = {"item_id": item["id"], "output_index": index, "content_index": 0,
                                              "delta": piece}
                     if "logprobs" in part:
-                        delta["logprobs"] = reply.logprob_items(piece)
+                        delta["logprobs"] = logprobs
                     yield "response.output_text.delta", delta
                 yield "response.output_text.done", {"item_id": item["id"], "output_index": index,
                                                     "content_index": 0, "text": part["text"]}

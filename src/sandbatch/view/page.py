@@ -196,12 +196,18 @@ def render(row: Mapping[str, Any], prompt: str | None, index_href: str) -> str:
                    ("exit code", row.get("exit_code")), ("model", resp.get("model"))])
     timings = "".join(f"<tr><td>{escape(p)}</td><td>{'' if v is None else f'{v:.2f}'}</td></tr>"
                       for p, v in (row.get("durations") or {}).items())
+    meta = resp.get("sandbatch") or {}  # the run data of response.json (responses.response)
+    join = meta.get("token_join") or {}
     tokens = _kv([("model calls", usage.get("model_calls")), ("input tokens", usage.get("input_tokens")),
                   ("cached input tokens", (usage.get("input_tokens_details") or {}).get("cached_tokens")),
                   ("output tokens", usage.get("output_tokens")),
                   ("reasoning tokens", (usage.get("output_tokens_details") or {}).get("reasoning_tokens")),
-                  ("total tokens", usage.get("total_tokens"))])
-    meta = resp.get("sandbatch") or {}  # the run data of response.json (responses.response)
+                  ("total tokens", usage.get("total_tokens")),
+                  # token data: the turns carrying it, the join, the drift (docs/training-data.md)
+                  *([("turns with token ids", join.get("turns_with_tokens")),
+                     ("calls / items not joined", f"{join.get('unmatched_calls')} / {join.get('unmatched_items')}"),
+                     ("drifted turns", f"{join.get('drifted_turns')} of {join.get('continuing_turns')}")]
+                    if join.get("calls") else [])])
     notes = ""
     if meta.get("unknown_events") or meta.get("conversion_error"):
         notes = (f'<p class="muted">{meta.get("unknown_events", 0)} event(s) the converter did not recognise'
