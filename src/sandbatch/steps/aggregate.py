@@ -43,7 +43,7 @@ def rollout_row(cfg: Config, task: TaskRef, repeat: int) -> dict[str, Any]:
         "patch_applied": gr.patch_applied, "tests_ran": gr.tests_ran,
         "harness": hr.harness, "harness_status": hr.status, "exit_code": hr.exit_code,
         "usage": resp.get("usage", {}), "durations": durations, "tests_status": gr.tests_status,
-        "tampering": gr.tampering,
+        "tampering": gr.tampering, "suspicious": gr.suspicious,
         "started_at": sb.started_at, "finished_at": gr.finished_at, "dir": str(d),
     }
 
