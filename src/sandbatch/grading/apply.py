@@ -70,8 +70,9 @@ async def apply_patch(sandbox: "Sandbox", patch: str, path: str, rec: "GradeReco
 async def keep_code_only(g: "GradeContext", rec: "GradeRecord", log: list[str], snap: str,
                          cwd: str | None = None, tools_only: bool = False) -> bool:
     """After the patch is applied: put back what it may not change as `snap` (tamper.snapshot, taken
-    before) has it, listed in rec.tampering; False when grading stops here (grading.tampering: fail,
-    rec is then final). tools_only: only what stands in for the test tools (Terminal-Bench)."""
+    before) has it, listed in rec.tampering, and list the code that reaches into the test runner in
+    rec.suspicious; False when grading stops here (grading.tampering or grading.suspicious: fail, rec
+    is then final). tools_only: only what stands in for the test tools (Terminal-Bench), no scan."""
     from . import tamper
 
     cwd = cwd or g.sandbox.workdir
