@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install and start what the full test suite needs (as root, Debian): a Docker engine with
-# the local base image, the real OpenSandbox server, a single-node Slurm, Node/npm, headless
+# the local base image, the real OpenSandbox server, a single-node Slurm, Node/npm, Go, headless
 # Chromium. Each service that cannot start is reported in one line. Without
 # SANDBATCH_REQUIRE_SERVICES=1 the script still exits 0 and the tests that need a missing
 # service skip with its reason; with it (CI, .ci/run) a missing service fails this script,
@@ -19,6 +19,7 @@ bash scripts/services/docker.sh && bash scripts/build-base-image.sh || failed+=(
 bash scripts/services/opensandbox.sh || failed+=(opensandbox)
 bash scripts/services/slurm.sh || failed+=(slurm)
 bash scripts/services/node.sh || failed+=(node)
+bash scripts/services/go.sh || failed+=(go)
 bash scripts/services/chromium.sh || failed+=(chromium)
 if [ "${#failed[@]}" -gt 0 ]; then
   echo "services: could not start: ${failed[*]}; the tests that need them will $([ "$required" = 1 ] && echo fail || echo skip)" >&2

@@ -2,7 +2,7 @@
 the runner or interpreter loads by itself (installed-distribution metadata, compiled files).
 
 Every technique below is a working exploit: graded by the real grade step (local provider,
-swebench's grader, the real pytest, or the real Jest 29 installed from npm) with the defences
+swebench's grader, the real pytest, `go test`, or the real Jest 29 installed from npm) with the defences
 off it earns 1.0 on a task it does not solve, and with them on it earns 0.0 with the expected
 `tampering` entries; for Jest also a forged log, which the runner's own report outside the
 workdir outvotes (grading.reports). Then: what a patch
@@ -259,7 +259,8 @@ def test_untracked_build_output_goes_back_as_the_image_had_it(tmp_path):
         asyncio.run(tamper.restore(sb, findings, snap, wd, 60, []))
         assert [f.action for f in findings] == ["restored", "removed"]
         assert sh("cat calc.egg-info/entry_points.txt") == "[console_scripts]\ncalc = calc:main\n"
-        assert sh("ls calc.egg-info") == "PKG-INFO\nentry_points.txt\n" and sh("ls vendor/github.com/x/y") == ""
+        assert sh("ls calc.egg-info") == "PKG-INFO\nentry_points.txt\n"
+        assert sh("test -e vendor || echo gone") == "gone\n"  # with the directories the patch made
     finally:
         asyncio.run(sb.delete())
 
@@ -410,6 +411,7 @@ def test_suspicious_switch_defaults_to_report():
 # --- no false positives on honest fixes -----------------------------------------------------------
 
 GOLD_SOURCES = (("smoke", SMOKE), ("smoke", FIX / "tamper" / "tasks.jsonl"), ("smoke", FIX / "jest" / "tasks.jsonl"),
+                ("smoke", FIX / "gotest" / "tasks.jsonl"),
                 ("swebench", FIX / "swebench_verified.jsonl"),
                 ("swebench_multilingual", FIX / "swebench_multilingual.jsonl"),
                 ("swebench_pro", FIX / "swe_pro" / "tasks.jsonl"))
@@ -429,7 +431,7 @@ def test_no_gold_patch_trips_any_scanner(tmp_path):
     with its files parsed whole where the repository is at hand (else line by line). The README
     states this count."""
     rows = gold_rows()
-    assert len(rows) == 13
+    assert len(rows) == 14
     false_positives = []
     for task in rows:
         sources: dict[str, str | None] = {}
@@ -540,3 +542,47 @@ def test_jest_report_is_added_to_a_plain_jest_command_only(line, added):
         assert new.splitlines()[4] == "jest --after-the-end"
     else:
         assert new == script
+
+
+# --- Go: the real `go test` ---------------------------------------------------------------------
+
+GO_TASKS = FIX / "gotest" / "tasks.jsonl"
+FAKE_CHECK = {"go.mod": "module example.com/check\n\ngo 1.19\n",
+              "check.go": 'package check\n\nimport "testing"\n\nfunc Equal(t *testing.T, got, want int) {}\n'}
+GO_ATTACKS = {
+    "vendor/ tree standing in for the test helpers": Attack(
+        "loads_by_itself", "gotest__abs-1", _files({
+            "vendor/modules.txt": ("# example.com/check v0.0.0 => ./third_party/check\n## explicit; go 1.19\n"
+                                   "example.com/check\n# example.com/check => ./third_party/check\n"),
+            "vendor/example.com/check/check.go": FAKE_CHECK["check.go"]}),
+        [("vendor/modules.txt", "shim", "removed"), ("vendor/example.com/check/check.go", "shim", "removed")]),
+    "go.mod replace pointing the helpers at a fake": Attack(
+        "runner_config", "gotest__abs-1", _files({f"fake/{k}": v for k, v in FAKE_CHECK.items()}),
+        [("go.mod", "runner_config", "restored")], {"go.mod": ("=> ./third_party/check", "=> ./fake")}),
+    "go.work replacing the helpers": Attack(
+        "runner_config", "gotest__abs-1", _files({"go.work": "go 1.19\n\nuse .\n\nreplace example.com/check => ./fake\n",
+                                                   **{f"fake/{k}": v for k, v in FAKE_CHECK.items()}}),
+        [("go.work", "runner_config", "removed")]),
+}
+
+
+@pytest.fixture
+def go_task(tmp_path):
+    from services import need_program
+
+    need_program("go", "run scripts/services/go.sh (as root)")
+    cfg_path = make_cfg(tmp_path, "smoke", GO_TASKS)
+    return cfg_path, _task(cfg_path, "gotest__abs-1")
+
+
+def test_go_gold_resolves(go_task):
+    cfg_path, task = go_task
+    rec = grade(cfg_path, task.id, task.patch)
+    assert rec.resolved and rec.reward == 1.0 and rec.tampering == [] and rec.suspicious == [], \
+        Path(rec.log_path).read_text()[-3000:]
+
+
+@pytest.mark.parametrize("name", list(GO_ATTACKS))
+def test_go_attack_earns_reward_only_without_the_defences(tmp_path, go_task, name):
+    cfg_path, task = go_task
+    exploit_only_without_defences(tmp_path, cfg_path, task, GO_ATTACKS[name])

@@ -392,7 +392,9 @@ def save_untracked(patch: str, backup: str) -> str:
 
 async def restore(sandbox: "Sandbox", findings: list[Finding], snap: str, cwd: str, timeout: float,
                   log: list[str]) -> None:
-    """Put each finding's path back as `snap` has it (removed when it has none)."""
+    """Put each finding's path back as `snap` has it, or as the untracked copy saved before the patch
+    has it; else remove it, and the directories its removal leaves empty (an empty `vendor/` still
+    switches Go to vendor mode)."""
     if not findings:
         return
     ref, saved = shlex.quote(snap), shlex.quote(untracked_backup(sandbox))
@@ -403,7 +405,8 @@ async def restore(sandbox: "Sandbox", findings: list[Finding], snap: str, cwd: s
                      f"git checkout -q {ref} -- {q} && echo {MARK} {i} restored; "
                      f"elif [ -s {saved} ] && tar -tf {saved} -- {q} >/dev/null 2>&1; then rm -rf -- {q}; "
                      f"tar -xf {saved} -- {q} && echo {MARK} {i} restored; "
-                     f"else rm -rf -- {q} && echo {MARK} {i} removed; fi")
+                     f"else rm -rf -- {q} && {{ rmdir -p -- \"$(dirname -- {q})\" 2>/dev/null; "
+                     f"echo {MARK} {i} removed; }}; fi")
     res = await sandbox.exec("\n".join(lines), timeout=timeout, cwd=cwd)
     log += ["$ restore what the patch may not change", res.stdout, res.stderr]
     done = dict(m.groups() for m in re.finditer(rf"^{MARK} (\d+) (\w+)$", res.stdout, re.M))
