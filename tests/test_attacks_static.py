@@ -227,6 +227,7 @@ def exploit_only_without_defences(tmp_path: Path, cfg_path: Path, task, attack: 
     assert on.status == "ok" and on.patch_applied and on.tests_ran and on.reward == 0.0 and not on.resolved, on
     assert sorted(tuple(t.values()) for t in on.tampering) == sorted(attack.expect), on.tampering
     assert on.tests_status["FAIL_TO_PASS"]["failure"] == task.fail_to_pass
+    assert not {s["path"] for s in on.suspicious} & {t["path"] for t in on.tampering}  # restored: not scanned
 
 
 # --- the image's own files and dependency directories ------------------------------------------

@@ -89,7 +89,8 @@ async def keep_code_only(g: "GradeContext", rec: "GradeRecord", log: list[str], 
         return True
     from .suspicion import find
 
-    rec.suspicious = await find(g.sandbox, g.patch, cwd, tamper.task_test_files(g.task))
+    rec.suspicious = await find(g.sandbox, g.patch, cwd, tamper.task_test_files(g.task),
+                                frozenset(f.path for f in findings))
     if rec.suspicious:
         log += ["$ suspicious lines of the patch", *(f"{s['path']}:{s['line']}: {s['reason']}: {s['text']}"
                                                    for s in rec.suspicious)]

@@ -11,8 +11,8 @@ a score unless `grading.suspicious: fail`.
 Python: the patched file is parsed with `ast` (strings folded, docstrings skipped), and the
 nodes that start on a line the patch added are checked; a file that does not parse is
 checked line by line. Other languages: patterns of their test frameworks on the added lines.
-Files the tamper rules classify (tests, runner config, hooks, shims) are not scanned: those
-are restored anyway.
+Files the tamper rules classify (tests, runner config, hooks, shims) or that the restore put
+back (an untracked vendor/ tree) are not scanned: they are not graded as the patch wrote them.
 """
 
 from __future__ import annotations
@@ -272,17 +272,18 @@ def pattern_hits(path: str, added: dict[int, str]) -> list[tuple[int, str]]:
 NOT_IMPORTED = {"setup.py"}  # a build script (its test-runner parts are the tamper rules'), never under the runner
 
 
-def code_files(patch: str, task_test_files: frozenset[str] = frozenset()) -> dict[str, dict[int, str]]:
-    """The added lines of the files the patch changes that are code (no tamper kind)."""
-    return {p: lines for p, lines in added_lines(patch).items()
-            if tamper.classify(p, task_test_files) is None and PurePosixPath(p).name not in NOT_IMPORTED}
+def code_files(patch: str, task_test_files: frozenset[str] = frozenset(),
+               neutralised: frozenset[str] = frozenset()) -> dict[str, dict[int, str]]:
+    """The added lines of the files the patch changes that are code (no tamper kind, not restored)."""
+    return {p: lines for p, lines in added_lines(patch).items() if p not in neutralised
+            and tamper.classify(p, task_test_files) is None and PurePosixPath(p).name not in NOT_IMPORTED}
 
 
-def scan(patch: str, sources: dict[str, str | None],
-         task_test_files: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
+def scan(patch: str, sources: dict[str, str | None], task_test_files: frozenset[str] = frozenset(),
+         neutralised: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
     """The suspicious added lines of a patch; `sources` holds the patched text of its Python files."""
     out = []
-    for path, added in code_files(patch, task_test_files).items():
+    for path, added in code_files(patch, task_test_files, neutralised).items():
         hits = python_hits(sources.get(path), added) if path.endswith(".py") else pattern_hits(path, added)
         seen: set[tuple[int, str]] = set()
         for n, reason in sorted(hits):
@@ -292,13 +293,14 @@ def scan(patch: str, sources: dict[str, str | None],
     return out
 
 
-async def find(sandbox: "Sandbox", patch: str, cwd: str, task_test_files: frozenset[str]) -> list[dict[str, Any]]:
-    """scan() with the patched Python files read from the sandbox."""
+async def find(sandbox: "Sandbox", patch: str, cwd: str, task_test_files: frozenset[str],
+               neutralised: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
+    """scan() with the patched Python files read from the sandbox; `neutralised`: the paths restore put back."""
     sources: dict[str, str | None] = {}
-    for path in code_files(patch, task_test_files):
+    for path in code_files(patch, task_test_files, neutralised):
         if path.endswith(".py"):
             try:
                 sources[path] = (await sandbox.download(f"{cwd.rstrip('/')}/{path}")).decode("utf-8", "replace")
             except Exception:  # noqa: BLE001 - unreadable: checked line by line
                 sources[path] = None
-    return scan(patch, sources, task_test_files)
+    return scan(patch, sources, task_test_files, neutralised)
