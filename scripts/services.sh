@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install and start what the full test suite needs (as root, Debian): a Docker engine with
-# the local base image, the real OpenSandbox server, a single-node Slurm, Node/npm, headless
+# the local base image, the real OpenSandbox server, a single-node Slurm, Node/npm, Go, headless
 # Chromium, and NeMo Gym in a Python 3.12 environment of its own. Each service that cannot
 # start is reported in one line. Without
 # SANDBATCH_REQUIRE_SERVICES=1 the script still exits 0 and the tests that need a missing
@@ -20,6 +20,7 @@ bash scripts/services/docker.sh && bash scripts/build-base-image.sh || failed+=(
 bash scripts/services/opensandbox.sh || failed+=(opensandbox)
 bash scripts/services/slurm.sh || failed+=(slurm)
 bash scripts/services/node.sh || failed+=(node)
+bash scripts/services/go.sh || failed+=(go)
 bash scripts/services/chromium.sh || failed+=(chromium)
 bash scripts/services/nemo_gym.sh || failed+=(nemo-gym)
 if [ "${#failed[@]}" -gt 0 ]; then

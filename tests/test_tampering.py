@@ -68,8 +68,9 @@ def repo_copy(tmp_path: Path, repo_dir: str) -> Path:
 
 
 def agent_patch(tmp_path: Path, repo_dir: str, edits: dict[str, tuple[str, str]] | None = None,
-                files: dict[str, str | None] | None = None, exe: tuple[str, ...] = ()) -> tuple[str, Path]:
-    """(git diff, patched tree) of what an agent leaves: edits old -> new, files written (None: deleted)."""
+                files: dict[str, str | bytes | None] | None = None, exe: tuple[str, ...] = ()) -> tuple[str, Path]:
+    """(git diff, patched tree) of what an agent leaves: edits old -> new, files written (None: deleted;
+    bytes: a binary file, in the diff as a git binary patch)."""
     work = repo_copy(tmp_path, repo_dir)
     for name, (old, new) in (edits or {}).items():
         text = (work / name).read_text()
@@ -80,10 +81,13 @@ def agent_patch(tmp_path: Path, repo_dir: str, edits: dict[str, tuple[str, str]]
             (work / name).unlink()
         else:
             (work / name).parent.mkdir(parents=True, exist_ok=True)
-            (work / name).write_text(text)
+            (work / name).write_bytes(text) if isinstance(text, bytes) else (work / name).write_text(text)
     for name in exe:
         (work / name).chmod(0o755)
     subprocess.run([*GIT, "add", "-A"], cwd=work, check=True)
+    written = [name for name, text in (files or {}).items() if text is not None]
+    if written:  # as an agent can: `git add -f` what the repository ignores (__pycache__/, *.egg-info/)
+        subprocess.run([*GIT, "add", "-f", "--", *written], cwd=work, check=True)
     diff = subprocess.run([*GIT, "diff", "--cached", "--binary"], cwd=work, check=True, capture_output=True,
                           text=True).stdout
     return diff, work
@@ -456,23 +460,31 @@ def test_pro_pass_all_conftest_and_shadow_module(tmp_path):
     assert rec.tests_status["FAIL_TO_PASS"]["failure"] == ["tests/test_greet.py::test_greet_punctuation"]
 
 
+def workdir_shell(cfg_path: Path, task_id: str):
+    """(sandbox, sh) of a fresh sandbox of the task, as the agent gets it; sh runs a command in its workdir."""
+    import asyncio
+
+    from test_benchmark_grading import agent_sandbox
+
+    _, sb = agent_sandbox(cfg_path, task_id)
+
+    def sh(cmd: str) -> str:
+        res = asyncio.run(sb.exec(cmd, timeout=60, cwd=sb.workdir))
+        assert res.ok, res.stderr
+        return res.stdout
+
+    return sb, sh
+
+
 def test_restores_the_images_own_state_not_the_base_commit(calc, tmp_path):
     """Task images may edit tracked files at build time (SWE-bench's specs sed tox.ini): what is
     restored is the workdir as it was before the patch. Writes the headers do not name (here
     through a symlink the patch adds) are found from the workdir itself."""
     import asyncio
 
-    from test_benchmark_grading import agent_sandbox
-
     cfg_path, task = calc
-    _, sb = agent_sandbox(cfg_path, task.id)
+    sb, sh = workdir_shell(cfg_path, task.id)
     wd = sb.workdir
-
-    def sh(cmd: str) -> str:
-        res = asyncio.run(sb.exec(cmd, timeout=60, cwd=wd))
-        assert res.ok, res.stderr
-        return res.stdout
-
     try:
         sh("printf '[pytest]\\naddopts = -rA\\n' > pytest.ini && git add pytest.ini && "
            "git -c user.name=t -c user.email=t@t commit -qm ini && sed -i 's/-rA/-rA -q/' pytest.ini")

@@ -117,6 +117,7 @@ class GradingConfig(_Model):
     in_agent_sandbox: bool | list[str]
     inconclusive_retries: int
     tampering: Literal["neutralise", "fail"]
+    suspicious: Literal["report", "fail"]
 
 
 class PatchConfig(_Model):

@@ -18,7 +18,8 @@ from pydantic import BaseModel, Field
 from .sandbox.base import SandboxSpec
 from .util import write_json
 
-# tampered: grade only, the patch changed what grades it and grading.tampering is "fail"
+# tampered: grade only, the patch changed what grades it and grading.tampering is "fail" (or its code
+# reaches into the test runner and grading.suspicious is "fail")
 Status = Literal["ok", "agent_error", "timeout", "infra_error", "tampered"]
 
 # file names inside results/<run>/<task>/<repeat>/
@@ -160,4 +161,6 @@ class GradeRecord(Record):
     report: dict[str, Any] = Field(default_factory=dict)  # the benchmark's own per-instance report
     # what of the patch was not graded: [{path, kind, action}] (grading.tamper)
     tampering: list[dict[str, str]] = Field(default_factory=list)
+    # added code that reaches into the test runner: [{path, line, text, reason}] (grading.suspicion)
+    suspicious: list[dict[str, Any]] = Field(default_factory=list)
     log_path: str | None = None

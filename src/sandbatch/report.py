@@ -23,6 +23,7 @@ def metric_rows(m: dict[str, Any]) -> list[tuple[str, str]]:
         ("infra errors", _pct(m["infra_error_rate"])),
         ("empty patches", str(m["empty_patches"])),
         ("patches that changed tests or test config", _pct(m["tampering_rate"])),
+        ("patches whose code reaches into the test runner", _pct(m["suspicious_rate"])),
         ("tokens (total / mean per rollout)", f"{m['tokens']['total']} / {m['tokens']['mean_per_rollout']}"),
         *_token_rows(m.get("token_data") or {}),
     ]
@@ -63,6 +64,9 @@ def markdown(cfg: Config, m: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     if unresolved:
         lines += ["", "Unresolved (first 10): " + ", ".join(
             f"{r['instance_id']}#{r['repeat']} ({r['failure_class'] or r['status']})" for r in unresolved)]
+    if m["suspicious_rollouts"]:
+        lines += ["", f"Suspicious ({len(m['suspicious_rollouts'])}, their code reaches into the test runner; "
+                      "grade.json lists the lines): " + ", ".join(m["suspicious_rollouts"][:20])]
     lines.append(f"\npass@k counts a rollout correct when reward >= {m['reward_threshold']}.")
     return "\n".join(lines) + "\n"
 

@@ -53,8 +53,11 @@ async def apply_patch(sandbox: "Sandbox", patch: str, path: str, rec: "GradeReco
     Sets rec.apply_method and rec.patch_applied. When no method applies: failure_class
     patch_apply_failed and the log so far is written to rec.log_path; the grader returns rec.
     """
+    from .tamper import save_untracked, untracked_backup
+
     await sandbox.upload(path, patch.encode("utf-8", "surrogateescape"))
-    applied = await sandbox.exec(apply_script(path), timeout=timeout, cwd=cwd)
+    save = save_untracked(patch, untracked_backup(sandbox))  # what restore puts back of the image's own files
+    applied = await sandbox.exec(save + " " + apply_script(path), timeout=timeout, cwd=cwd)
     log += [label, applied.stdout, applied.stderr]
     rec.apply_method = applied_method(applied.stdout)
     rec.patch_applied = rec.apply_method is not None
@@ -67,8 +70,9 @@ async def apply_patch(sandbox: "Sandbox", patch: str, path: str, rec: "GradeReco
 async def keep_code_only(g: "GradeContext", rec: "GradeRecord", log: list[str], snap: str,
                          cwd: str | None = None, tools_only: bool = False) -> bool:
     """After the patch is applied: put back what it may not change as `snap` (tamper.snapshot, taken
-    before) has it, listed in rec.tampering; False when grading stops here (grading.tampering: fail,
-    rec is then final). tools_only: only what stands in for the test tools (Terminal-Bench)."""
+    before) has it, listed in rec.tampering, and list the code that reaches into the test runner in
+    rec.suspicious; False when grading stops here (grading.tampering or grading.suspicious: fail, rec
+    is then final). tools_only: only what stands in for the test tools (Terminal-Bench), no scan."""
     from . import tamper
 
     cwd = cwd or g.sandbox.workdir
@@ -79,6 +83,22 @@ async def keep_code_only(g: "GradeContext", rec: "GradeRecord", log: list[str], 
     if rec.tampering and g.cfg.grading.tampering == "fail":
         rec.status, rec.failure_class = "tampered", "tampering"
         rec.error = f"the patch changes what grades it: {', '.join(t['path'] for t in rec.tampering[:5])}"
+        write_log(rec.log_path, log)
+        return False
+    if tools_only:  # Terminal-Bench: the workdir is the answer, whatever its code does
+        return True
+    from .suspicion import find
+
+    rec.suspicious = await find(g.sandbox, g.patch, cwd, tamper.task_test_files(g.task),
+                                frozenset(f.path for f in findings))
+    if rec.suspicious:
+        log += ["$ suspicious lines of the patch", *(f"{s['path']}:{s['line']}: {s['reason']}: {s['text']}"
+                                                   for s in rec.suspicious)]
+    if rec.suspicious and g.cfg.grading.suspicious == "fail":
+        rec.status, rec.failure_class = "tampered", "suspicious"
+        first = rec.suspicious[0]
+        rec.error = (f"the patch's code reaches into the test runner ({len(rec.suspicious)} lines), first "
+                     f"{first['path']}:{first['line']}: {first['reason']}")
         write_log(rec.log_path, log)
         return False
     return True

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..records import GradeRecord
-from . import GradeContext, tamper, write_log
+from . import GradeContext, reports, tamper, write_log
 from .apply import apply_patch, keep_code_only
 
 EXIT_VAR = "SANDBATCH_TEST_EXIT_CODE"
@@ -160,6 +160,8 @@ async def grade(g: GradeContext) -> GradeRecord:
     except Unsupported as exc:
         rec.status, rec.failure_class, rec.error = "infra_error", "grading_unsupported", str(exc)
         return rec
+    from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT
+
     log: list[str] = []
     snap = await tamper.snapshot(sandbox, sandbox.workdir, g.timeout, g.base_ref)
     if not await apply_patch(sandbox, g.patch, f"{sandbox.tmpdir}/model.patch", rec, log, g.timeout):
@@ -169,6 +171,7 @@ async def grade(g: GradeContext) -> GradeRecord:
         return rec
 
     eval_path = f"{sandbox.tmpdir}/eval.sh"
+    p.script, channel = reports.instrument(p.script, START_TEST_OUTPUT, END_TEST_OUTPUT, sandbox.tmpdir)
     await sandbox.upload(eval_path, p.script.encode("utf-8"), mode=0o755)
     run = await sandbox.exec(f"bash {shlex.quote(eval_path)} 2>&1", timeout=g.timeout)
     out = run.stdout + (f"\n{run.stderr}" if run.stderr else "")
@@ -184,6 +187,8 @@ async def grade(g: GradeContext) -> GradeRecord:
         rec.failure_class = "tests_timeout"
         return rec
     status, found = parse_log(out, p)
+    status = await reports.reconcile(sandbox, channel, status, rec, log)  # the runner's own report
+    write_log(g.log_path, log)
     rec.test_results = status
     rec.tests_ran = found and bool(status)
     if rec.tests_ran and rec.test_exit_code not in (None, 0) and not any(

@@ -8,7 +8,11 @@ created it, and each is recorded as a `tampering` entry {path, kind, action}:
 - test_file: test files and directories by the conventions of the languages we grade,
   and every file the task's own test_patch / selected test files name;
 - runner_hook: code the test runner or interpreter loads by itself (conftest.py anywhere,
-  .pth files, sitecustomize.py / usercustomize.py, anything under .git/);
+  .pth files, sitecustomize.py / usercustomize.py, anything under .git/), installed-distribution
+  metadata (*.dist-info/, *.egg-info/, entry_points.txt: pytest loads the pytest11 entry points
+  of every distribution on sys.path), compiled code (*.pyc, __pycache__/, extension modules,
+  *.class: the interpreter prefers some of them to the source the diff shows), and the files
+  that decide what a package manager's loader pulls in (composer's autoload, Yarn PnP);
 - runner_config: test-runner configuration (pytest.ini, tox.ini, jest/vitest/mocha/karma
   configs, .cargo/config, phpunit.xml, go.work, ...), and the test-runner parts of files
   that mix code and configuration (MIXED below): such a file keeps the agent's change
@@ -17,7 +21,12 @@ created it, and each is recorded as a `tampering` entry {path, kind, action}:
 - shim: executables and modules that the test command could resolve to instead of the
   image's own (a `pytest`, `python`, `go` or `npm` file anywhere in the workdir, a
   `pytest` package at its root that `python -m pytest` would import, node_modules/,
-  virtualenvs).
+  virtualenvs), and anything under a dependency directory (vendor/, Ruby's vendor/bundle)
+  that the workdir did not track before the patch: the dependencies are the image's.
+
+A path that existed before the patch goes back to what it was, tracked or not (the image's
+own build output, such as an editable install's *.egg-info, is kept: apply_patch saves the
+untracked files a patch names before applying it).
 
 docs/benchmarks.md ("What the grader restores") states the rules and their limits.
 """
@@ -79,13 +88,37 @@ SHADOW_MODULES = {"pytest", "_pytest", "py", "pluggy", "unittest", "doctest", "i
 SHIM_DIRS = {"node_modules", ".venv", "venv", "site-packages", "dist-packages", ".tox", ".nox", ".yarn"}
 # vendored dependencies are code (a fix may update them), but not the test frameworks among them
 VENDORED_TEST_TOOLS = {"bin", "phpunit", "sebastian", "pestphp", "testify", "gomock", "go-cmp", "mockery"}
+# dependency directories: what the workdir did not track there before the patch is the image's (find)
+DEPENDENCY_DIRS = {"vendor"}
+# loaded by the interpreter or the runner without any import in the diff naming them
+METADATA_DIR_SUFFIXES = (".dist-info", ".egg-info")  # importlib.metadata scans every sys.path entry
+METADATA_NAMES = {"entry_points.txt"}
+METADATA_PREFIXES = ("__editable__",)  # setuptools' editable finders and their .pth
+METADATA_SUFFIXES = (".egg-link",)
+# compiled code: an unchecked-hash or sourceless .pyc, an extension module (preferred to the .py
+# beside it), a .class the build does not recompile - none is a reviewable fix
+COMPILED_SUFFIXES = (".pyc", ".pyo", ".so", ".pyd", ".class")
+LOADER_NAMES = {".pnp.cjs", ".pnp.js", ".pnp.loader.mjs"}  # Yarn PnP
+LOADER_DIRS = ("vendor", "composer")  # composer's autoload_files.php runs its files on every autoload
+
+
+def loads_by_itself(path: str) -> bool:
+    """Whether the interpreter or the test runner would load the file at `path` with no import naming it."""
+    p = PurePosixPath(path)
+    name, dirs = p.name, p.parts[:-1]
+    return ((p.parts and p.parts[0] == ".git") or name in HOOK_NAMES or name.endswith(".pth")
+            or any(d.endswith(METADATA_DIR_SUFFIXES) for d in p.parts) or name in METADATA_NAMES
+            or name.startswith(METADATA_PREFIXES) or name.endswith(METADATA_SUFFIXES)
+            or "__pycache__" in dirs or name.endswith(COMPILED_SUFFIXES) or ".so." in name
+            or name in LOADER_NAMES or (name == "autoload.php" and dirs[-1:] == ("vendor",))
+            or any(dirs[i:i + 2] == LOADER_DIRS for i in range(len(dirs))))
 
 
 def classify(path: str, task_test_files: frozenset[str] = frozenset()) -> str | None:
     """The tampering kind of a path the patch touched, or None when it is code; MIXED files are checked apart."""
     p = PurePosixPath(path)
     name, dirs = p.name, p.parts[:-1]
-    if (p.parts and p.parts[0] == ".git") or name in HOOK_NAMES or name.endswith(".pth"):
+    if loads_by_itself(path):
         return "runner_hook"
     if name in SHIM_NAMES or (len(p.parts) == 1 and p.stem in SHADOW_MODULES and p.suffix in ("", ".py")) \
             or (len(p.parts) > 1 and p.parts[0] in SHADOW_MODULES) or any(d in SHIM_DIRS for d in dirs) \
@@ -304,6 +337,7 @@ async def find(sandbox: "Sandbox", patch: str, snap: str, cwd: str, timeout: flo
     changed = await _read(sandbox, f"git -c core.quotepath=off diff --name-only {shlex.quote(snap)} --", cwd, timeout)
     paths = dict.fromkeys([*touched_paths(patch), *(_unquote(p) for p in (changed or "").splitlines() if p)])
     out: list[Finding] = []
+    tracked_deps: dict[str, bool] = {}  # dependency directory -> whether `snap` tracks it
     for path in paths:
         if tools_only:
             if is_tool(path):
@@ -317,26 +351,62 @@ async def find(sandbox: "Sandbox", patch: str, snap: str, cwd: str, timeout: flo
             after = await _read(sandbox, f"cat -- {q}", cwd, timeout)
             if runner_parts_differ(name, before, after):
                 kind = "runner_config"
+        root = _dependency_dir(path)
+        if kind is None and root:
+            if root not in tracked_deps:
+                tracked_deps[root] = await _read(
+                    sandbox, f"git cat-file -e {shlex.quote(snap)}:./{shlex.quote(root)}", cwd, timeout) is not None
+            if not tracked_deps[root]:  # the image's installed dependencies, or a tree the patch brings
+                kind = "shim"
         if kind:
             out.append(Finding(path, kind))
     return out
 
 
+def _dependency_dir(path: str) -> str | None:
+    """The dependency directory (vendor/) a path lies under, if any."""
+    parts = PurePosixPath(path).parts
+    for i, d in enumerate(parts[:-1]):
+        if d in DEPENDENCY_DIRS:
+            return "/".join(parts[:i + 1])
+    return None
+
+
 MARK = "SANDBATCH_NEUTRALISED"
+
+
+def untracked_backup(sandbox: "Sandbox") -> str:
+    return f"{sandbox.tmpdir}/sandbatch-untracked.tar"
+
+
+def save_untracked(patch: str, backup: str) -> str:
+    """A shell snippet, run before the patch is applied, that saves the files the patch names which
+    exist but git does not track (the image's build output), so that restore can put them back."""
+    b = shlex.quote(backup)
+    paths = " ".join(shlex.quote(p) for p in touched_paths(patch))
+    if not paths:
+        return f"rm -f {b};"
+    return (f"rm -f {b}; git --literal-pathspecs ls-files -z -o -- {paths} 2>/dev/null "
+            f"| tar --null -T - -cf {b} 2>/dev/null;")
 
 
 async def restore(sandbox: "Sandbox", findings: list[Finding], snap: str, cwd: str, timeout: float,
                   log: list[str]) -> None:
-    """Put each finding's path back as `snap` has it (removed when it has none)."""
+    """Put each finding's path back as `snap` has it, or as the untracked copy saved before the patch
+    has it; else remove it, and the directories its removal leaves empty (an empty `vendor/` still
+    switches Go to vendor mode)."""
     if not findings:
         return
-    ref = shlex.quote(snap)
+    ref, saved = shlex.quote(snap), shlex.quote(untracked_backup(sandbox))
     lines = []
     for i, f in enumerate(findings):
         q = shlex.quote(f.path)
         lines.append(f"if git cat-file -e {ref}:./{q} 2>/dev/null; then rm -rf -- {q}; "
                      f"git checkout -q {ref} -- {q} && echo {MARK} {i} restored; "
-                     f"else rm -rf -- {q} && echo {MARK} {i} removed; fi")
+                     f"elif [ -s {saved} ] && tar -tf {saved} -- {q} >/dev/null 2>&1; then rm -rf -- {q}; "
+                     f"tar -xf {saved} -- {q} && echo {MARK} {i} restored; "
+                     f"else rm -rf -- {q} && {{ rmdir -p -- \"$(dirname -- {q})\" 2>/dev/null; "
+                     f"echo {MARK} {i} removed; }}; fi")
     res = await sandbox.exec("\n".join(lines), timeout=timeout, cwd=cwd)
     log += ["$ restore what the patch may not change", res.stdout, res.stderr]
     done = dict(m.groups() for m in re.finditer(rf"^{MARK} (\d+) (\w+)$", res.stdout, re.M))

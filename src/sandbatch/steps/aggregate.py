@@ -43,7 +43,8 @@ def rollout_row(cfg: Config, task: TaskRef, repeat: int) -> dict[str, Any]:
         "patch_applied": gr.patch_applied, "tests_ran": gr.tests_ran,
         "harness": hr.harness, "harness_status": hr.status, "exit_code": hr.exit_code,
         "usage": resp.get("usage", {}), "durations": durations, "tests_status": gr.tests_status,
-        "tampering": gr.tampering, "token_join": (resp.get("sandbatch") or {}).get("token_join") or {},
+        "tampering": gr.tampering, "suspicious": gr.suspicious,
+        "token_join": (resp.get("sandbatch") or {}).get("token_join") or {},
         "started_at": sb.started_at, "finished_at": gr.finished_at, "dir": str(d),
     }
 

@@ -40,14 +40,24 @@ def index_row(row: Mapping[str, Any]) -> list[Any]:
             row.get("reward"), (row.get("usage") or {}).get("total_tokens", 0), _duration(row), page_href(row)]
 
 
-def index_html(rows: list[list[Any]], title: str, subtitle: str) -> str:
+def flagged_html(rows: Iterable[Mapping[str, Any]]) -> str:
+    """The rollouts whose code reaches into the test runner (grade.json `suspicious`): a count and links."""
+    flagged = [r for r in rows if r.get("suspicious")]
+    if not flagged:
+        return ""
+    links = ", ".join(f'<a href="{escape(page_href(r))}">{escape(str(r["instance_id"]))}#{r["repeat"]}</a>'
+                      for r in flagged)
+    return f'<p id="suspicious">Suspicious code in {len(flagged)} rollouts: {links}</p>'
+
+
+def index_html(rows: list[list[Any]], title: str, subtitle: str, flagged: str = "") -> str:
     heads = [("task", "task"), ("repeat", "repeat"), ("repo", "repository"), ("status", "status"),
              ("failure_class", "failure class"), ("reward", "reward"), ("tokens", "tokens"), ("duration", "duration s")]
     data = json.dumps(rows, separators=(",", ":")).replace("</", "<\\/")  # a task id cannot end the script
     th = "".join(f'<th class="sort" data-key="{k}">{escape(label)}</th>' for k, label in heads)
     return f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>{escape(title)}</title><style>{CSS}</style></head>
-<body><h1>{escape(title)}</h1><p>{escape(subtitle)}</p>
+<body><h1>{escape(title)}</h1><p>{escape(subtitle)}</p>{flagged}
 <div class="filters"><label>status <select id="f-status"><option value="">all</option></select></label>
 <label>repository <select id="f-repo"><option value="">all</option></select></label>
 <label>task <input id="f-text" type="search" placeholder="filter by task id"></label>
@@ -62,9 +72,9 @@ var ROLLOUT_ROWS = {data};</script>
 """
 
 
-def write_index(out: Path, rows: list[list[Any]], title: str, subtitle: str) -> None:
+def write_index(out: Path, rows: list[list[Any]], title: str, subtitle: str, flagged: str = "") -> None:
     """index.html, its rows (as `index_row` makes them) inline: one file, as the report embeds it."""
-    write_atomic(out / "index.html", index_html(rows, title, subtitle))
+    write_atomic(out / "index.html", index_html(rows, title, subtitle, flagged))
 
 
 def _prompts(cfg: Config) -> dict[str, str | None]:
@@ -96,6 +106,6 @@ def build(cfg: Config, rows: Iterable[Mapping[str, Any]], out_dir: str | Path) -
     n_tasks = len({r["task_id"] for r in rows})
     subtitle = (f"{len(rows)} rollouts of {n_tasks} tasks; benchmark {cfg.benchmark.kind}, harness "
                 f"{cfg.harness.name}, model {cfg.model.name}. Click a column to sort; open a task for its trajectory.")
-    write_index(out, [index_row(r) for r in rows], f"Trajectories of run {cfg.run}", subtitle)
+    write_index(out, [index_row(r) for r in rows], f"Trajectories of run {cfg.run}", subtitle, flagged_html(rows))
     return out / "index.html"
 

@@ -152,6 +152,13 @@ def grade_html(grade: Mapping[str, Any], log_tail: str | None) -> str:
         body = "".join(f"<tr><td>{escape(str(t.get('path')))}</td><td>{escape(str(t.get('kind')))}</td>"
                        f"<td>{escape(str(t.get('action')))}</td></tr>" for t in tampering)
         parts.append(f'<h3>Tampering</h3><table id="tampering"><tr><th>path</th><th>kind</th><th>action</th></tr>{body}</table>')
+    suspicious = grade.get("suspicious") or []
+    if suspicious:
+        body = "".join(f"<tr><td>{escape(str(s.get('path')))}:{escape(str(s.get('line')))}</td>"
+                       f"<td>{escape(str(s.get('reason')))}</td><td><code>{escape(str(s.get('text')))}</code></td></tr>"
+                       for s in suspicious)
+        parts.append(f'<h3>Suspicious code (reaches into the test runner)</h3><table id="suspicious">'
+                     f'<tr><th>line</th><th>why</th><th>code</th></tr>{body}</table>')
     if log_tail:
         parts.append(f"<h3>Grader log (last {LOG_TAIL_LINES} lines)</h3>{_pre(log_tail, 'grader log')}")
     return "\n".join(parts)
