@@ -115,7 +115,7 @@ class GradingConfig(_Model):
     reward_threshold: float
     in_agent_sandbox: bool | list[str]
     inconclusive_retries: int
-    tampering: Literal["neutralise", "fail"]
+    tampering: Literal["neutralise", "fail", "log_only"]
 
 
 class PatchConfig(_Model):
