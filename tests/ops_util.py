@@ -17,13 +17,13 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from sandbatch.sandbox.local import default_root
 from workflow_util import REPO, SMOKE_TASKS
 
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--cores", "2"]
 
 GIT_WRAPPER = r'''#!{python} -S
 import fcntl, json, os, sys, time
-from sandbatch.sandbox.local import default_root
 RULES, REAL = {rules!r}, {real!r}
 def meta():
     d = os.getcwd()

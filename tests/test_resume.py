@@ -19,8 +19,8 @@ from ops_util import (fake_git, kill_group, records, run, sandbatch, sandboxes, 
 from sandbatch.owners import LOCKS_DIR, locked, scan
 from sandbatch.stop import kill_tree
 from sandbatch.status import incomplete_outputs
-from workflow_util import REPO, rollouts
 from sandbatch.sandbox.local import default_root
+from workflow_util import REPO, rollouts
 
 pytestmark = pytest.mark.slow
 SLOW_TASK = "smoke__calc-1"

@@ -24,8 +24,8 @@ from ops_util import smoke_rows, start, wait_for, write_tasks
 from real_opensandbox import real_opensandbox  # noqa: F401 (fixture)
 from sandbatch.instance import INSTANCE_FILE, claim, ensure_instance, read_instance
 from sandbatch.sandbox import SandboxSpec, get_provider
-from workflow_util import REPO, rollouts, snakemake, write_config
 from sandbatch.sandbox.local import default_root
+from workflow_util import REPO, rollouts, snakemake, write_config
 
 RELEASE = "/tmp/sandbatch-release"
 KEY_ENV = "SANDBATCH_TEST_OS_KEY"

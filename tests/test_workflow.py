@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from workflow_util import REPO, SMOKE_TASKS, metrics, mtimes, rollouts, snakemake, write_config
 from sandbatch.sandbox.local import default_root
+from workflow_util import REPO, SMOKE_TASKS, metrics, mtimes, rollouts, snakemake, write_config
 
 pytestmark = pytest.mark.slow
 N_SMOKE = sum(1 for line in SMOKE_TASKS.read_text().splitlines() if line.strip())

@@ -169,6 +169,6 @@ def compare(v: Verdict | None, expected: bool, status: dict[str, str], decisive:
             out.append(entry(t, "report_rewritten", "counted_failed", f"the log says {status[t]}, {why}"))
             status[t] = "FAILED"
     out += [entry(name, "runner_patched", "not_resolved", "replaced during the test run") for name in v.changed]
-    out += [entry(name, "runner_patched", "not_resolved", "a plugin registered by code under test")
+    out += [entry(name, "runner_patched", "not_resolved", "a plugin registered by code the tests import")
             for name in v.added]
     return out, not (v.changed or v.added)

@@ -14,8 +14,8 @@ so at import this module still sees pytest's own machinery as pytest built it. I
   any report object exists;
 - keeps the objects that build, map, wrap, dispatch and summarise outcomes, and at the end
   of the run (pytest_unconfigure) writes which of them are no longer the same objects,
-  and the plugin objects registered during the run by code of the workdir other than
-  conftest files.
+  and the plugin objects registered once collection began (by code the tests import:
+  conftest files and modules named by pytest_plugins are modules, not counted).
 
 Every line is chained with HMAC-SHA256 under the key: a line the key did not sign, a line
 removed, or a run that never reached its end record is not a verdict. The module runs in
@@ -34,7 +34,7 @@ import pytest
 _here = os.path.dirname(os.path.abspath(__file__))
 _name = __name__
 _write, _sha256 = os.write, hashlib.sha256
-_isinstance, _getattr, _type, _id, _sorted = isinstance, getattr, type, id, sorted
+_isinstance, _getattr, _type, _sorted = isinstance, getattr, type, sorted
 _hookimpl = pytest.hookimpl
 
 
@@ -304,21 +304,21 @@ _emit({"start": True, "pytest": _getattr(sys.modules.get("pytest"), "__version__
 # --- the run's own objects -------------------------------------------------------------------
 
 _config = []
-_plugins = {}
-
-
-def _origin(plugin):
-    mod = plugin if _type(plugin).__name__ == "module" else sys.modules.get(_getattr(_type(plugin), "__module__", ""))
-    return _getattr(mod, "__file__", None) or ""
+_collecting = []
+_late = []  # plugin objects registered once collection began: by code the tests import
 
 
 @_hookimpl(tryfirst=True)
 def pytest_configure(config):
     _config.append(config)
-    pm = config.pluginmanager
-    for p in pm.get_plugins():
-        _plugins[_id(p)] = p
-    for owner, attr in ((config, "hook"), (pm, "hook"), (pm, "_inner_hookexec"), (pm, "_hookexec")):
+
+
+@_hookimpl(trylast=True)
+def pytest_sessionstart(session):
+    if not _config or session.config is not _config[0]:
+        return
+    pm = session.config.pluginmanager
+    for owner, attr in ((session.config, "hook"), (pm, "hook"), (pm, "_inner_hookexec"), (pm, "_hookexec")):
         obj, code = _raw(owner, attr)
         if obj is not None:
             _start["%s.%s" % (_type(owner).__name__, attr)] = (owner, attr, obj, code)
@@ -328,16 +328,15 @@ def pytest_configure(config):
         _start["TerminalReporter.stats"] = (reporter, "stats", reporter.stats, None)
 
 
-def _added_plugins(pm, root):
-    """Plugin objects registered during the run whose class is code of the workdir (not a conftest file)."""
-    out = []
-    for p in pm.get_plugins():
-        if _id(p) in _plugins or _type(p).__name__ == "module":
-            continue  # modules: conftest files (the task's) and plugins named by pytest_plugins
-        path = _origin(p)
-        if os.path.basename(path) != "conftest.py" and (not path or os.path.abspath(path).startswith(root + os.sep)):
-            out.append(pm.get_name(p) or _type(p).__name__)
-    return out
+@_hookimpl(tryfirst=True)
+def pytest_collection(session):
+    _collecting.append(True)
+
+
+def pytest_plugin_registered(plugin, manager):
+    # modules: conftest files (the task's) and plugins named by pytest_plugins
+    if _collecting and _type(plugin).__name__ != "module":
+        _late.append(manager.get_name(plugin) or _type(plugin).__name__)
 
 
 @_hookimpl(trylast=True)
@@ -351,5 +350,4 @@ def pytest_unconfigure(config):
         if now is not obj or now_code is not code:
             changed.append(name)
     root = _getattr(config, "rootpath", None) or _getattr(config, "rootdir", None) or ""
-    _emit({"end": True, "changed": changed, "added": _added_plugins(pm, os.path.abspath(os.getcwd())),
-           "rootdir": "%s" % (root,)})
+    _emit({"end": True, "changed": changed, "added": _late, "rootdir": "%s" % (root,)})
