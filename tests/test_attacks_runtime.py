@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -353,3 +354,145 @@ def test_rootdir_outside_the_workdir_is_an_infra_error_and_the_default_root_has_
                    for name in ("pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg", "setup.py", "conftest.py"))
     rootdirs = [ln for ln in open(rec.log_path) if ln.startswith("rootdir: ")]
     assert len(rootdirs) == 1 and rootdirs[0].startswith(f"rootdir: {root}/sb-") and "/work" in rootdirs[0], rootdirs
+
+
+# --- the verdict channel itself, on a real pytest run -----------------------------------------
+
+SUITE = '''import unittest
+
+import pytest
+
+
+def test_ok():
+    assert True
+
+
+def test_fails():
+    assert 1 == 2
+
+
+@pytest.mark.xfail(reason="known")
+def test_expected_failure():
+    assert 1 == 2
+
+
+def test_skipped():
+    pytest.skip("not here")
+
+
+class Case(unittest.TestCase):
+    def test_unittest_fails(self):
+        self.assertEqual(1, 2)
+
+    def test_unittest_ok(self):
+        self.assertEqual(1, 1)
+'''
+
+
+def run_with_channel(tmp_path, suite: str = SUITE):
+    import os
+    import subprocess
+    import sys
+
+    from sandbatch.grading import verdict
+
+    work, tmp = tmp_path / "work", tmp_path / "tmp"
+    work.mkdir()
+    (work / "test_suite.py").write_text(suite)
+    channel = verdict.Channel.new(str(tmp))
+    Path(channel.dir).mkdir(parents=True)
+    Path(channel.dir, f"{channel.module}.py").write_bytes(verdict.PLUGIN_SOURCE.read_bytes())
+    Path(channel.dir, "key").write_bytes(channel.key)
+    env = {**os.environ, "PYTHONPATH": channel.dir, "PYTEST_ADDOPTS": f"-p {channel.module}"}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-rA", "-p", "no:cacheprovider", "test_suite.py"],
+                          cwd=work, env=env, capture_output=True, text=True)
+    assert not Path(channel.dir, "key").exists()  # consumed as the plugin loaded
+    return channel, proc, Path(channel.dir, verdict.FILE).read_bytes()
+
+
+def test_the_channel_records_raw_outcomes_of_every_kind_of_test(tmp_path):
+    from sandbatch.grading import verdict
+
+    channel, proc, data = run_with_channel(tmp_path)
+    assert proc.returncode == 1, proc.stdout
+    v = verdict.parse(data, channel.key)
+    assert v.state == "ok" and v.changed == [] and v.added == [] and v.rootdir == str(tmp_path / "work"), v
+    assert v.outcomes == {"test_suite.py::test_ok": "ok", "test_suite.py::test_fails": "raised",
+                          "test_suite.py::test_expected_failure": "raised", "test_suite.py::test_skipped": "skipped",
+                          "test_suite.py::Case::test_unittest_fails": "raised",
+                          "test_suite.py::Case::test_unittest_ok": "ok"}
+    assert v.expected_failures == {"test_suite.py::test_expected_failure"}
+    # what the honest log says agrees with it
+    status = {"test_suite.py::test_ok": "PASSED", "test_suite.py::test_expected_failure": "XFAIL",
+              "test_suite.py::Case::test_unittest_ok": "PASSED"}
+    assert verdict.compare(v, True, dict(status), set(status), lambda seen: seen) == ([], True)
+    # a log that calls the failing ones passed does not
+    lied = {**status, "test_suite.py::test_fails": "PASSED", "test_suite.py::Case::test_unittest_fails": "PASSED",
+            "test_suite.py::test_skipped": "PASSED"}
+    entries, _ = verdict.compare(v, True, lied, set(lied), lambda seen: seen)
+    assert sorted(e["path"] for e in entries) == ["test_suite.py::Case::test_unittest_fails",
+                                                  "test_suite.py::test_fails", "test_suite.py::test_skipped"]
+    assert lied["test_suite.py::test_fails"] == "FAILED"
+
+
+def test_an_altered_or_cut_verdict_is_no_verdict(tmp_path):
+    from sandbatch.grading import verdict
+
+    channel, _, data = run_with_channel(tmp_path)
+    lines = data.splitlines(keepends=True)
+    assert verdict.parse(data, b"another key").state == "garbled"
+    assert verdict.parse(b"".join(lines[:-1]), channel.key).state == "incomplete"
+    assert verdict.parse(b"".join(lines[:2] + lines[3:]), channel.key).state == "garbled"  # a line removed
+    assert verdict.parse(data.replace(b"raised", b"ok", 1), channel.key).state == "garbled"  # a record altered
+    assert verdict.parse(None, channel.key).state == "missing"
+    status = {"test_suite.py::test_ok": "PASSED"}
+    entries, resolvable = verdict.compare(verdict.parse(b"".join(lines[:-1]), channel.key), True, status,
+                                          set(status), lambda seen: seen)
+    assert [e["kind"] for e in entries] == ["runner_patched"] and not resolvable and status == {
+        "test_suite.py::test_ok": "FAILED"}
+
+
+HONEST_LOG = """============================= test session starts ==============================
+collected 4 items
+
+tests/test_calc.py ..F.                                                  [100%]
+=========================== short test summary info ============================
+PASSED tests/test_calc.py::test_add
+PASSED tests/test_calc.py::test_subtract
+PASSED tests/test_calc.py::test_divide_by_zero
+FAILED tests/test_calc.py::test_divide - assert 4 == 3.5
+========================= 1 failed, 3 passed in 0.64s ==========================
+"""
+HONEST_STATUS = {"tests/test_calc.py::test_add": "PASSED", "tests/test_calc.py::test_subtract": "PASSED",
+                 "tests/test_calc.py::test_divide_by_zero": "PASSED", "tests/test_calc.py::test_divide": "FAILED"}
+
+
+@pytest.mark.parametrize("log, status, exit_code, why", [
+    (HONEST_LOG, HONEST_STATUS, 1, None),
+    (HONEST_LOG.replace("collected 4 items", "collected 6 items / 2 deselected"), HONEST_STATUS, 1, None),
+    (HONEST_LOG + "PASSED tests/test_calc.py::test_divide\n", {**HONEST_STATUS, "tests/test_calc.py::test_divide":
+                                                              "PASSED"}, 1, "reported both passed and failed"),
+    (HONEST_LOG.replace("FAILED tests/test_calc.py::test_divide - assert", "PASSED tests/test_calc.py::test_divide - "
+                        "assert"), {**HONEST_STATUS, "tests/test_calc.py::test_divide": "PASSED"}, 1,
+     "a PASSED line that carries an error message"),
+    (HONEST_LOG.replace("FAILED tests/test_calc.py::test_divide - assert 4 == 3.5",
+                        "PASSED tests/test_calc.py::test_divide"), {**HONEST_STATUS, "tests/test_calc.py::test_divide":
+                                                                    "PASSED"}, 1, "4 tests read as passed"),
+    (HONEST_LOG, HONEST_STATUS, 0, "pytest exited 0 with 1 failed"),
+    (HONEST_LOG.split("tests/test_calc.py ..")[0] + "PASSED tests/test_calc.py::test_divide\n",
+     {"tests/test_calc.py::test_divide": "PASSED"}, 0, "collected 4 tests and exited 0 without its summary"),
+    (HONEST_LOG.replace("1 failed, 3 passed", "2 passed"), HONEST_STATUS, 0, "reported 2 of the 4 tests"),
+    ("--- FAIL: TestDivide (0.00s)\n--- PASS: TestDivide (0.00s)\nok  \tcalc\t0.01s\n",
+     {"TestDivide": "PASSED"}, 0, "reported both passed and failed"),
+    ("Tests:       1 failed, 3 passed, 4 total\n", {}, 0, "the runner's summary counts failures"),
+    ("Tests:       4 passed, 4 total\n", {}, 0, None),
+])
+def test_log_consistency(log, status, exit_code, why):
+    from sandbatch.grading import consistency
+
+    found = consistency.check(log, status, exit_code)
+    if why is None:
+        assert found == []
+    else:
+        assert found and all(e["kind"] == "inconsistent_log" for e in found)
+        assert any(why in e["detail"] for e in found), found
