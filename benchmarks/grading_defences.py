@@ -6,10 +6,12 @@ Grades each smoke task's gold patch with the real grade step on the local provid
 the defences on (grading.tampering: neutralise: path neutralisation, the verdict channel,
 runner integrity, log consistency, the rootdir check) and off (log_only: the log alone, as
 the benchmarks' own harnesses read it), alternating on and off so both see the same load.
-The figure is the step's `tests` phase (apply the patch, neutralise, run the tests, read
-and check the results); the sandbox's create and delete are the same either way. Prints,
-per task and over all, the median of each and the added time as a share of the run
-without defences (target: under 5 %), and checks that every grade resolved.
+Two figures per grade: the step's `tests` phase, wall-clock (apply the patch, neutralise,
+run the tests, read and check the results; the sandbox's create and delete are the same
+either way), and the CPU time of the whole grade, this process and the commands it ran
+(on a shared machine wall-clock swings by more than the difference; CPU time does not).
+Prints, per task and over all, the medians, and the added time as a share of the grade
+without defences (target: under 5 %); checks that every grade resolved.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import resource
 import statistics
 import sys
 import tempfile
@@ -41,13 +44,20 @@ def settings(work: Path, mode: str) -> Path:
     return path
 
 
-def grade_once(cfg_path: Path, task_id: str, patch: str, repeat: int) -> GradeRecord:
+def cpu() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def grade_once(cfg_path: Path, task_id: str, patch: str, repeat: int) -> tuple[GradeRecord, float]:
+    """The grade.json of the real grade step on `patch`, and the CPU seconds it took."""
     ctx = StepContext(cfg_path, task_id, repeat, 1, 1)
     ctx.path(PATCH).parent.mkdir(parents=True, exist_ok=True)
     ctx.path(PATCH).write_text(patch, encoding="utf-8")
     PatchRecord(bytes=len(patch), empty=not patch.strip(), sandbox_deleted=True).save(ctx.path(PATCH_INFO))
+    start = cpu()
     asyncio.run(run_step(GradeStep(ctx)))
-    return load(GradeRecord, ctx.path(GRADE))
+    return load(GradeRecord, ctx.path(GRADE)), cpu() - start
 
 
 def main() -> int:
@@ -59,28 +69,34 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     cfgs = {mode: settings(work, mode) for mode in ("neutralise", "log_only")}
     rows = [json.loads(line) for line in SMOKE.read_text().splitlines()]
-    times: dict[str, dict[str, list[float]]] = {r["instance_id"]: {"neutralise": [], "log_only": []} for r in rows}
+    modes = ("neutralise", "log_only")
+    wall = {r["instance_id"]: {m: [] for m in modes} for r in rows}
+    cpus = {r["instance_id"]: {m: [] for m in modes} for r in rows}
     bad = []
     for i in range(args.repeats):
         for row in rows:
-            order = ("neutralise", "log_only") if i % 2 == 0 else ("log_only", "neutralise")
-            for mode in order:
-                rec = grade_once(cfgs[mode], row["instance_id"], row["patch"], i)
+            for mode in modes if i % 2 == 0 else modes[::-1]:
+                rec, took = grade_once(cfgs[mode], row["instance_id"], row["patch"], i)
                 if not rec.resolved or rec.tampering:
                     bad.append((row["instance_id"], mode, rec.status, rec.tampering))
-                times[row["instance_id"]][mode].append(rec.phases["tests"])
-    print(f"grading time per rollout, tests phase, median of {args.repeats} (seconds):")
-    print(f"{'task':24} {'defences off':>13} {'on':>8} {'added':>8} {'share':>7}")
-    on_all, off_all = [], []
-    for task, t in times.items():
-        on, off = statistics.median(t["neutralise"]), statistics.median(t["log_only"])
-        on_all += t["neutralise"]
-        off_all += t["log_only"]
-        print(f"{task:24} {off:13.3f} {on:8.3f} {on - off:+8.3f} {(on - off) / off:+7.1%}")
-    on, off = statistics.median(on_all), statistics.median(off_all)
-    share = (on - off) / off
-    print(f"{'all':24} {off:13.3f} {on:8.3f} {on - off:+8.3f} {share:+7.1%}  "
-          f"(target < {TARGET:.0%}: {'met' if share < TARGET else 'NOT met'})")
+                wall[row["instance_id"]][mode].append(rec.phases["tests"])
+                cpus[row["instance_id"]][mode].append(took)
+    print(f"grading per rollout, median of {args.repeats}: tests phase wall-clock | whole grade CPU (seconds)")
+    print(f"{'task':24} {'off':>7} {'on':>7} {'added':>8} | {'off':>7} {'on':>7} {'added':>8}")
+
+    def line(name: str, w: dict[str, list[float]], c: dict[str, list[float]]) -> tuple[float, float]:
+        (won, woff), (con, coff) = ((statistics.median(x["neutralise"]), statistics.median(x["log_only"]))
+                                    for x in (w, c))
+        print(f"{name:24} {woff:7.3f} {won:7.3f} {(won - woff) / woff:+8.1%} | {coff:7.3f} {con:7.3f} "
+              f"{(con - coff) / coff:+8.1%}")
+        return (won - woff) / woff, (con - coff) / coff
+
+    for task in wall:
+        line(task, wall[task], cpus[task])
+    pooled = [{m: [v for t in d.values() for v in t[m]] for m in modes} for d in (wall, cpus)]
+    share_wall, share_cpu = line("all", *pooled)
+    print(f"added by the defences: {share_wall:+.1%} wall-clock, {share_cpu:+.1%} CPU "
+          f"(target < {TARGET:.0%}: {'met' if share_cpu < TARGET else 'NOT met'} in CPU time)")
     if bad:
         print(f"{len(bad)} gold grades did not resolve cleanly: {bad[:3]}", file=sys.stderr)
         return 1

@@ -22,7 +22,8 @@ removed, or a run that never reached its end record is not a verdict. The module
 the test process with the code under test: docs/benchmarks.md says what that leaves open.
 
 Written for every Python 3 and pytest >= 3 a task image may hold: no annotations, no
-f-strings, only the standard library.
+f-strings, only the standard library. PYTEST_DONT_REWRITE: pytest leaves its asserts (it
+has none) alone instead of rewriting the module on every run.
 """
 
 import hashlib
