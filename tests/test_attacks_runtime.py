@@ -421,7 +421,9 @@ class Case(unittest.TestCase):
 '''
 
 
-def run_with_channel(tmp_path, suite: str = SUITE):
+def run_with_channel(tmp_path, runs: int = 1):
+    """The suite run by the real pytest `runs` times (as a test command may) with the channel's
+    plugin loaded as the grader loads it: (channel, the last run, the files the runs wrote)."""
     import os
     import subprocess
     import sys
@@ -430,25 +432,28 @@ def run_with_channel(tmp_path, suite: str = SUITE):
 
     work, tmp = tmp_path / "work", tmp_path / "tmp"
     work.mkdir()
-    (work / "test_suite.py").write_text(suite)
+    (work / "test_suite.py").write_text(SUITE)
     channel = verdict.Channel.new(str(tmp))
     Path(channel.dir).mkdir(parents=True)
     Path(channel.dir, f"{channel.module}.py").write_bytes(verdict.PLUGIN_SOURCE.read_bytes())
-    Path(channel.dir, "key").write_bytes(channel.key)
+    for n, key in enumerate(channel.keys):
+        Path(channel.dir, f"key.{n}").write_bytes(key)
     env = {**os.environ, "PYTHONPATH": channel.dir, "PYTEST_ADDOPTS": f"-p {channel.module}"}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-rA", "-p", "no:cacheprovider", "test_suite.py"],
-                          cwd=work, env=env, capture_output=True, text=True)
-    assert not Path(channel.dir, "key").exists()  # consumed as the plugin loaded
-    return channel, proc, Path(channel.dir, verdict.FILE).read_bytes()
+    for _ in range(runs):
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-rA", "-p", "no:cacheprovider", "test_suite.py"],
+                              cwd=work, env=env, capture_output=True, text=True)
+    # each run took a key of its own as the plugin loaded, and left none of it
+    assert sorted(p.name for p in Path(channel.dir).glob("key.*")) == [f"key.{n}" for n in range(runs, verdict.KEYS)]
+    return channel, proc, {n: Path(channel.dir, f"verdict.{n}.jsonl").read_bytes() for n in range(runs)}
 
 
 def test_the_channel_records_raw_outcomes_of_every_kind_of_test(tmp_path):
     from sandbatch.grading import verdict
 
-    channel, proc, data = run_with_channel(tmp_path)
+    channel, proc, files = run_with_channel(tmp_path)
     assert proc.returncode == 1, proc.stdout
-    v = verdict.parse(data, channel.key)
-    assert v.state == "ok" and v.changed == [] and v.added == [] and v.rootdir == str(tmp_path / "work"), v
+    v = verdict.merge(files, channel.keys)
+    assert v.state == "ok" and v.changed == [] and v.added == [] and v.rootdirs == [str(tmp_path / "work")], v
     assert v.outcomes == {"test_suite.py::test_ok": "ok", "test_suite.py::test_fails": "raised",
                           "test_suite.py::test_expected_failure": "raised", "test_suite.py::test_skipped": "skipped",
                           "test_suite.py::Case::test_unittest_fails": "raised",
@@ -470,15 +475,21 @@ def test_the_channel_records_raw_outcomes_of_every_kind_of_test(tmp_path):
 def test_an_altered_or_cut_verdict_is_no_verdict(tmp_path):
     from sandbatch.grading import verdict
 
-    channel, _, data = run_with_channel(tmp_path)
+    channel, _, files = run_with_channel(tmp_path, runs=2)
+    key, data = channel.keys[0], files[0]
+    assert verdict.merge(files, channel.keys).state == "ok"
     lines = data.splitlines(keepends=True)
     assert verdict.parse(data, b"another key").state == "garbled"
-    assert verdict.parse(b"".join(lines[:-1]), channel.key).state == "incomplete"
-    assert verdict.parse(b"".join(lines[:2] + lines[3:]), channel.key).state == "garbled"  # a line removed
-    assert verdict.parse(data.replace(b"raised", b"ok", 1), channel.key).state == "garbled"  # a record altered
-    assert verdict.parse(None, channel.key).state == "missing"
+    assert verdict.parse(b"".join(lines[:-1]), key).state == "incomplete"
+    assert verdict.parse(b"".join(lines[:2] + lines[3:]), key).state == "garbled"  # a line removed
+    assert verdict.parse(data.replace(b"raised", b"ok", 1), key).state == "garbled"  # a record altered
+    assert verdict.parse(None, key).state == "missing"
+    # one process's verdict cut short spoils the whole; a verdict under a key no process took is no verdict
+    assert verdict.merge({0: data, 1: b"".join(files[1].splitlines(keepends=True)[:-1])}, channel.keys).state \
+        == "incomplete"
+    assert verdict.merge({0: data, 1: files[1].replace(b"raised", b"ok")}, channel.keys).state == "garbled"
     status = {"test_suite.py::test_ok": "PASSED"}
-    entries, resolvable = verdict.compare(verdict.parse(b"".join(lines[:-1]), channel.key), True, status,
+    entries, resolvable = verdict.compare(verdict.parse(b"".join(lines[:-1]), key), True, status,
                                           set(status), lambda seen: seen)
     assert [e["kind"] for e in entries] == ["runner_patched"] and not resolvable and status == {
         "test_suite.py::test_ok": "FAILED"}

@@ -34,7 +34,7 @@ async def settle(channel: verdict.Channel | None, sandbox: "Sandbox", log: str, 
     if channel is None:
         return Findings()
     v = await channel.read(sandbox)
-    verdict.check_rootdir(verdict.rootdir(v, log), sandbox.workdir)
+    verdict.check_rootdir(verdict.rootdirs(v, log), sandbox.workdir)
     expected = pytest_expected or verdict.pytest_ran(log)
     inconsistent = consistency.check(log, status, exit_code)
     rewritten, resolvable = verdict.compare(v, expected, status, decisive, as_log)

@@ -36,7 +36,10 @@ if TYPE_CHECKING:
     from ..sandbox import Sandbox
 
 PLUGIN_SOURCE = Path(__file__).with_name("verdict_plugin.py")
-FILE = "verdict.jsonl"
+KEYS = 8  # pytest processes a test command may start that each get a verdict of their own
+_FILE_RE = re.compile(r"^== verdict\.(\d+)\.jsonl$")
+# merging the verdicts of several processes: the worst outcome of a test wins
+_RANK = {"ok": 0, "skipped": 1, "xfailed": 1, "raised": 2, "error": 2}
 CLAIMED = ("PASSED", "XFAIL")  # what swebench counts as passed
 # what each raw outcome reads as, in a pytest log
 AS_LOG = {"ok": "PASSED", "raised": "FAILED", "error": "ERROR", "skipped": "SKIPPED", "xfailed": "XFAIL"}
@@ -54,7 +57,7 @@ class Verdict:
     expected_failures: set[str] = field(default_factory=set)  # tests marked xfail
     changed: list[str] = field(default_factory=list)
     added: list[str] = field(default_factory=list)
-    rootdir: str | None = None
+    rootdirs: list[str] = field(default_factory=list)
     detail: str = ""
 
 
@@ -82,7 +85,8 @@ def parse(data: bytes | None, key: bytes) -> Verdict:
                 return Verdict("unsupported", detail=f"pytest {rec.get('pytest')} has no raw call to record")
         elif rec.get("end"):
             v.state, v.detail = "ok", ""
-            v.changed, v.added, v.rootdir = list(rec.get("changed") or []), list(rec.get("added") or []), rec.get("rootdir")
+            v.changed, v.added = list(rec.get("changed") or []), list(rec.get("added") or [])
+            v.rootdirs = [str(rec["rootdir"])] if rec.get("rootdir") else []
             break
         elif "t" in rec:
             test, kind = str(rec["t"]), str(rec.get("k"))
@@ -95,20 +99,50 @@ def parse(data: bytes | None, key: bytes) -> Verdict:
     return v
 
 
+def merge(files: dict[int, bytes], keys: list[bytes]) -> Verdict:
+    """The verdicts of every pytest process of the command as one: each must be intact; a test's
+    outcome is its worst in any of them (a forged file adds nothing that masks a failure)."""
+    parts = [parse(data, keys[n]) if 0 <= n < len(keys) else Verdict("garbled", detail="a verdict of no key")
+             for n, data in sorted(files.items())]
+    if not parts:
+        return parse(None, b"")
+    bad = [p for p in parts if p.state not in ("ok", "unsupported")]
+    if bad:
+        return bad[0]
+    ok = [p for p in parts if p.state == "ok"]
+    if not ok:
+        return parts[0]
+    out = Verdict("ok")
+    for p in ok:
+        for test, kind in p.outcomes.items():
+            if _RANK.get(kind, 2) >= _RANK.get(out.outcomes.get(test, "ok"), 0) or test not in out.outcomes:
+                out.outcomes[test] = kind
+        out.expected_failures |= p.expected_failures
+        out.changed += [c for c in p.changed if c not in out.changed]
+        out.added += p.added
+        out.rootdirs += p.rootdirs
+    return out
+
+
 @dataclass
 class Channel:
     dir: str
     module: str
-    key: bytes
+    keys: list[bytes]
 
     @classmethod
     def new(cls, tmpdir: str) -> "Channel":
         return cls(dir=f"{tmpdir.rstrip('/')}/.v{secrets.token_hex(12)}", module=f"sbv_{secrets.token_hex(8)}",
-                   key=secrets.token_hex(32).encode())
+                   keys=[secrets.token_hex(32).encode() for _ in range(KEYS)])
 
     async def install(self, sandbox: "Sandbox") -> None:
         await sandbox.upload(f"{self.dir}/{self.module}.py", PLUGIN_SOURCE.read_bytes())
-        await sandbox.upload(f"{self.dir}/key", self.key, mode=0o600)
+        d = shlex.quote(self.dir)
+        keys = " && ".join(f"printf %s {k.decode()} > {d}/key.{n}" for n, k in enumerate(self.keys))
+        res = await sandbox.exec(f"umask 077 && {keys}", timeout=60)
+        if not res.ok:
+            raise InfraError(f"cannot write the verdict keys in {self.dir}: {res.stderr.strip()[-200:]}",
+                             "sandbox_exec")
 
     def exports(self) -> str:
         """Shell lines that load the plugin into every pytest the test command starts."""
@@ -117,31 +151,37 @@ class Channel:
                 f'export PYTEST_ADDOPTS="-p {self.module} ${{PYTEST_ADDOPTS:-}}"')
 
     async def read(self, sandbox: "Sandbox") -> Verdict:
-        try:
-            data = await sandbox.download(f"{self.dir}/{FILE}")
-        except Exception:  # noqa: BLE001 - no file: the plugin never ran (or its file was removed)
-            data = None
-        return parse(data, self.key)
+        res = await sandbox.exec(f"cd {shlex.quote(self.dir)} && for f in verdict.*.jsonl; do "
+                                 f'[ -f "$f" ] && printf "== %s\\n" "$f" && cat "$f"; done; true', timeout=60)
+        files: dict[int, list[str]] = {}
+        current = None
+        for line in res.stdout.splitlines() if res.ok else []:
+            m = _FILE_RE.match(line)
+            if m:
+                current = files.setdefault(int(m.group(1)), [])
+            elif current is not None:
+                current.append(line)
+        return merge({n: "\n".join(lines).encode() for n, lines in files.items()}, self.keys)
 
 
 def pytest_ran(log: str) -> bool:
     return "test session starts" in log or bool(_ROOTDIR_RE.search(log))
 
 
-def rootdir(v: Verdict, log: str) -> str | None:
-    """pytest's rootdir: the verdict's, or (with no verdict from a pytest that ran) the log's."""
+def rootdirs(v: Verdict, log: str) -> list[str]:
+    """pytest's rootdirs: the verdict's, or (with no verdict from a pytest that ran) the log's."""
     if v.state == "ok":
-        return v.rootdir
-    m = _ROOTDIR_RE.search(log) if v.state in ("unsupported", "missing") else None
-    return m.group(1).strip() if m else None
+        return v.rootdirs
+    return [m.strip() for m in _ROOTDIR_RE.findall(log)] if v.state in ("unsupported", "missing") else []
 
 
-def check_rootdir(root: str | None, workdir: str) -> None:
+def check_rootdir(roots: list[str], workdir: str) -> None:
     """pytest's rootdir must be the workdir or inside it: above it, a configuration of the host applied."""
-    if not root:
-        return
-    wd, r = PurePosixPath(os.path.normpath(workdir)), PurePosixPath(os.path.normpath(root))
-    if r != wd and wd not in r.parents:
+    wd = PurePosixPath(os.path.normpath(workdir))
+    for root in roots:
+        r = PurePosixPath(os.path.normpath(root))
+        if r == wd or wd in r.parents:
+            continue
         raise InfraError(f"pytest took {root} as its rootdir, outside the workdir {workdir}: a configuration above "
                          f"the workdir applies to the task's tests (see sandbox.local.root)", "grading_rootdir")
 

@@ -6,8 +6,11 @@ and PYTHONPATH set for the test command only. pytest imports `-p` plugins before
 plugin of an installed distribution and before conftest files or the code under test,
 so at import this module still sees pytest's own machinery as pytest built it. It then
 
-- reads the per-grade key from the file `key` beside it and deletes that file, and opens
-  `verdict.jsonl` there for appending (its descriptor held from now on);
+- takes one of the per-grade keys beside it (`key.<n>`, renamed away atomically, read and
+  deleted: each pytest process the test command starts gets its own), strips its
+  directory and option from sys.path and the environment (pytest processes the tests
+  start load nothing of it) and opens `verdict.<n>.jsonl` there for appending (its
+  descriptor held from now on);
 - wraps the raw call (`_pytest.runner.CallInfo.from_call`, or `call_runtest_hook` of older
   pytest) and unittest's result adapter (`TestCaseFunction._addexcinfo`): whether the
   setup or body of each test raised, and what, is written as the call returns - before
@@ -65,7 +68,7 @@ def _dumps(v):
 
 
 def _strip_env():
-    """Leave nothing of the channel to the processes the tests start."""
+    """Leave nothing of the channel to the processes this one starts (pytest runs inside tests)."""
     parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and os.path.abspath(p) != _here]
     if parts:
         os.environ["PYTHONPATH"] = os.pathsep.join(parts)
@@ -79,12 +82,25 @@ def _strip_env():
     sys.path[:] = [p for p in sys.path if not p or os.path.abspath(p) != _here]
 
 
+def _claim():
+    """One of the keys beside this file, taken by renaming it (atomic: each pytest process the test
+    command starts gets its own), read and deleted: (its number, the key)."""
+    for name in sorted(n for n in os.listdir(_here) if n.startswith("key.")):
+        mine = os.path.join(_here, "taken.%s.%d" % (name[4:], os.getpid()))
+        try:
+            os.rename(os.path.join(_here, name), mine)
+        except OSError:
+            continue  # another process took it first
+        with open(mine, "rb") as fh:
+            key = fh.read().strip()
+        os.unlink(mine)  # the code under test finds none left of the keys in use
+        return name[4:], key
+    raise LookupError("no key left")
+
+
 class _Channel(object):
     def __init__(self):
-        key_path = os.path.join(_here, "key")
-        with open(key_path, "rb") as fh:
-            key = fh.read().strip()
-        os.unlink(key_path)  # the first pytest of the command takes it; the code under test finds none
+        number, key = _claim()
         # HMAC-SHA256 by hand from hashlib's C objects, whose methods no code can replace
         key = bytearray(_sha256(key).digest() + b"\0" * 32)
         self._inner = _sha256(bytes(bytearray(b ^ 0x36 for b in key)))
@@ -92,7 +108,8 @@ class _Channel(object):
         key[:] = b"\0" * len(key)
         self._prev = ""
         self._seq = 0
-        self._fd = os.open(os.path.join(_here, "verdict.jsonl"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        path = os.path.join(_here, "verdict.%s.jsonl" % number)
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
 
     def write(self, rec):
         rec["i"] = self._seq
@@ -110,7 +127,7 @@ _channel = None
 try:
     _strip_env()
     _channel = _Channel()
-except Exception:  # no key (a second pytest process of the same command) or no file: no verdict from here
+except Exception:  # no key left (more pytest processes than keys) or no file: no verdict from here
     _channel = None
 
 
