@@ -224,6 +224,32 @@ FORGED = {
                     _rec = json.dumps({"t": f"tests/test_calc.py::{_t}", "w": "call", "k": "ok"})
                     os.write(int(_fd), (json.dumps({"r": _rec, "m": "0" * 64}) + "\\n").encode())
         """) + REWRITE_REPORTS, {"runner_patched"}),
+    "a verdict forged with a spare key, the real one unlinked": (textwrap.dedent("""
+        import hashlib, hmac, json, os
+        for _fd in os.listdir("/proc/self/fd"):
+            try:
+                _target = os.readlink(f"/proc/self/fd/{_fd}")
+            except OSError:
+                continue
+            if os.path.basename(_target).startswith("verdict."):
+                _dir = os.path.dirname(_target)
+                _spare = sorted(n for n in os.listdir(_dir) if n.startswith("key."))[-1]
+                _key = hashlib.sha256(open(os.path.join(_dir, _spare), "rb").read().strip()).digest()
+                os.unlink(os.path.join(_dir, _spare))  # as if a process had taken it
+                os.unlink(_target)  # the real verdict goes; the plugin writes on into nothing
+                _recs = [{"start": True, "supported": True}]
+                for _t in ("test_add", "test_subtract", "test_divide", "test_divide_by_zero"):
+                    _recs += [{"t": f"tests/test_calc.py::{_t}", "w": w, "k": "ok"} for w in ("setup", "call")]
+                _recs.append({"end": True, "changed": [], "added": [], "rootdir": os.getcwd()})
+                _prev, _out = "", []
+                for _i, _r in enumerate(_recs):
+                    _body = json.dumps({**_r, "i": _i})
+                    _prev = hmac.new(_key, (_prev + _body).encode(), hashlib.sha256).hexdigest()
+                    _out.append(json.dumps({"r": _body, "m": _prev}) + "\\n")
+                with open(os.path.join(_dir, "verdict.%s.jsonl" % _spare[4:]), "w") as _fh:
+                    _fh.writelines(_out)
+                break
+        """) + REWRITE_REPORTS, {"runner_patched"}),
 }
 
 # the issue's first attack: a pytest plugin loaded through installation metadata in the workdir
@@ -452,7 +478,7 @@ def test_the_channel_records_raw_outcomes_of_every_kind_of_test(tmp_path):
 
     channel, proc, files = run_with_channel(tmp_path)
     assert proc.returncode == 1, proc.stdout
-    v = verdict.merge(files, channel.keys)
+    v = verdict.merge(files, channel.keys, set(range(1, verdict.KEYS)))
     assert v.state == "ok" and v.changed == [] and v.added == [] and v.rootdirs == [str(tmp_path / "work")], v
     assert v.outcomes == {"test_suite.py::test_ok": "ok", "test_suite.py::test_fails": "raised",
                           "test_suite.py::test_expected_failure": "raised", "test_suite.py::test_skipped": "skipped",
@@ -476,8 +502,8 @@ def test_an_altered_or_cut_verdict_is_no_verdict(tmp_path):
     from sandbatch.grading import verdict
 
     channel, _, files = run_with_channel(tmp_path, runs=2)
-    key, data = channel.keys[0], files[0]
-    assert verdict.merge(files, channel.keys).state == "ok"
+    key, data, spare = channel.keys[0], files[0], set(range(2, verdict.KEYS))
+    assert verdict.merge(files, channel.keys, spare).state == "ok"
     lines = data.splitlines(keepends=True)
     assert verdict.parse(data, b"another key").state == "garbled"
     assert verdict.parse(b"".join(lines[:-1]), key).state == "incomplete"
@@ -485,9 +511,12 @@ def test_an_altered_or_cut_verdict_is_no_verdict(tmp_path):
     assert verdict.parse(data.replace(b"raised", b"ok", 1), key).state == "garbled"  # a record altered
     assert verdict.parse(None, key).state == "missing"
     # one process's verdict cut short spoils the whole; a verdict under a key no process took is no verdict
-    assert verdict.merge({0: data, 1: b"".join(files[1].splitlines(keepends=True)[:-1])}, channel.keys).state \
-        == "incomplete"
-    assert verdict.merge({0: data, 1: files[1].replace(b"raised", b"ok")}, channel.keys).state == "garbled"
+    assert verdict.merge({0: data, 1: b"".join(files[1].splitlines(keepends=True)[:-1])}, channel.keys,
+                         spare).state == "incomplete"
+    assert verdict.merge({0: data, 1: files[1].replace(b"raised", b"ok")}, channel.keys, spare).state == "garbled"
+    # every key taken has its verdict, and no key still on disk has one (a spare key signs nothing)
+    assert verdict.merge({1: files[1]}, channel.keys, spare).state == "garbled"
+    assert verdict.merge({**files, 2: data}, channel.keys, spare).state == "garbled"
     status = {"test_suite.py::test_ok": "PASSED"}
     entries, resolvable = verdict.compare(verdict.parse(b"".join(lines[:-1]), key), True, status,
                                           set(status), lambda seen: seen)

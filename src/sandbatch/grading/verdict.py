@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 PLUGIN_SOURCE = Path(__file__).with_name("verdict_plugin.py")
 KEYS = 8  # pytest processes a test command may start that each get a verdict of their own
 _FILE_RE = re.compile(r"^== verdict\.(\d+)\.jsonl$")
+_KEY_RE = re.compile(r"^== key\.(\d+)$")
 # merging the verdicts of several processes: the worst outcome of a test wins
 _RANK = {"ok": 0, "skipped": 1, "xfailed": 1, "raised": 2, "error": 2}
 CLAIMED = ("PASSED", "XFAIL")  # what swebench counts as passed
@@ -99,11 +100,14 @@ def parse(data: bytes | None, key: bytes) -> Verdict:
     return v
 
 
-def merge(files: dict[int, bytes], keys: list[bytes]) -> Verdict:
-    """The verdicts of every pytest process of the command as one: each must be intact; a test's
-    outcome is its worst in any of them (a forged file adds nothing that masks a failure)."""
-    parts = [parse(data, keys[n]) if 0 <= n < len(keys) else Verdict("garbled", detail="a verdict of no key")
-             for n, data in sorted(files.items())]
+def merge(files: dict[int, bytes], keys: list[bytes], unclaimed: set[int] | None = None) -> Verdict:
+    """The verdicts of every pytest process of the command as one: a file for each key taken (none
+    for a key still on disk: unclaimed), each intact; a test's outcome is its worst in any of them."""
+    unclaimed = set() if unclaimed is None else unclaimed
+    taken = set(range(len(keys))) - unclaimed
+    if files and set(files) != taken:
+        return Verdict("garbled", detail=f"verdicts {sorted(files)} for the keys taken {sorted(taken)}")
+    parts = [parse(data, keys[n]) for n, data in sorted(files.items())]
     if not parts:
         return parse(None, b"")
     bad = [p for p in parts if p.state not in ("ok", "unsupported")]
@@ -151,17 +155,20 @@ class Channel:
                 f'export PYTEST_ADDOPTS="-p {self.module} ${{PYTEST_ADDOPTS:-}}"')
 
     async def read(self, sandbox: "Sandbox") -> Verdict:
-        res = await sandbox.exec(f"cd {shlex.quote(self.dir)} && for f in verdict.*.jsonl; do "
-                                 f'[ -f "$f" ] && printf "== %s\\n" "$f" && cat "$f"; done; true', timeout=60)
+        res = await sandbox.exec(f"cd {shlex.quote(self.dir)} && for f in key.* verdict.*.jsonl; do "
+                                 f'[ -f "$f" ] && printf "== %s\\n" "$f" && cat "$f" && echo; done; true', timeout=60)
         files: dict[int, list[str]] = {}
+        unclaimed: set[int] = set()
         current = None
         for line in res.stdout.splitlines() if res.ok else []:
-            m = _FILE_RE.match(line)
-            if m:
+            if m := _KEY_RE.match(line):
+                unclaimed.add(int(m.group(1)))
+                current = None
+            elif m := _FILE_RE.match(line):
                 current = files.setdefault(int(m.group(1)), [])
-            elif current is not None:
+            elif current is not None and line:
                 current.append(line)
-        return merge({n: "\n".join(lines).encode() for n, lines in files.items()}, self.keys)
+        return merge({n: "\n".join(lines).encode() for n, lines in files.items()}, self.keys, unclaimed)
 
 
 def pytest_ran(log: str) -> bool:
