@@ -42,17 +42,18 @@ TESTS = ("test_add", "test_subtract", "test_divide", "test_divide_by_zero")
 FAKE_LINES = "".join(f"PASSED tests/test_calc.py::{t}\\n" for t in TESTS)
 # pytest captures fd 1 and 2 while it imports and runs tests; what it saved of the real ones are
 # the pipes the grader reads
-REAL_OUT = """
+FDS = """
 import os
-def _real_outs():
-    fds = []
+def _fds():
     for fd in sorted(int(f) for f in os.listdir("/proc/self/fd")):
         try:
-            if fd > 2 and os.readlink(f"/proc/self/fd/{fd}").startswith("pipe:"):
-                fds.append(fd)
+            yield fd, os.readlink(f"/proc/self/fd/{fd}")
         except OSError:
             pass
-    return fds or [1]
+"""
+REAL_OUT = FDS + """
+def _real_outs():
+    return [fd for fd, target in _fds() if fd > 2 and target.startswith("pipe:")] or [1]
 """
 FORCE_EXIT_0 = """
 import atexit, os
@@ -212,25 +213,17 @@ FORGED = {
             os._exit(0)
         atexit.register(_done)
         """), {"report_rewritten"}),
-    "forged records appended to the grader's open verdict file": (textwrap.dedent("""
-        import json, os
-        for _fd in os.listdir("/proc/self/fd"):
-            try:
-                _target = os.readlink(f"/proc/self/fd/{_fd}")
-            except OSError:
-                continue
+    "forged records appended to the grader's open verdict file": (FDS + textwrap.dedent("""
+        import json
+        for _fd, _target in _fds():
             if _target.endswith(".jsonl"):
                 for _t in ("test_add", "test_subtract", "test_divide", "test_divide_by_zero"):
                     _rec = json.dumps({"t": f"tests/test_calc.py::{_t}", "w": "call", "k": "ok"})
-                    os.write(int(_fd), (json.dumps({"r": _rec, "m": "0" * 64}) + "\\n").encode())
+                    os.write(_fd, (json.dumps({"r": _rec, "m": "0" * 64}) + "\\n").encode())
         """) + REWRITE_REPORTS, {"runner_patched"}),
-    "a verdict forged with a spare key, the real one unlinked": (textwrap.dedent("""
-        import hashlib, hmac, json, os
-        for _fd in os.listdir("/proc/self/fd"):
-            try:
-                _target = os.readlink(f"/proc/self/fd/{_fd}")
-            except OSError:
-                continue
+    "a verdict forged with a spare key, the real one unlinked": (FDS + textwrap.dedent("""
+        import hashlib, hmac, json
+        for _fd, _target in _fds():
             if os.path.basename(_target).startswith("verdict."):
                 _dir = os.path.dirname(_target)
                 _spare = sorted(n for n in os.listdir(_dir) if n.startswith("key."))[-1]
