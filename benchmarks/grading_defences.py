@@ -73,6 +73,8 @@ def main() -> int:
     wall = {r["instance_id"]: {m: [] for m in modes} for r in rows}
     cpus = {r["instance_id"]: {m: [] for m in modes} for r in rows}
     bad = []
+    for mode in modes:  # warm-up, not counted: the first grade of a process imports the grading libraries
+        grade_once(cfgs[mode], rows[0]["instance_id"], rows[0]["patch"], args.repeats)
     for i in range(args.repeats):
         for row in rows:
             for mode in modes if i % 2 == 0 else modes[::-1]:
