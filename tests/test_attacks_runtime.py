@@ -253,11 +253,7 @@ ENTRY_POINT_FILES = {
     "calc_helpers-0.1.dist-info/entry_points.txt": "[pytest11]\ncalc_helpers = calc_helpers\n",
 }
 
-CASES = {
-    **{name: ({"calc.py": hostile(code)}, kinds) for name, (code, kinds) in {**RUNTIME, **FORGED}.items()},
-    "pytest plugin through an entry point of a dist-info in the workdir": (
-        {"calc.py": WRONG_CALC, **ENTRY_POINT_FILES}, {"report_rewritten"}),
-}
+CASES = {name: ({"calc.py": hostile(code)}, kinds) for name, (code, kinds) in {**RUNTIME, **FORGED}.items()}
 assert len(RUNTIME) >= 5 and len(FORGED) >= 5
 
 
@@ -287,6 +283,30 @@ def test_attack_earns_reward_only_without_the_defences(tmp_path, calc, name):
     assert kinds <= {t["kind"] for t in rec.tampering}, rec.tampering
     if "report_rewritten" in kinds:  # the test whose report was rewritten counts as failed
         assert "tests/test_calc.py::test_divide" in rec.tests_status["FAIL_TO_PASS"]["failure"], rec.tests_status
+
+
+def test_entry_point_plugin_is_caught_by_the_verdict_alone(tmp_path, calc):
+    """The issue's first attack: 1.0 with every defence off, 0.0 with them on, and 0.0 also when the
+    path rules let the dist-info through: the plugin rewrites reports, not the raw call result."""
+    from sandbatch.grading import tamper
+
+    cfg_path, task = calc
+    patch, _ = agent_patch(tmp_path, task.repo_dir, files={"calc.py": WRONG_CALC, **ENTRY_POINT_FILES})
+    (tmp_path / "off").mkdir()
+    assert grade(make_cfg(tmp_path / "off", "smoke", SMOKE, grading={"tampering": "log_only"}), task.id,
+                 patch).reward == 1.0
+    rec = grade(cfg_path, task.id, patch)
+    assert rec.status == "ok" and rec.reward == 0.0 and rec.tampering, rec
+
+    async def nothing_found(*args, **kwargs):
+        return []
+
+    (tmp_path / "no_rules").mkdir()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(tamper, "find", nothing_found)
+        rec = grade(make_cfg(tmp_path / "no_rules", "smoke", SMOKE), task.id, patch)
+    assert rec.reward == 0.0 and [t["path"] for t in rec.tampering if t["kind"] == "report_rewritten"] == [
+        "tests/test_calc.py::test_divide"], rec.tampering
 
 
 def test_fail_mode_marks_a_rewritten_run_tampered(tmp_path, calc):
