@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from sandbatch.sandbox.local import default_root
 from workflow_util import REPO, SMOKE_TASKS
 
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--cores", "2"]
@@ -134,7 +135,7 @@ def wait_for(cond: Callable[[], object], timeout: float, what: str, proc: subpro
 
 def sandboxes(workdir: Path, role: str | None = None, task: str | None = None) -> list[Path]:
     """The local provider's sandbox directories, optionally those of one role and task."""
-    root = workdir / ".sandbatch" / "sandboxes"
+    root = default_root(workdir)
     out = []
     for d in sorted(root.glob("*")) if root.is_dir() else []:
         if role is None and task is None:

@@ -14,7 +14,6 @@ repository trips any of it (the false-positive count the README states).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import py_compile
 import re
 import subprocess
@@ -33,17 +32,14 @@ from test_benchmark_grading import FIX, SMOKE, grade, make_cfg
 from test_tampering import FIX_DIVIDE, GIT, PASS_ALL_HOOK, PLUGIN, WRONG_DIVIDE, agent_patch, workdir_shell
 
 
-@contextlib.contextmanager
-def defences_off():
-    """Grading with nothing of the patch neutralised and no runner report beside the log: what each
-    exploit would earn without the defences."""
-    async def nothing_found(*args, **kwargs):
-        return []
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(tamper, "find", nothing_found)
-        mp.setattr(reports, "instrument", lambda script, *args: (script, None))
-        yield
+def defences_off(cfg_path: Path) -> Path:
+    """The same run with every defence off (grading.tampering: log_only, the log alone decides):
+    what each exploit would earn without them."""
+    cfg = config.Config.model_validate_json(cfg_path.read_text())
+    off = cfg.model_copy(update={"grading": cfg.grading.model_copy(update={"tampering": "log_only"})})
+    path = cfg_path.with_name("run-defences-off.json")
+    path.write_text(off.model_dump_json(), encoding="utf-8")
+    return path
 
 
 FIXED_CALC = (SMOKE.parent / "repos" / "calc" / "calc.py").read_text().replace("a // b", "a / b")
@@ -220,8 +216,7 @@ def test_attack_earns_reward_only_without_the_defences(tmp_path, name):
 def exploit_only_without_defences(tmp_path: Path, cfg_path: Path, task, attack: Attack) -> None:
     """The attack's patch earns 1.0 with the defences off, 0.0 with them on, with the expected tampering."""
     patch, _ = agent_patch(tmp_path, task.repo_dir, edits=attack.edits, files=attack.files(tmp_path))
-    with defences_off():
-        off = grade(cfg_path, task.id, patch)
+    off = grade(defences_off(cfg_path), task.id, patch)
     assert off.status == "ok" and off.resolved and off.reward == 1.0, Path(off.log_path).read_text()[-3000:]
     on = grade(cfg_path, task.id, patch)
     assert on.status == "ok" and on.patch_applied and on.tests_ran and on.reward == 0.0 and not on.resolved, on
@@ -518,8 +513,7 @@ def test_jest_report_outside_the_workdir_outvotes_a_forged_log(tmp_path, jest_ta
     # the module under test prints the passing lines and exits 0 before Jest reports anything
     forged = "// Sum of a list of numbers.\n" + FORGED_PASS
     patch, _ = agent_patch(tmp_path, task.repo_dir, files={"src/sum.js": forged})
-    with defences_off():
-        off = grade(cfg_path, task.id, patch)
+    off = grade(defences_off(cfg_path), task.id, patch)
     assert off.resolved and off.reward == 1.0 and off.test_exit_code == 0, Path(off.log_path).read_text()[-3000:]
     on = grade(cfg_path, task.id, patch)
     assert on.status == "ok" and on.tests_ran and on.reward == 0.0 and not on.resolved, on

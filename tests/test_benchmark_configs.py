@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from sandbatch import REPO_ROOT, config
+from sandbatch.sandbox.local import default_root
 
 FIX = REPO_ROOT / "tests" / "fixtures" / "bench"
 CONFIGS = sorted((REPO_ROOT / "config").glob("*.yaml"))
@@ -262,7 +263,7 @@ def test_terminal_bench_oracle_run(tmp_path):
     assert rows["hello-world"]["reward"] == 1.0 and rows["hello-world"]["resolved"]
     assert rows["json-reward"]["reward"] == 1.0
     assert rows["no-reward"]["status"] == "infra_error" and rows["no-reward"]["failure_class"] == "grading_no_reward"
-    assert not list((tmp_path / ".sandbatch" / "sandboxes").glob("sb-*"))  # nothing left behind
+    assert not list(default_root(tmp_path).glob("sb-*"))  # nothing left behind
 
     from swebench.harness.utils import get_predictions_from_file
 

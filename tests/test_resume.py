@@ -19,6 +19,7 @@ from ops_util import (fake_git, kill_group, records, run, sandbatch, sandboxes, 
 from sandbatch.owners import LOCKS_DIR, locked, scan
 from sandbatch.stop import kill_tree
 from sandbatch.status import incomplete_outputs
+from sandbatch.sandbox.local import default_root
 from workflow_util import REPO, rollouts
 
 pytestmark = pytest.mark.slow
@@ -57,7 +58,7 @@ def _first(wd, name):
 def _harness_started(wd):
     """The slow task's agent has started (the marker the harness step leaves in its sandbox)."""
     def started():
-        for d in wd.glob(".sandbatch/sandboxes/*/tmp/.sandbatch-harness-started"):
+        for d in default_root(wd).glob("*/tmp/.sandbatch-harness-started"):
             try:
                 meta = json.loads((d.parents[1] / "meta.json").read_text())
             except (OSError, ValueError):  # being deleted
@@ -133,7 +134,7 @@ def test_sigkill_then_same_command_resumes(tmp_path, tasks, reference, point):
         handle = json.loads((tmp_path / f"results/default/{SLOW_TASK}/0/harness.json").read_text())["sandbox"]
         assert handle and handle["recreated"] == 1, "the half-used agent sandbox was reused"
         assert used_id and handle["sandbox_id"] != used_id
-        assert not (tmp_path / ".sandbatch" / "sandboxes" / used_id).exists(), "the half-used sandbox was left"
+        assert not (default_root(tmp_path) / used_id).exists(), "the half-used sandbox was left"
     assert isinstance(manifest["sandboxes_reaped"], int)
     if point == "during-grading":
         assert manifest["sandboxes_reaped"] >= 1, "the killed grading sandbox was left behind"

@@ -24,6 +24,7 @@ from ops_util import smoke_rows, start, wait_for, write_tasks
 from real_opensandbox import real_opensandbox  # noqa: F401 (fixture)
 from sandbatch.instance import INSTANCE_FILE, claim, ensure_instance, read_instance
 from sandbatch.sandbox import SandboxSpec, get_provider
+from sandbatch.sandbox.local import default_root
 from workflow_util import REPO, rollouts, snakemake, write_config
 
 RELEASE = "/tmp/sandbatch-release"
@@ -54,7 +55,7 @@ def test_a_finished_local_run_keeps_its_identity(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     first = read_instance(tmp_path / "results" / "default")
     assert first
-    meta = [json.loads(p.read_text()) for p in (tmp_path / ".sandbatch" / "sandboxes").glob("*/meta.json")]
+    meta = [json.loads(p.read_text()) for p in default_root(tmp_path).glob("*/meta.json")]
     assert meta == []  # all reaped
     proc = snakemake(tmp_path, "--config", "benchmark={'limit': 1}", "--forcerun", "grade")
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -9,6 +9,7 @@ import pytest
 from ops_util import run, sandbatch, sandboxes, smoke_rows, start, wait_for, write_tasks
 from sandbatch.instance import read_instance
 from sandbatch.owners import LOCKS_DIR, locked, scan
+from sandbatch.sandbox.local import default_root
 
 pytestmark = pytest.mark.slow
 GRACE = 10
@@ -72,7 +73,7 @@ def test_stop_without_a_run_unlocks_and_reaps(tmp_path):
     assert instance
 
     def leftover(name, **labels):
-        d = tmp_path / ".sandbatch/sandboxes" / name
+        d = default_root(tmp_path) / name
         (d / "work").mkdir(parents=True)
         (d / "meta.json").write_text(json.dumps({"labels": {"owner": getpass.getuser(), **labels}}))
         return d

@@ -4,8 +4,8 @@ is graded on its code change alone (grading.tampering: neutralise) or fails (fai
 The real grade step, the local provider and the swebench package's grader on the smoke
 repositories (and a JavaScript one with the real npm test): each attempt below, beside a
 wrong fix, scores 0 with the right `tampering` entry, while the honest fix still scores 1.
-The attempts in LIVE_EXPLOITS are graded once more with the neutralisation switched off,
-to show that they would earn 1.0 from the same grader without it.
+The attempts in LIVE_EXPLOITS are graded once more with the defences switched off
+(grading.tampering: log_only), to show that they would earn 1.0 from the same grader without them.
 """
 
 from __future__ import annotations
@@ -264,13 +264,10 @@ def test_tampering_attempts_score_zero(tmp_path, corpus, name):
     assert rec.status == "ok" and rec.patch_applied and rec.tests_ran and rec.reward == 0.0, rec
     assert sorted(map(tuple, (t.values() for t in rec.tampering))) == sorted(expect), rec.tampering
     assert rec.tests_status["FAIL_TO_PASS"]["failure"] == [f2p]
-    if name in LIVE_EXPLOITS:
-        async def nothing_found(*args, **kwargs):
-            return []
-
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(tamper, "find", nothing_found)
-            assert grade(cfg_path, task.id, patch).reward == 1.0, name
+    if name in LIVE_EXPLOITS:  # with every defence off (grading.tampering: log_only) it earns the reward
+        (tmp_path / "off").mkdir()
+        assert grade(make_cfg(tmp_path / "off", "smoke", tasks, grading={"tampering": "log_only"}), task.id,
+                     patch).reward == 1.0, name
 
 
 # --- the rules for the other languages and benchmarks (no toolchain needed) -----------------
@@ -514,5 +511,6 @@ def test_tampering_switch_defaults_to_neutralise_and_rejects_other_values():
 
     default = REPO_ROOT / "config" / "default.yaml"
     assert config.load([], {}, default=default).grading.tampering == "neutralise"
-    with pytest.raises(UserError, match=r"grading\.tampering: 'ignore' is not allowed; choose one of: neutralise, fail"):
+    with pytest.raises(UserError, match=r"grading\.tampering: 'ignore' is not allowed; choose one of: neutralise, fail, "
+                                        r"log_only"):
         config.load([], {"grading": {"tampering": "ignore"}}, default=default)

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from gym_env import assert_valid_responses
+from sandbatch.sandbox.local import default_root
 from workflow_util import REPO, SMOKE_TASKS, metrics, mtimes, rollouts, snakemake, write_config
 
 pytestmark = pytest.mark.slow
@@ -43,7 +44,7 @@ def test_oracle_resolves_every_smoke_task(oracle_run):
     report = (run_dir / "report.md").read_text()
     assert f"100.0% ({N_SMOKE}/{N_SMOKE})" in report
     # every agent and grading sandbox is gone
-    assert not list((oracle_run / ".sandbatch" / "sandboxes").glob("*"))
+    assert not list(default_root(oracle_run).glob("*"))
 
 
 def test_second_run_does_no_work(oracle_run):

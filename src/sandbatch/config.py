@@ -116,7 +116,7 @@ class GradingConfig(_Model):
     reward_threshold: float
     in_agent_sandbox: bool | list[str]
     inconclusive_retries: int
-    tampering: Literal["neutralise", "fail"]
+    tampering: Literal["neutralise", "fail", "log_only"]
     suspicious: Literal["report", "fail"]
 
 

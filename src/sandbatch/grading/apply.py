@@ -75,6 +75,8 @@ async def keep_code_only(g: "GradeContext", rec: "GradeRecord", log: list[str], 
     is then final). tools_only: only what stands in for the test tools (Terminal-Bench), no scan."""
     from . import tamper
 
+    if g.cfg.grading.tampering == "log_only":  # graded as the benchmark's own harness would
+        return True
     cwd = cwd or g.sandbox.workdir
     findings = await tamper.find(g.sandbox, g.patch, snap, cwd, g.timeout, tamper.task_test_files(g.task),
                                  tools_only=tools_only)

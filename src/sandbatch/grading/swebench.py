@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..records import GradeRecord
-from . import GradeContext, reports, tamper, write_log
+from . import GradeContext, defences, reports, tamper, verdict, write_log
 from .apply import apply_patch, keep_code_only
 
 EXIT_VAR = "SANDBATCH_TEST_EXIT_CODE"
@@ -28,6 +28,7 @@ TEST_PATCH_FAILED = "SANDBATCH_TEST_PATCH_FAILED"
 HEREDOC = "EOF_SANDBATCH_7d1c9"
 PARSER_MODULES = ("python", "javascript", "go", "java", "rust", "c", "php", "ruby")
 PARSER_ALIASES = {"pytest": "parse_log_pytest"}
+PYTEST_PARSERS = {"parse_log_pytest", "parse_log_pytest_options", "parse_log_pytest_v2"}
 
 
 class Unsupported(Exception):
@@ -123,6 +124,24 @@ def _version() -> str:
     return version("swebench")
 
 
+def with_channel(script: str, exports: str) -> str:
+    """The eval script with the verdict channel's exports right before the test output starts."""
+    from swebench.harness.constants import START_TEST_OUTPUT
+
+    lines = script.split("\n")
+    at = next((i for i, ln in enumerate(lines) if START_TEST_OUTPUT in ln), len(lines))
+    return "\n".join([*lines[:at], exports, *lines[at:]])
+
+
+def test_output(log: str) -> str:
+    """The part of the log between swebench's markers (the whole log without them)."""
+    from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT
+
+    if START_TEST_OUTPUT in log and END_TEST_OUTPUT in log:
+        return log.split(START_TEST_OUTPUT, 1)[1].split(END_TEST_OUTPUT, 1)[0]
+    return log
+
+
 def parse_log(log: str, p: EvalPlan) -> tuple[dict[str, str], bool]:
     """(status map, found) as swebench's get_logs_eval reads a log: only between its markers
     (the whole log as a fallback), nothing when an error marker is present."""
@@ -133,8 +152,7 @@ def parse_log(log: str, p: EvalPlan) -> tuple[dict[str, str], bool]:
         return {}, False
     if START_TEST_OUTPUT not in log or END_TEST_OUTPUT not in log:
         return {}, False
-    inside = log.split(START_TEST_OUTPUT, 1)[1].split(END_TEST_OUTPUT, 1)[0]
-    status = p.parser(inside, p.test_spec) or p.parser(log, p.test_spec)
+    status = p.parser(test_output(log), p.test_spec) or p.parser(log, p.test_spec)
     return status, True
 
 
@@ -170,9 +188,14 @@ async def grade(g: GradeContext) -> GradeRecord:
     if not await keep_code_only(g, rec, log, snap):
         return rec
 
+    channel = verdict.Channel.new(sandbox.tmpdir) if g.cfg.grading.tampering != "log_only" else None
+    script, runner_report = p.script, None  # runner_report: a runner's own report beside the log (Jest)
+    if channel is not None:
+        await channel.install(sandbox)
+        script = with_channel(script, channel.exports())
+        script, runner_report = reports.instrument(script, START_TEST_OUTPUT, END_TEST_OUTPUT, sandbox.tmpdir)
     eval_path = f"{sandbox.tmpdir}/eval.sh"
-    p.script, channel = reports.instrument(p.script, START_TEST_OUTPUT, END_TEST_OUTPUT, sandbox.tmpdir)
-    await sandbox.upload(eval_path, p.script.encode("utf-8"), mode=0o755)
+    await sandbox.upload(eval_path, script.encode("utf-8"), mode=0o755)
     run = await sandbox.exec(f"bash {shlex.quote(eval_path)} 2>&1", timeout=g.timeout)
     out = run.stdout + (f"\n{run.stderr}" if run.stderr else "")
     log += ["$ bash eval.sh", out]
@@ -187,19 +210,24 @@ async def grade(g: GradeContext) -> GradeRecord:
         rec.failure_class = "tests_timeout"
         return rec
     status, found = parse_log(out, p)
-    status = await reports.reconcile(sandbox, channel, status, rec, log)  # the runner's own report
+    rec.test_results = dict(status)
+    checked = await defences.settle(
+        channel, sandbox, test_output(out), status, rec.test_exit_code,
+        {*p.test_spec.FAIL_TO_PASS, *p.test_spec.PASS_TO_PASS}, p.parser.__name__ in PYTEST_PARSERS,
+        lambda seen: p.parser("\n".join(f"{s} {t}" for t, s in seen.items()), p.test_spec) if seen else {})
+    status = await reports.reconcile(sandbox, runner_report, status, rec, log)
     write_log(g.log_path, log)
-    rec.test_results = status
     rec.tests_ran = found and bool(status)
     if rec.tests_ran and rec.test_exit_code not in (None, 0) and not any(
-            s in ("FAILED", "ERROR") for s in status.values()):
+            s in ("FAILED", "ERROR") for s in rec.test_results.values()):
         # the log claims no failure while the test command failed: it is not this run's log
         rec.tests_ran = False
         rec.failure_class = "test_log_inconsistent"
-    if not rec.tests_ran:
+    if rec.tests_ran:
+        rec.tests_status, rec.resolved = report(status, p)
+    else:
         rec.failure_class = rec.failure_class or "tests_did_not_run"
-        return rec
-    rec.tests_status, rec.resolved = report(status, p)
-    rec.reward = 1.0 if rec.resolved else 0.0
-    rec.report.update(resolved=rec.resolved, tests_status=rec.tests_status)
+    defences.apply(g, rec, checked)
+    if rec.tests_ran:
+        rec.report.update(resolved=rec.resolved, tests_status=rec.tests_status)
     return rec

@@ -14,7 +14,7 @@ import json
 import shlex
 
 from ..records import GradeRecord
-from . import GradeContext, write_log
+from . import GradeContext, defences, verdict, write_log
 from .apply import apply_patch, keep_code_only
 
 
@@ -75,8 +75,15 @@ async def grade(g: GradeContext) -> GradeRecord:
     out, err, result = f"{tmp}/stdout.log", f"{tmp}/stderr.log", f"{tmp}/output.json"
     status: dict[str, str] | None = None
     conclusive = False
+    channel: verdict.Channel | None = None
     for attempt in range(g.cfg.grading.inconclusive_retries + 1):
-        run = await sandbox.exec(f"bash {tmp}/run_script.sh {files} > {out} 2> {err}", timeout=g.timeout, cwd=wd)
+        exports = ""
+        if g.cfg.grading.tampering != "log_only":  # a new key per run: the plugin consumes it
+            channel = verdict.Channel.new(sandbox.tmpdir)
+            await channel.install(sandbox)
+            exports = channel.exports() + "\n"
+        run = await sandbox.exec(f"{exports}bash {tmp}/run_script.sh {files} > {out} 2> {err}", timeout=g.timeout,
+                                 cwd=wd)
         rec.test_exit_code = None if run.timed_out else run.exit_code
         parsed = await sandbox.exec(f"rm -f {result}; python {tmp}/parser.py {out} {err} {result}",
                                     timeout=g.timeout, cwd=wd)
@@ -89,19 +96,25 @@ async def grade(g: GradeContext) -> GradeRecord:
         conclusive = bool(status) and not run.timed_out
         if conclusive:
             break
+    output = []
     for name in (out, err):
         try:
-            log += [f"--- {name.rsplit('/', 1)[-1]}", (await sandbox.download(name)).decode("utf-8", "replace")]
+            output.append((await sandbox.download(name)).decode("utf-8", "replace"))
         except Exception:  # noqa: BLE001
-            pass
+            continue
+        log += [f"--- {name.rsplit('/', 1)[-1]}", output[-1]]
     write_log(g.log_path, log)
     if not conclusive or not status:
         rec.failure_class = "tests_inconclusive"
         return rec
     rec.tests_ran = True
-    rec.test_results = status
+    rec.test_results = dict(status)
+    checked = await defences.settle(channel, sandbox, "\n".join(output), status, rec.test_exit_code,
+                                    {*task.fail_to_pass, *task.pass_to_pass},
+                                    (task.extra or {}).get("repo_language") == "python", lambda seen: seen)
     rec.tests_status = compare(status, task.fail_to_pass, task.pass_to_pass)
     rec.resolved = not rec.tests_status["FAIL_TO_PASS"]["failure"] and not rec.tests_status["PASS_TO_PASS"]["failure"]
-    rec.reward = 1.0 if rec.resolved else 0.0
     rec.report = {"resolved": rec.resolved, "tests_status": rec.tests_status}
+    defences.apply(g, rec, checked)
+    rec.report["resolved"] = rec.resolved
     return rec

@@ -4,15 +4,22 @@ It does NOT isolate anything: commands run as the current user with the host's
 filesystem and network. It exists for the embedded default and fast tests. Each sandbox
 is a directory `<root>/<id>/` with `work/` (the repository), `tmp/` (HOME and harness
 state) and `meta.json` (labels, expiry) so that `list` and the reaper find it again.
+
+The default root is outside the working directory (default_root): a task's test runner
+looks for its configuration in the directories above the workdir (pytest takes the first
+pytest.ini / pyproject.toml / tox.ini / setup.cfg it finds there as rootdir and config),
+so no project, user or run configuration may lie above a sandbox.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import shutil
 import signal
 import sys
+import tempfile
 import time
 import uuid
 from datetime import datetime, timedelta, timezone
@@ -54,6 +61,14 @@ def make_python(target: Path) -> None:
     purelib = Path(sysconfig.get_path("purelib", vars={"base": str(target), "platbase": str(target)}))
     purelib.mkdir(parents=True)
     (purelib / "_sandbatch_runner.pth").write_text("".join(p + "\n" for p in site.getsitepackages()))
+
+
+def default_root(cwd: str | os.PathLike | None = None) -> Path:
+    """<system temp>/sandbatch-<uid>/<hash of the working directory>/sandboxes: one root per working
+    directory (each run's steps, `stop` and the reaper find the same), none inside a project."""
+    where = os.path.realpath(cwd or os.getcwd())
+    tag = hashlib.sha256(where.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"sandbatch-{os.getuid()}" / tag / "sandboxes"
 
 
 class LocalSandbox(Sandbox):
@@ -238,7 +253,8 @@ class LocalProvider(Provider):
 
     def __init__(self, options=None):
         super().__init__(options)
-        self.root = Path(self.options.get("root", ".sandbatch/sandboxes")).absolute()
+        root = self.options.get("root")
+        self.root = Path(root).absolute() if root else default_root()
 
     async def create(self, spec: SandboxSpec) -> LocalSandbox:
         sandbox_id = f"sb-{uuid.uuid4().hex[:12]}"

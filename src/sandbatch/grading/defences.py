@@ -1,0 +1,55 @@
+"""What grading checks of a test run beyond the log parser's statuses (docs/benchmarks.md,
+"What grading checks of the run"): the verdict channel (verdict), the runner's integrity
+(in the verdict's end record), the log's consistency (consistency), pytest's rootdir.
+
+One call per test run, shared by the graders that run pytest suites (SWE-bench family,
+SWE-bench Pro). grading.tampering: log_only grades the log alone, as the benchmarks' own
+harnesses do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
+
+from . import consistency, verdict
+
+if TYPE_CHECKING:
+    from ..records import GradeRecord
+    from ..sandbox import Sandbox
+    from . import GradeContext
+
+
+@dataclass
+class Findings:
+    entries: list[dict[str, str]] = field(default_factory=list)
+    resolvable: bool = True  # False: runner_patched or inconsistent_log, the rollout is not resolved
+    verdict: str = "log_only"  # the verdict channel's state (grade.json report.verdict)
+
+
+async def settle(channel: verdict.Channel | None, sandbox: "Sandbox", log: str, status: dict[str, str],
+                 exit_code: int | None, decisive: set[str], pytest_expected: bool,
+                 as_log: Callable[[dict[str, str]], dict[str, str]]) -> Findings:
+    """Check one test run; tests the verdict contradicts are set to FAILED in `status`."""
+    if channel is None:
+        return Findings()
+    v = await channel.read(sandbox)
+    verdict.check_rootdir(verdict.rootdirs(v, log), sandbox.workdir)
+    expected = pytest_expected or verdict.pytest_ran(log)
+    inconsistent = consistency.check(log, status, exit_code)
+    rewritten, resolvable = verdict.compare(v, expected, status, decisive, as_log)
+    return Findings(entries=rewritten + inconsistent, resolvable=resolvable and not inconsistent,
+                    verdict=v.state if v.state != "missing" or expected else "not_pytest")
+
+
+def apply(g: "GradeContext", rec: "GradeRecord", found: Findings) -> None:
+    """The findings into grade.json (tampering, report.verdict) and the outcome: not resolved when the
+    runner was patched or the log is inconsistent; status tampered with grading.tampering: fail."""
+    rec.tampering += found.entries
+    rec.report["verdict"] = found.verdict
+    if not found.resolvable:
+        rec.resolved = False
+    if found.entries and g.cfg.grading.tampering == "fail":
+        rec.status, rec.failure_class, rec.resolved = "tampered", "tampering", False
+        rec.error = f"the test run was tampered with: {', '.join(e['kind'] for e in found.entries[:5])}"
+    rec.reward = 1.0 if rec.resolved else 0.0

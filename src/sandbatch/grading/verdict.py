@@ -1,0 +1,223 @@
+"""The verdict channel: each pytest test's outcome as the runner's raw call result had it,
+compared with what the log parser read (docs/benchmarks.md, "The verdict channel").
+
+Per grade, a random directory outside the workdir gets the plugin (verdict_plugin.py) under
+a random module name and a random key; the test command runs with PYTEST_ADDOPTS=-p <name>
+and that directory on PYTHONPATH. The plugin deletes the key as it loads, before any code
+of the workdir runs, and writes verdict.jsonl there: one HMAC-chained line per setup and
+call of each test, then an end record (what of the runner was replaced, plugins the code
+under test registered, pytest's rootdir). Here the file is read back and checked:
+
+- a test the log calls passed (or an expected failure) whose call raised, or that has no
+  verdict at all, counts as failed: tampering kind `report_rewritten`, naming the test;
+- runner objects replaced during the run, plugin objects registered by workdir code, or a
+  verdict that is missing, altered or ended early while pytest ran: `runner_patched`, the
+  rollout is not resolved;
+- a rootdir outside the workdir (a configuration above the workdir applied): an
+  infrastructure error, grading_rootdir.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import re
+import secrets
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Callable
+
+from ..errors import InfraError
+
+if TYPE_CHECKING:
+    from ..sandbox import Sandbox
+
+PLUGIN_SOURCE = Path(__file__).with_name("verdict_plugin.py")
+KEYS = 8  # pytest processes a test command may start that each get a verdict of their own
+_FILE_RE = re.compile(r"^== verdict\.(\d+)\.jsonl$")
+_KEY_RE = re.compile(r"^== key\.(\d+)$")
+# merging the verdicts of several processes: the worst outcome of a test wins
+_RANK = {"ok": 0, "skipped": 1, "xfailed": 1, "raised": 2, "error": 2}
+CLAIMED = ("PASSED", "XFAIL")  # what swebench counts as passed
+# what each raw outcome reads as, in a pytest log
+AS_LOG = {"ok": "PASSED", "raised": "FAILED", "error": "ERROR", "skipped": "SKIPPED", "xfailed": "XFAIL"}
+_ROOTDIR_RE = re.compile(r"^rootdir: (.+?)(?:, (?:configfile|inifile|testpaths|plugins): .*)?$", re.M)
+
+
+def entry(path: str, kind: str, action: str, detail: str) -> dict[str, str]:
+    return {"path": path, "kind": kind, "action": action, "detail": detail}
+
+
+@dataclass
+class Verdict:
+    state: str  # ok | missing | garbled | incomplete | unsupported
+    outcomes: dict[str, str] = field(default_factory=dict)  # nodeid -> ok | raised | error | skipped | xfailed
+    expected_failures: set[str] = field(default_factory=set)  # tests marked xfail
+    changed: list[str] = field(default_factory=list)
+    added: list[str] = field(default_factory=list)
+    rootdirs: list[str] = field(default_factory=list)
+    detail: str = ""
+
+
+def _mac(key: bytes, prev: str, body: str) -> str:
+    return hmac.new(hashlib.sha256(key).digest(), (prev + body).encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+def parse(data: bytes | None, key: bytes) -> Verdict:
+    """The verdict file as the plugin wrote it; any line the key did not sign ends the verdict as garbled."""
+    if not data:
+        return Verdict("missing", detail="the test run wrote no verdict")
+    v, prev = Verdict("incomplete", detail="the test run ended before the verdict's end record"), ""
+    for n, line in enumerate(data.decode("utf-8", "replace").splitlines()):
+        try:
+            wrapper = json.loads(line)
+            body, mac = wrapper["r"], wrapper["m"]
+            rec = json.loads(body)
+        except (ValueError, KeyError, TypeError):
+            return Verdict("garbled", detail=f"line {n + 1} of the verdict is not the plugin's")
+        if not isinstance(mac, str) or not hmac.compare_digest(_mac(key, prev, body), mac) or rec.get("i") != n:
+            return Verdict("garbled", detail=f"line {n + 1} of the verdict is not signed by this grade's key")
+        prev = mac
+        if rec.get("start"):
+            if not rec.get("supported"):
+                return Verdict("unsupported", detail=f"pytest {rec.get('pytest')} has no raw call to record")
+        elif rec.get("end"):
+            v.state, v.detail = "ok", ""
+            v.changed, v.added = list(rec.get("changed") or []), list(rec.get("added") or [])
+            v.rootdirs = [str(rec["rootdir"])] if rec.get("rootdir") else []
+            break
+        elif "t" in rec:
+            test, kind = str(rec["t"]), str(rec.get("k"))
+            if rec.get("xf"):
+                v.expected_failures.add(test)
+            if rec.get("w") == "setup":  # a new attempt (reruns) starts with its setup
+                v.outcomes[test] = "ok" if kind == "ok" else ("error" if kind == "raised" else kind)
+            elif v.outcomes.get(test, "ok") == "ok":  # unittest's adapter records a failure before the call returns
+                v.outcomes[test] = kind
+    return v
+
+
+def merge(files: dict[int, bytes], keys: list[bytes], unclaimed: set[int] | None = None) -> Verdict:
+    """The verdicts of every pytest process of the command as one: a file for each key taken (none
+    for a key still on disk: unclaimed), each intact; a test's outcome is its worst in any of them."""
+    unclaimed = set() if unclaimed is None else unclaimed
+    taken = set(range(len(keys))) - unclaimed
+    if files and set(files) != taken:
+        return Verdict("garbled", detail=f"verdicts {sorted(files)} for the keys taken {sorted(taken)}")
+    parts = [parse(data, keys[n]) for n, data in sorted(files.items())]
+    if not parts:
+        return parse(None, b"")
+    bad = [p for p in parts if p.state not in ("ok", "unsupported")]
+    if bad:
+        return bad[0]
+    ok = [p for p in parts if p.state == "ok"]
+    if not ok:
+        return parts[0]
+    out = Verdict("ok")
+    for p in ok:
+        for test, kind in p.outcomes.items():
+            if _RANK.get(kind, 2) >= _RANK.get(out.outcomes.get(test, "ok"), 0) or test not in out.outcomes:
+                out.outcomes[test] = kind
+        out.expected_failures |= p.expected_failures
+        out.changed += [c for c in p.changed if c not in out.changed]
+        out.added += p.added
+        out.rootdirs += p.rootdirs
+    return out
+
+
+@dataclass
+class Channel:
+    dir: str
+    module: str
+    keys: list[bytes]
+
+    @classmethod
+    def new(cls, tmpdir: str) -> "Channel":
+        return cls(dir=f"{tmpdir.rstrip('/')}/.v{secrets.token_hex(12)}", module=f"sbv_{secrets.token_hex(8)}",
+                   keys=[secrets.token_hex(32).encode() for _ in range(KEYS)])
+
+    async def install(self, sandbox: "Sandbox") -> None:
+        await sandbox.upload(f"{self.dir}/{self.module}.py", PLUGIN_SOURCE.read_bytes())
+        d = shlex.quote(self.dir)
+        keys = " && ".join(f"printf %s {k.decode()} > {d}/key.{n}" for n, k in enumerate(self.keys))
+        res = await sandbox.exec(f"umask 077 && {keys}", timeout=60)
+        if not res.ok:
+            raise InfraError(f"cannot write the verdict keys in {self.dir}: {res.stderr.strip()[-200:]}",
+                             "sandbox_exec")
+
+    def exports(self) -> str:
+        """Shell lines that load the plugin into every pytest the test command starts."""
+        d = shlex.quote(self.dir)
+        return (f'export PYTHONPATH={d}"${{PYTHONPATH:+:$PYTHONPATH}}"\n'
+                f'export PYTEST_ADDOPTS="-p {self.module} ${{PYTEST_ADDOPTS:-}}"')
+
+    async def read(self, sandbox: "Sandbox") -> Verdict:
+        res = await sandbox.exec(f"cd {shlex.quote(self.dir)} && for f in key.* verdict.*.jsonl; do "
+                                 f'[ -f "$f" ] && printf "== %s\\n" "$f" && cat "$f" && echo; done; true', timeout=60)
+        files: dict[int, list[str]] = {}
+        unclaimed: set[int] = set()
+        current = None
+        for line in res.stdout.splitlines() if res.ok else []:
+            if m := _KEY_RE.match(line):
+                unclaimed.add(int(m.group(1)))
+                current = None
+            elif m := _FILE_RE.match(line):
+                current = files.setdefault(int(m.group(1)), [])
+            elif current is not None and line:
+                current.append(line)
+        return merge({n: "\n".join(lines).encode() for n, lines in files.items()}, self.keys, unclaimed)
+
+
+def pytest_ran(log: str) -> bool:
+    return "test session starts" in log or bool(_ROOTDIR_RE.search(log))
+
+
+def rootdirs(v: Verdict, log: str) -> list[str]:
+    """pytest's rootdirs: the verdict's, or (with no verdict from a pytest that ran) the log's."""
+    if v.state == "ok":
+        return v.rootdirs
+    return [m.strip() for m in _ROOTDIR_RE.findall(log)] if v.state in ("unsupported", "missing") else []
+
+
+def check_rootdir(roots: list[str], workdir: str) -> None:
+    """pytest's rootdir must be the workdir or inside it: above it, a configuration of the host applied."""
+    wd = PurePosixPath(os.path.normpath(workdir))
+    for root in roots:
+        r = PurePosixPath(os.path.normpath(root))
+        if r == wd or wd in r.parents:
+            continue
+        raise InfraError(f"pytest took {root} as its rootdir, outside the workdir {workdir}: a configuration above "
+                         f"the workdir applies to the task's tests (see sandbox.local.root)", "grading_rootdir")
+
+
+def compare(v: Verdict | None, expected: bool, status: dict[str, str], decisive: set[str],
+            as_log: Callable[[dict[str, str]], dict[str, str]]) -> tuple[list[dict[str, str]], bool]:
+    """(tampering entries, whether the rollout may still be resolved). Tests the verdict contradicts
+    are set to FAILED in `status`. as_log: the verdict's {nodeid: log status} in the parser's names."""
+    if v is None or v.state == "unsupported" or (v.state == "missing" and not expected):
+        return [], True
+    claimed = [t for t in decisive if status.get(t) in CLAIMED]
+    if v.state != "ok" and not claimed:  # nothing the log claims needs the verdict (an honest crash, say)
+        return [], True
+    if v.state != "ok":
+        for t in claimed:
+            status[t] = "FAILED"
+        return [entry("pytest", "runner_patched", "not_resolved", v.detail)], False
+    seen = as_log({t: AS_LOG.get(k, "FAILED") for t, k in v.outcomes.items()})
+    xfail_ok = {n for n, s in as_log({t: "XFAIL" for t in v.expected_failures}).items() if s == "XFAIL"}
+    out = []
+    for t in sorted(claimed):
+        raw = seen.get(t)
+        # an expected failure: the body raised pytest.xfail, or raised under an xfail marker
+        ok = raw == "XFAIL" or (raw == "FAILED" and t in xfail_ok) if status[t] == "XFAIL" else raw == "PASSED"
+        if not ok:
+            why = "no raw call result for it" if raw is None else f"its raw call result reads {raw}"
+            out.append(entry(t, "report_rewritten", "counted_failed", f"the log says {status[t]}, {why}"))
+            status[t] = "FAILED"
+    out += [entry(name, "runner_patched", "not_resolved", "replaced during the test run") for name in v.changed]
+    out += [entry(name, "runner_patched", "not_resolved", "a plugin registered by code the tests import")
+            for name in v.added]
+    return out, not (v.changed or v.added)
