@@ -1,4 +1,5 @@
 # Config validation, the task table, paths and the command line of every step.
+import atexit
 import shlex
 import sys
 
@@ -8,6 +9,12 @@ from sandbatch.workflow import check_model_endpoint_or_exit, load_run, recover_b
 
 CFG, CFG_RAW, TASKS = load_run(workflow, config)
 STEP_SERVER = StepServer()
+# A remote job's Snakemake (a Slurm job: --mode remote, the local executor runs the
+# rollout's steps) runs no hooks (--no-hooks): it starts a step server of its own here, for
+# the steps of its job, and stops it when it exits.
+if workflow.remote_exec and workflow.local_exec and not workflow.dryrun and not workflow.touch:
+    STEP_SERVER.start(CFG)
+    atexit.register(STEP_SERVER.stop)
 STAMPS = stamps(CFG_RAW)
 RUN_DIR = str(CFG.run_dir)
 ROLLOUT = RUN_DIR + "/{task}/{repeat}"

@@ -87,6 +87,11 @@ class Harness(abc.ABC):
         """True when the agent's model client runs on this host (not in the sandbox)."""
         return False
 
+    def host_modules(self, config: dict[str, Any]) -> tuple[str, ...]:
+        """The heavy modules the harness step imports for this merged config (the step server
+        imports them once for all rollouts; each must be safe to fork after importing)."""
+        return ()
+
     def version(self, ctx: RunContext) -> str | None:
         return ctx.version or self.default_version
 

@@ -8,17 +8,36 @@ The semantics are those of mini's `LocalEnvironment`: bash, stderr merged into t
 output, a per-command timeout reported as an exception (return code -1) with the output
 so far, and `Submitted` when the first output line is the submit marker and the command
 exited 0. The output limit is mini's own (the model's observation template).
+
+mini and its model client (litellm: ~2 CPU-s to import) are imported here, at the top: the
+step server imports this module once per run (`MiniSweAgentHarness.host_modules`) and
+forks every harness step from it. That is safe: importing them starts no thread and opens
+no connection (tests/test_harness_mini_swe_agent.py forks after the import and calls the
+model from many children at once).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from typing import Any
 
 from pydantic import BaseModel
 
-from ..sandbox import Sandbox
+# read when they are imported: no cost map fetched from the internet, no banner
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("MSWEA_SILENT_STARTUP", "1")
+
+from minisweagent.agents import get_agent  # noqa: E402
+from minisweagent.agents.default import DefaultAgent  # noqa: E402
+from minisweagent.config import get_config_from_spec  # noqa: E402
+from minisweagent.exceptions import Submitted  # noqa: E402
+from minisweagent.models.litellm_model import LitellmModel  # noqa: E402
+
+from ..errors import UserError  # noqa: E402
+from ..sandbox import Sandbox  # noqa: E402
+from ..util import deep_merge  # noqa: E402
 
 SUBMIT_MARKER = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 
@@ -62,8 +81,6 @@ class SandboxEnvironment:
         result = {"output": output, "returncode": res.exit_code, "exception_info": ""}
         lines = output.lstrip().splitlines(keepends=True)
         if lines and lines[0].strip() == SUBMIT_MARKER and res.exit_code == 0:
-            from minisweagent.exceptions import Submitted
-
             submission = "".join(lines[1:])
             raise Submitted({"role": "exit", "content": submission,
                              "extra": {"exit_status": "Submitted", "submission": submission}})
@@ -84,3 +101,30 @@ async def sandbox_uname(sandbox: Sandbox) -> dict[str, str]:
     values = res.stdout.splitlines() if res.ok else []
     keys = ("system", "node", "release", "version", "machine")
     return {k: (values[i] if i < len(values) else "") for i, k in enumerate(keys)}
+
+
+def host_agent(config: dict[str, Any], base_config: str, api_key: str | None, sandbox: Sandbox,
+               loop: asyncio.AbstractEventLoop, **env_kwargs: Any) -> tuple[DefaultAgent, SandboxEnvironment]:
+    """(mini's agent, our environment) for the generated config over the base config file.
+
+    The agent saves no trajectory while it runs (mini would re-encode the whole history
+    after every step: quadratic in the turns); the caller saves it once, at the end
+    (`agent.save(path)`), however the run ends.
+    """
+    try:
+        base = get_config_from_spec(base_config)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"harness.config.config_file: {exc}") from None
+    config = deep_merge(base, config)
+    key = api_key or "unused"
+
+    class Model(LitellmModel):  # the key goes with each call, never into the saved config
+        def query(self, messages, **kwargs):
+            return super().query(messages, api_key=key, **kwargs)
+
+    model_cfg = {k: v for k, v in config.get("model", {}).items() if k != "model_class"}
+    env_cfg = {k: v for k, v in config.get("environment", {}).items() if k != "environment_class"}
+    env = SandboxEnvironment(sandbox, loop, **env_kwargs, **env_cfg)
+    agent_cfg = {**config.get("agent", {}), "output_path": None}
+    return get_agent(Model(**model_cfg), env, agent_cfg, default_type="default"), env
+

@@ -1,9 +1,12 @@
-"""The step server: one per local run, every step module imported once, a fork per step.
+"""The step server: one per local run (or remote job), every step module imported once, a
+fork per step.
 
-Started by the Snakefile's `onstart` (local executor only; a Slurm job's steps run in their
-own processes) as a child of Snakemake, so its CPU counts in the run's process tree and it
-ends with the run: stopped by `finish_run`, or by the kernel's parent-death signal when
-Snakemake itself is killed. It listens on an abstract Unix socket (no file to clean up;
+Started by the Snakefile's `onstart` (local executor), or, in a remote job's Snakemake
+(a Slurm job, which runs no hooks), when the Snakefile is read, as a child of Snakemake:
+its CPU counts in the run's (or job's) process tree and it ends with that Snakemake:
+stopped by `finish_run` (or at the job Snakemake's exit), or by the kernel's parent-death
+signal when Snakemake itself is killed. When it stops it prints one line: the steps it
+ran and the CPU of it all (imports, serving, the steps and what they ran). It listens on an abstract Unix socket (no file to clean up;
 only this user's processes are served, checked with SO_PEERCRED).
 
 Per request (see sandbatch.steps.entrypoint) it forks; the child takes the client's stdio
@@ -25,6 +28,7 @@ import gc
 import importlib
 import json
 import os
+import resource
 import select
 import signal
 import socket
@@ -49,13 +53,15 @@ PR_SET_PDEATHSIG = 1
 def preload_modules(cfg) -> list[str]:
     """What the steps of this run import: every step, its provider, harness, grader and model proxy."""
     from ..grading import GRADERS
-    from ..harness import HARNESSES
+    from ..harness import HARNESSES, get_harness
     from ..sandbox import PROVIDERS
     from ..tasks import BENCHMARKS
 
     modules = [target.partition(":")[0] for target in STEPS.values()]
     modules.append(PROVIDERS[cfg.sandbox.provider].partition(":")[0])
     modules.append(HARNESSES[cfg.harness.name].partition(":")[0])
+    harness = get_harness(cfg.harness.name)  # mini-swe-agent on this host: mini and litellm
+    modules += harness.host_modules(harness.merge_config(cfg.harness.config))
     if cfg.model.proxy.enabled:
         modules.append("sandbatch.proxy")  # with aiohttp: ~0.25 CPU-s each harness step would pay
     loader = BENCHMARKS[cfg.benchmark.kind]
@@ -127,6 +133,7 @@ def serve(name: str, modules: Iterable[str]) -> int:
     sys.stderr.flush()
     gc.freeze()  # the children's collections leave the imported objects' pages shared
     children: set[int] = set()
+    served = 0
     while not stopping:
         _reap(children)
         try:
@@ -142,12 +149,20 @@ def serve(name: str, modules: Iterable[str]) -> int:
         pid = _start(listener, conn)
         if pid:
             children.add(pid)
+            served += 1
     listener.close()  # new clients run their steps themselves
     deadline = time.monotonic() + SHUTDOWN_WAIT
     while children and time.monotonic() < deadline:
         _reap(children)
         time.sleep(0.05)
+    own, steps = (resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    print(f"sandbatch: step server: {served} steps; CPU {_cpu(own) + _cpu(steps):.2f} s "
+          f"(imports and serving {_cpu(own):.2f}, steps {_cpu(steps):.2f})", file=sys.stderr, flush=True)
     return 0
+
+
+def _cpu(usage: resource.struct_rusage) -> float:
+    return usage.ru_utime + usage.ru_stime
 
 
 def _die_with_parent() -> None:
