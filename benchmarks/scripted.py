@@ -21,13 +21,15 @@ SUBMIT = {"content": "Submitting.", "tool_calls": [{"name": "bash", "arguments":
     "command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"}}]}
 
 
-def script(turns: int) -> dict:
-    """The scripted model's script: every smoke task fixed in exactly `turns` model turns (>= 2)."""
+def script(turns: int, pause: float = 0.0) -> dict:
+    """The scripted model's script: every smoke task fixed in exactly `turns` model turns (>= 2);
+    each look also sleeps `pause` seconds in the sandbox (an agent of about that duration)."""
     tasks = {}
+    sleep = f"sleep {pause:g}; " if pause else ""
     for line in SMOKE.read_text().splitlines():
         row = json.loads(line)
         looks = [{"content": f"Looking ({i + 1}).", "tool_calls": [{"name": "bash", "arguments": {
-            "command": LOOK[i % len(LOOK)]}}]} for i in range(turns - 2)]
+            "command": sleep + LOOK[i % len(LOOK)]}}]} for i in range(turns - 2)]
         fix = {"content": "Applying the fix.", "tool_calls": [{"name": "bash", "arguments": {
             "command": f"git apply <<'PATCH_EOF'\n{row['patch']}PATCH_EOF"}}]}
         tasks[row["problem_statement"].splitlines()[0]] = [*looks, fix]
@@ -35,11 +37,11 @@ def script(turns: int) -> dict:
 
 
 @contextlib.contextmanager
-def serve(turns: int) -> Iterator[str]:
+def serve(turns: int, pause: float = 0.0) -> Iterator[str]:
     """The scripted model on 127.0.0.1: yields its base URL."""
     from sandbatch.testing.scripted_model import Script, ScriptedModel
 
-    server = ScriptedModel(Script.from_dict(script(turns))).serve()
+    server = ScriptedModel(Script.from_dict(script(turns, pause))).serve()
     try:
         yield f"http://127.0.0.1:{server.port}/v1"
     finally:

@@ -48,6 +48,9 @@ DISABLE = "SANDBATCH_NO_STEP_SERVER"  # set (to anything) to run every step in i
 CLIENT_GRACE = 60.0  # seconds a step gets to clean up after its client vanished
 SHUTDOWN_WAIT = 10.0  # seconds the server waits for running steps when told to stop
 PR_SET_PDEATHSIG = 1
+BACKOFF = 0.2  # seconds between tries when descriptors, processes or memory are short
+FORK_WAIT = 600.0  # how long a step waits for a process or memory before its client runs it itself
+MIN_AVAILABLE = 512 << 20  # bytes of available memory below which no step starts
 
 
 def preload_modules(cfg) -> list[str]:
@@ -71,6 +74,16 @@ def preload_modules(cfg) -> list[str]:
         grader = GRADERS[family]
         modules += [grader.target.partition(":")[0], *grader.preload]
     return list(dict.fromkeys(modules))
+
+
+def executor_on_command_line(argv: list[str]) -> str | None:
+    """The executor a Snakemake command line names (`--executor X`, `-e X`, `--executor=X`), or None."""
+    for i, arg in enumerate(argv):
+        if arg in ("--executor", "-e") and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--executor="):
+            return arg.partition("=")[2]
+    return None
 
 
 class StepServer:
@@ -144,8 +157,10 @@ def serve(name: str, modules: Iterable[str]) -> int:
             continue
         try:
             conn, _ = listener.accept()
-        except OSError:
+        except OSError:  # out of descriptors: the clients wait in the backlog meanwhile
+            time.sleep(BACKOFF)
             continue
+        _wait_for_memory()
         pid = _start(listener, conn)
         if pid:
             children.add(pid)
@@ -222,7 +237,12 @@ def _start(listener: socket.socket, conn: socket.socket) -> int | None:
     except (OSError, ValueError):
         conn.close()
         return None
-    pid = os.fork()
+    pid = _fork()
+    if pid is None:  # no process to be had: the client runs the step itself
+        for fd in fds:
+            os.close(fd)
+        conn.close()
+        return None
     if pid == 0:
         listener.close()
         _child(conn, fds, request)  # never returns
@@ -230,6 +250,38 @@ def _start(listener: socket.socket, conn: socket.socket) -> int | None:
         os.close(fd)
     conn.close()
     return pid
+
+
+def _fork() -> int | None:
+    """os.fork(), retried while the process limit (EAGAIN) or memory (ENOMEM) is reached:
+    the steps queue behind this one. None when it never succeeds."""
+    deadline = time.monotonic() + FORK_WAIT
+    while True:
+        try:
+            return os.fork()
+        except OSError:
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(BACKOFF)
+
+
+def _wait_for_memory() -> None:
+    """Start no step while the host's available memory is below MIN_AVAILABLE (up to FORK_WAIT):
+    a run asked for more rollouts than memory holds queues here instead of meeting the OOM killer."""
+    deadline = time.monotonic() + FORK_WAIT
+    while _available_memory() < MIN_AVAILABLE and time.monotonic() < deadline:
+        time.sleep(BACKOFF)
+
+
+def _available_memory() -> int:
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return MIN_AVAILABLE  # unknown: do not hold steps back
 
 
 def _child(conn: socket.socket, fds: list[int], request: dict) -> None:
