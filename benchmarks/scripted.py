@@ -16,7 +16,7 @@ from typing import Iterator
 
 REPO = Path(__file__).resolve().parents[1]
 SMOKE = REPO / "data" / "smoke" / "tasks.jsonl"
-LOOK = ("ls", "git status --short", "ls -la", "git log --oneline -3")
+LOOK = ("pwd", "ls")  # cheap: what is measured is the orchestration of a turn, not the command
 SUBMIT = {"content": "Submitting.", "tool_calls": [{"name": "bash", "arguments": {
     "command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"}}]}
 

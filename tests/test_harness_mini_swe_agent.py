@@ -316,8 +316,9 @@ def test_host_mode_limits_and_timeout(tmp_path):
 
 FORKED_CALLS = r"""
 import json, os, sys, threading
-import sandbatch.harness.mini_env  # what the step server imports for host mode
+import sandbatch.harness.mini_env  # what the step server does for host mode: import, warm up
 from minisweagent.models.litellm_model import LitellmModel
+assert len(sandbatch.harness.mini_env.warm_up()) > 20  # litellm's lazily imported modules, now imported
 assert threading.active_count() == 1, threading.enumerate()  # nothing running that a fork would lose
 url, n = sys.argv[1], int(sys.argv[2])
 go_r, go_w = os.pipe()
@@ -374,8 +375,8 @@ def test_step_server_preloads_mini_only_in_host_mode():
                             "model": {"name": "m", "base_url": "http://127.0.0.1:9/v1"}})
         return preload_modules(cfg)
 
-    assert "sandbatch.harness.mini_env" in modules("host")
-    assert "sandbatch.harness.mini_env" not in modules("sandbox")
+    assert "sandbatch.harness.mini_env:warm_up" in modules("host")
+    assert not [m for m in modules("sandbox") if m.startswith("sandbatch.harness.mini_env")]
 
 
 def test_host_mode_saves_the_trajectory_once_at_the_end(tmp_path):

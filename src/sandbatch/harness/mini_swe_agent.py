@@ -90,7 +90,7 @@ class MiniSweAgentHarness(Harness):
         return config.get("mode") == "host"
 
     def host_modules(self, config: dict[str, Any]) -> tuple[str, ...]:
-        return ("sandbatch.harness.mini_env",) if config.get("mode") == "host" else ()
+        return ("sandbatch.harness.mini_env:warm_up",) if config.get("mode") == "host" else ()
 
     def _home(self, sandbox: Sandbox) -> str:
         return f"{sandbox.tmpdir}/mini-swe-agent"

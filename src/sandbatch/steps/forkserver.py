@@ -54,7 +54,8 @@ MIN_AVAILABLE = 512 << 20  # bytes of available memory below which no step start
 
 
 def preload_modules(cfg) -> list[str]:
-    """What the steps of this run import: every step, its provider, harness, grader and model proxy."""
+    """What the steps of this run import: every step, its provider, harness (and what it needs on
+    this host: `Harness.host_modules`), grader and model proxy."""
     from ..grading import GRADERS
     from ..harness import HARNESSES, get_harness
     from ..sandbox import PROVIDERS
@@ -137,11 +138,14 @@ def serve(name: str, modules: Iterable[str]) -> int:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind("\0" + name)
     listener.listen(1024)
-    for module in modules:
+    for entry in modules:  # "module", or "module:function" called once after the import
+        module, _, function = entry.partition(":")
         try:
-            importlib.import_module(module)
+            loaded = importlib.import_module(module)
+            if function:
+                getattr(loaded, function)()
         except Exception as exc:  # the step will report it properly when it runs
-            print(f"sandbatch: step server: cannot preload {module}: {exc}", file=sys.stderr)
+            print(f"sandbatch: step server: cannot preload {entry}: {exc}", file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
     gc.freeze()  # the children's collections leave the imported objects' pages shared
