@@ -73,6 +73,7 @@ def test_slurm_steps_cost_what_they_cost_locally(tmp_path):
     slurm_own, slurm_steps = sum(s[1] for s in served), sum(s[2] for s in served)
     print(f"\nCPU-s per rollout, steps / step server's imports and serving / both: Slurm {slurm_steps / 3:.2f} / "
           f"{slurm_own / 3:.2f} / {(slurm_steps + slurm_own) / 3:.2f}; local {local_steps / 3:.2f} / "
-          f"{local_own / 3:.2f} / {(local_steps + local_own) / 3:.2f}; ratio of the steps {slurm_steps / local_steps:.2f}, "
+          f"{local_own / 3:.2f} / {(local_steps + local_own) / 3:.2f}; "
+          f"ratio of the steps {slurm_steps / local_steps:.2f}, "
           f"of both {(slurm_steps + slurm_own) / (local_steps + local_own):.2f}")
     assert slurm_steps <= 1.3 * local_steps

@@ -6,8 +6,13 @@ Started by the Snakefile's `onstart` (local executor), or, in a remote job's Sna
 its CPU counts in the run's (or job's) process tree and it ends with that Snakemake:
 stopped by `finish_run` (or at the job Snakemake's exit), or by the kernel's parent-death
 signal when Snakemake itself is killed. When it stops it prints one line: the steps it
-ran and the CPU of it all (imports, serving, the steps and what they ran). It listens on an abstract Unix socket (no file to clean up;
-only this user's processes are served, checked with SO_PEERCRED).
+ran and the CPU of it all (imports, serving, the steps and what they ran). It listens on
+an abstract Unix socket (no file to clean up; only this user's processes are served,
+checked with SO_PEERCRED).
+
+Nothing breaks at the host's limits: while memory is short no step starts, a fork the
+process limit refuses is retried, and out of descriptors it stops accepting for a moment;
+the clients wait in the backlog meanwhile.
 
 Per request (see sandbatch.steps.entrypoint) it forks; the child takes the client's stdio
 descriptors, working directory, environment and umask, tells the client its pid, runs the
