@@ -145,11 +145,12 @@ def stamps(raw: dict[str, Any]) -> dict[str, str]:
     }
 
 
-def sandboxes_at_once(cfg: Config, remote: bool = False) -> int:
+def sandboxes_at_once(cfg: Config, spawned: bool = False) -> int:
     """The run's `sandboxes` resource: `concurrency` x `nodes`, lowered (with a note) to what this
-    host's open-files and process limits hold; a remote job's Snakemake runs one rollout."""
+    host's open-files and process limits hold; a job's own Snakemake (spawned: remote, or a
+    script job's) runs what the run's Snakemake gave it."""
     wanted = cfg.concurrency * cfg.nodes
-    if remote:
+    if spawned:
         return wanted
     from .capacity import rollouts_at_once
 

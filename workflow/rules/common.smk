@@ -30,7 +30,8 @@ SCRIPTS = os.path.join(workflow.basedir, "workflow", "scripts")
 # (--resources sandboxes=N on the command line wins); lowered to what this host's open-files
 # and process limits hold (sandbatch.capacity): more rollouts wait, none fails
 if "sandboxes" not in workflow.global_resources:
-    workflow.register_resource("sandboxes", sandboxes_at_once(CFG, remote=workflow.remote_exec))
+    workflow.register_resource("sandboxes", sandboxes_at_once(CFG, spawned=workflow.remote_exec
+                                                              or workflow.subprocess_exec))
 
 
 wildcard_constraints:
