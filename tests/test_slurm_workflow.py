@@ -15,6 +15,8 @@ pytestmark = pytest.mark.slow
 SERVER_LINE = re.compile(r"sandbatch: step server: (\d+) steps; CPU ([\d.]+) s \(imports and serving ([\d.]+), "
                          r"steps ([\d.]+)\)")
 RUN_ARGS = ("--config", "concurrency=2", "benchmark={'limit': 3}")
+N = 5  # rollouts of the CPU comparison: every smoke task once
+COST_ARGS = ("--config", "concurrency=2", f"benchmark={{'limit': {N}}}")
 
 
 def step_servers(text: str) -> list[tuple[int, float, float]]:
@@ -60,20 +62,20 @@ def test_slurm_steps_cost_what_they_cost_locally(tmp_path):
     need(slurm_unavailable())
     for where in ("local", "slurm"):
         (tmp_path / where).mkdir()
-    local = snakemake(tmp_path / "local", *RUN_ARGS, "run=local", timeout=900)
+    local = snakemake(tmp_path / "local", *COST_ARGS, "run=local", timeout=900)
     assert local.returncode == 0, local.stderr[-3000:]
     [(steps, local_own, local_steps)] = step_servers(local.stderr)
-    assert steps == 15
+    assert steps == 5 * N
     slurm = snakemake(tmp_path / "slurm", "--workflow-profile", "slurm", "--slurm-init-seconds-before-status-checks",
-                      "5", *RUN_ARGS, "run=slurm", timeout=900)
+                      "5", *COST_ARGS, "run=slurm", timeout=900)
     assert slurm.returncode == 0, slurm.stderr[-3000:]
     logs = sorted((tmp_path / "slurm" / ".snakemake" / "slurm_logs").glob("group_rollout_*/*.log"))
     served = [s for log in logs for s in step_servers(log.read_text())]
-    assert [steps for steps, _, _ in served] == [5, 5, 5], served  # one server per job, every step forked
+    assert [steps for steps, _, _ in served] == [5] * N, served  # one server per job, every step forked
     slurm_own, slurm_steps = sum(s[1] for s in served), sum(s[2] for s in served)
-    print(f"\nCPU-s per rollout, steps / step server's imports and serving / both: Slurm {slurm_steps / 3:.2f} / "
-          f"{slurm_own / 3:.2f} / {(slurm_steps + slurm_own) / 3:.2f}; local {local_steps / 3:.2f} / "
-          f"{local_own / 3:.2f} / {(local_steps + local_own) / 3:.2f}; "
+    print(f"\nCPU-s per rollout, steps / step server's imports and serving / both: Slurm {slurm_steps / N:.2f} / "
+          f"{slurm_own / N:.2f} / {(slurm_steps + slurm_own) / N:.2f}; local {local_steps / N:.2f} / "
+          f"{local_own / N:.2f} / {(local_steps + local_own) / N:.2f}; "
           f"ratio of the steps {slurm_steps / local_steps:.2f}, "
           f"of both {(slurm_steps + slurm_own) / (local_steps + local_own):.2f}")
     assert slurm_steps <= 1.3 * local_steps
