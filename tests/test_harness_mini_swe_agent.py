@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -323,3 +326,83 @@ def test_host_mode_limits_and_timeout(tmp_path):
     assert (stopped.status, stopped.failure_class, stopped.timed_out, stopped.exit_code) == (
         "timeout", "agent_timeout", True, None)
     assert stopped.agent_s < 25
+
+
+# --- the step server imports mini and litellm once and forks every harness step from there -----
+
+FORKED_CALLS = r"""
+import json, os, sys, threading
+import sandbatch.harness.mini_env  # what the step server does for host mode: import, warm up
+from minisweagent.models.litellm_model import LitellmModel
+assert len(sandbatch.harness.mini_env.warm_up()) > 20  # litellm's lazily imported modules, now imported
+assert threading.active_count() == 1, threading.enumerate()  # nothing running that a fork would lose
+url, n = sys.argv[1], int(sys.argv[2])
+go_r, go_w = os.pipe()
+out_r, out_w = os.pipe()
+pids = []
+for i in range(n):
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(go_w)
+            os.read(go_r, 1)  # all children call at once
+            model = LitellmModel(model_name="openai/scripted", cost_tracking="ignore_errors",
+                                 model_kwargs={"api_base": url})
+            msg = model.query([{"role": "system", "content": "You fix bugs."},
+                               {"role": "user", "content": f"task [child-{i}]"}], api_key="sk-child")
+            line = json.dumps({"i": i, "content": msg["content"], "command": msg["extra"]["actions"][0]["command"]})
+            os.write(out_w, (line + "\n").encode())
+            code = 0
+        finally:
+            os._exit(code)
+    pids.append(pid)
+os.close(go_w)  # the children's read returns: go
+os.close(out_w)
+codes = [os.waitstatus_to_exitcode(os.waitpid(p, 0)[1]) for p in pids]
+with os.fdopen(out_r) as out:
+    print(json.dumps({"codes": codes, "replies": [json.loads(line) for line in out]}))
+"""
+
+
+def test_mini_and_litellm_are_fork_safe_after_import(tmp_path):
+    n = 24
+    script = {"tasks": {f"[child-{i}]": [{"content": f"reply {i}", "tool_calls": [
+        {"name": "bash", "arguments": {"command": f"echo {i}"}}]}] for i in range(n)}}
+    with scripted_model_server(script) as (url, model):
+        proc = subprocess.run([sys.executable, "-c", FORKED_CALLS, url, str(n)], capture_output=True, text=True,
+                              timeout=300, env={**os.environ, "MSWEA_GLOBAL_CONFIG_DIR": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["codes"] == [0] * n, proc.stderr[-3000:]
+    # each child got its own conversation's reply: no connection or state shared across the fork
+    assert sorted((r["i"], r["content"], r["command"]) for r in result["replies"]) == [
+        (i, f"reply {i}", f"echo {i}") for i in range(n)]
+    chats = [r for r in model.requests if r["path"].endswith("/chat/completions")]
+    assert len(chats) == n and all(r["headers"].get("authorization") == "Bearer sk-child" for r in chats)
+
+
+def test_step_server_preloads_mini_only_in_host_mode():
+    from sandbatch.config import parse
+    from sandbatch.steps.forkserver import preload_modules
+
+    def modules(mode):
+        cfg = parse({"harness": {"name": "mini-swe-agent", "config": {"mode": mode}},
+                            "model": {"name": "m", "base_url": "http://127.0.0.1:9/v1"}})
+        return preload_modules(cfg)
+
+    assert "sandbatch.harness.mini_env:warm_up" in modules("host")
+    assert not [m for m in modules("sandbox") if m.startswith("sandbatch.harness.mini_env")]
+
+
+def test_host_mode_saves_the_trajectory_once_at_the_end(tmp_path):
+    # mini would re-encode the whole history after every step; each command here looks for the file
+    look = {"content": "Saved yet?", "tool_calls": [{"name": "bash", "arguments": {
+        "command": f"test -e {tmp_path / 'mini.traj.json'} && echo saved || echo not-saved"}}]}
+    script = {"tasks": {"watch the trajectory": [look] * 3}, "final": HOST_SCRIPT["tasks"]["fix it"][-1]}
+    with scripted_model_server(script) as (url, _):
+        outcome, _ = run_on_host(tmp_path, {}, url, prompt="watch the trajectory")
+    assert outcome.metadata["exit_status"] == "Submitted"
+    assert [o["output"].strip() for o in observations(outcome)] == ["not-saved"] * 3
+    saved = json.loads((tmp_path / "mini.traj.json").read_text())
+    assert saved["messages"] == outcome.events and saved["info"]["exit_status"] == "Submitted"

@@ -18,6 +18,7 @@ def test_utilisation_benchmark_prints_its_figures(tmp_path):
     out = proc.stdout
     assert "N=4 rollouts, C=2, T=1 s; 0 unresolved, 0 infra errors" in out
     for figure in ("wall ", "ideal ceil(N/C) x T = 2 s; ratio ", "mean busy slots ", "agents running ",
+                   "peaks of the process tree",
                    "create", "prepare", "install", "patch (extract)", "grade-sandbox create",
                    "delete agent sandbox", "delete grading sandbox", "gap harness -> patch", "sum"):
         assert figure in out, figure

@@ -162,3 +162,19 @@ def stamps(raw: dict[str, Any]) -> dict[str, str]:
         "grade": dump({"grading": raw["grading"], "timeout": raw["timeouts"]["grade"]}),
         "aggregate": dump({"aggregate": raw["aggregate"]}),
     }
+
+
+def sandboxes_at_once(cfg: Config, spawned: bool = False) -> int:
+    """The run's `sandboxes` resource: `concurrency` x `nodes`, lowered (with a note) to what this
+    host's open-files and process limits hold; a job's own Snakemake (spawned: remote, or a
+    script job's) runs what the run's Snakemake gave it."""
+    wanted = cfg.concurrency * cfg.nodes
+    if spawned:
+        return wanted
+    from .capacity import rollouts_at_once
+
+    held, why = rollouts_at_once(wanted)
+    if why:
+        print(f"sandbatch: {held} rollouts at once, not {wanted} (concurrency): this host's {why} holds no more; "
+              f"the others wait for a free slot", file=sys.stderr)
+    return held

@@ -1,13 +1,21 @@
 # Config validation, the task table, paths and the command line of every step.
+import atexit
 import shlex
 import sys
 
 from sandbatch.owners import register as register_owner, unregister as unregister_owner
-from sandbatch.steps.forkserver import StepServer
-from sandbatch.workflow import check_model_endpoint_or_exit, load_run, recover_before_run, stamps
+from sandbatch.steps.forkserver import StepServer, executor_on_command_line
+from sandbatch.workflow import check_model_endpoint_or_exit, load_run, recover_before_run, sandboxes_at_once, stamps
 
 CFG, CFG_RAW, TASKS = load_run(workflow, config)
 STEP_SERVER = StepServer()
+# A remote job's Snakemake that runs the rollout's steps itself (a Slurm job's inner one:
+# --mode remote, no --executor, so the local executor) runs no hooks (--no-hooks): it
+# starts a step server of its own here, for the steps of its job, and stops it when it
+# exits. (The executor is chosen after the Snakefile is read: its command line tells.)
+if workflow.remote_exec and not workflow.dryrun and executor_on_command_line(sys.argv) in (None, "local"):
+    STEP_SERVER.start(CFG)
+    atexit.register(STEP_SERVER.stop)
 STAMPS = stamps(CFG_RAW)
 RUN_DIR = str(CFG.run_dir)
 ROLLOUT = RUN_DIR + "/{task}/{repeat}"
@@ -19,9 +27,11 @@ SCRIPTS = os.path.join(workflow.basedir, "workflow", "scripts")
 
 
 # `concurrency` x `nodes` caps the jobs that hold a sandbox, locally and on Slurm
-# (--resources sandboxes=N on the command line wins)
+# (--resources sandboxes=N on the command line wins); lowered to what this host's open-files
+# and process limits hold (sandbatch.capacity): more rollouts wait, none fails
 if "sandboxes" not in workflow.global_resources:
-    workflow.register_resource("sandboxes", CFG.concurrency * CFG.nodes)
+    workflow.register_resource("sandboxes", sandboxes_at_once(CFG, spawned=workflow.remote_exec
+                                                              or workflow.subprocess_exec))
 
 
 wildcard_constraints:

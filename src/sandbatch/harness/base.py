@@ -87,6 +87,13 @@ class Harness(abc.ABC):
         """True when the agent's model client runs on this host (not in the sandbox)."""
         return False
 
+    def host_modules(self, config: dict[str, Any]) -> tuple[str, ...]:
+        """The heavy modules the harness step imports for this merged config: the step server
+        imports them once for all rollouts ("module", or "module:function" to call the
+        function once after the import, e.g. a warm-up); each must leave the server safe to
+        fork (no thread, no connection)."""
+        return ()
+
     def version(self, ctx: RunContext) -> str | None:
         return ctx.version or self.default_version
 

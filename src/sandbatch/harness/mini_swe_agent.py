@@ -10,7 +10,10 @@ Two modes (`harness.config.mode`):
   with pip, by default) and runs there as `mini` with its `local` environment; the image
   needs a Python that can host mini and a package index (or uploaded wheels).
 Either way it runs against the run's model through litellm (`openai/<model>`), saves its
-trajectory (`.traj.json`) after every step, and the trajectory's messages are the events.
+trajectory (`.traj.json`; in host mode once at the end, not after every step as `mini`
+does), and the trajectory's messages are the events. In host mode the step server has mini
+and litellm imported once per run (`host_modules`), so a rollout does not pay ~2 CPU-s
+importing them.
 The key never lands in the saved config (OPENAI_API_KEY in the sandbox, a call argument
 on the host).
 """
@@ -20,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import shlex
 import threading
 import traceback
@@ -39,7 +41,7 @@ from .base import Conversion, Harness, Outcome, RunContext, keep_unknown, model_
 
 INSTALL_METHODS = ("pip", "upload", "path")
 MODES = ("host", "sandbox")
-HOST_TRAJECTORY = "mini.traj.json"  # host mode: saved in the rollout directory after every step
+HOST_TRAJECTORY = "mini.traj.json"  # host mode: saved in the rollout directory when the agent ends
 
 # exit_status -> (status, failure class); any other value is the name of an exception
 EXIT_STATUS: dict[str, tuple[Status, str | None]] = {
@@ -86,6 +88,9 @@ class MiniSweAgentHarness(Harness):
 
     def model_on_host(self, config: dict[str, Any]) -> bool:
         return config.get("mode") == "host"
+
+    def host_modules(self, config: dict[str, Any]) -> tuple[str, ...]:
+        return ("sandbatch.harness.mini_env:warm_up",) if config.get("mode") == "host" else ()
 
     def _home(self, sandbox: Sandbox) -> str:
         return f"{sandbox.tmpdir}/mini-swe-agent"
@@ -170,14 +175,15 @@ class MiniSweAgentHarness(Harness):
 
     async def _run_on_host(self, sandbox: Sandbox, ctx: RunContext) -> Outcome:
         """mini's agent loop on a worker thread here; its commands run in the sandbox."""
-        from .mini_env import Stopped, sandbox_uname
+        from .mini_env import Stopped, host_agent, sandbox_uname
 
-        agent, env = _host_agent(self.mini_config(sandbox, ctx), ctx, sandbox, asyncio.get_running_loop(),
-                                 uname=await sandbox_uname(sandbox),
-                                 base_env={**self.state_env(sandbox), **str_env(ctx.config["env"])})
+        loop = asyncio.get_running_loop()
+        agent, env = host_agent(self.mini_config(sandbox, ctx), str(ctx.config["config_file"]), ctx.api_key,
+                                sandbox, loop, uname=await sandbox_uname(sandbox),
+                                base_env={**self.state_env(sandbox), **str_env(ctx.config["env"])})
         traj = ctx.rollout_dir / HOST_TRAJECTORY
         traj.unlink(missing_ok=True)  # an earlier attempt's
-        t0 = asyncio.get_running_loop().time()
+        t0 = loop.time()
         done = _in_thread(agent.run, ctx.prompt)
         timed_out, error = False, None
         try:
@@ -190,13 +196,16 @@ class MiniSweAgentHarness(Harness):
             error = exc
         finally:
             env.stop.set()  # a still-running loop stops at its next command
+            # saved once, whatever the end (also when the step is cancelled); mini itself
+            # would re-encode the whole history after every step
+            agent.save(traj)
         if isinstance(error, Stopped):
             error = None
         stderr = "".join(traceback.format_exception(error)) if error else ""
         if timed_out:
             stderr += f"the agent was stopped at its {ctx.timeouts.agent:.0f} s timeout"
         run = AgentRun(exit_code=None if timed_out else (1 if error else 0), stdout="", stderr=tail(stderr),
-                       timed_out=timed_out, duration_s=asyncio.get_running_loop().time() - t0)
+                       timed_out=timed_out, duration_s=loop.time() - t0)
         return self._outcome(run, _read_json(traj))
 
     def convert(self, events, config) -> Conversion:
@@ -226,35 +235,6 @@ class MiniSweAgentHarness(Harness):
 
 
 _ENV_CLASS = "sandbatch.harness.mini_env.SandboxEnvironment"
-
-
-def _host_agent(config: dict[str, Any], ctx: RunContext, sandbox: Sandbox, loop: asyncio.AbstractEventLoop,
-                **env_kwargs: Any):
-    """(mini's DefaultAgent, our environment) for the generated config over the base config file."""
-    os.environ.setdefault("MSWEA_SILENT_STARTUP", "1")
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # read when litellm is imported
-    from minisweagent.agents import get_agent
-    from minisweagent.config import get_config_from_spec
-    from minisweagent.models.litellm_model import LitellmModel
-
-    from .mini_env import SandboxEnvironment
-
-    try:
-        base = get_config_from_spec(str(ctx.config["config_file"]))
-    except (OSError, ValueError) as exc:
-        raise UserError(f"harness.config.config_file: {exc}") from None
-    config = deep_merge(base, config)
-    api_key = ctx.api_key or "unused"
-
-    class Model(LitellmModel):  # the key goes with each call, never into the saved config
-        def query(self, messages, **kwargs):
-            return super().query(messages, api_key=api_key, **kwargs)
-
-    model_cfg = {k: v for k, v in config.get("model", {}).items() if k != "model_class"}
-    env_cfg = {k: v for k, v in config.get("environment", {}).items() if k != "environment_class"}
-    env = SandboxEnvironment(sandbox, loop, **env_kwargs, **env_cfg)
-    agent_cfg = {**config.get("agent", {}), "output_path": ctx.rollout_dir / HOST_TRAJECTORY}
-    return get_agent(Model(**model_cfg), env, agent_cfg, default_type="default"), env
 
 
 def _in_thread(fn, *args) -> asyncio.Future:

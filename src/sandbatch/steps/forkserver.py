@@ -1,10 +1,18 @@
-"""The step server: one per local run, every step module imported once, a fork per step.
+"""The step server: one per local run (or remote job), every step module imported once, a
+fork per step.
 
-Started by the Snakefile's `onstart` (local executor only; a Slurm job's steps run in their
-own processes) as a child of Snakemake, so its CPU counts in the run's process tree and it
-ends with the run: stopped by `finish_run`, or by the kernel's parent-death signal when
-Snakemake itself is killed. It listens on an abstract Unix socket (no file to clean up;
-only this user's processes are served, checked with SO_PEERCRED).
+Started by the Snakefile's `onstart` (local executor), or, in a remote job's Snakemake
+(a Slurm job, which runs no hooks), when the Snakefile is read, as a child of Snakemake:
+its CPU counts in the run's (or job's) process tree and it ends with that Snakemake:
+stopped by `finish_run` (or at the job Snakemake's exit), or by the kernel's parent-death
+signal when Snakemake itself is killed. When it stops it prints one line: the steps it
+ran and the CPU of it all (imports, serving, the steps and what they ran). It listens on
+an abstract Unix socket (no file to clean up; only this user's processes are served,
+checked with SO_PEERCRED).
+
+Nothing breaks at the host's limits: while memory is short no step starts, a fork the
+process limit refuses is retried, and out of descriptors it stops accepting for a moment;
+the clients wait in the backlog meanwhile.
 
 Per request (see sandbatch.steps.entrypoint) it forks; the child takes the client's stdio
 descriptors, working directory, environment and umask, tells the client its pid, runs the
@@ -25,6 +33,7 @@ import gc
 import importlib
 import json
 import os
+import resource
 import select
 import signal
 import socket
@@ -44,18 +53,24 @@ DISABLE = "SANDBATCH_NO_STEP_SERVER"  # set (to anything) to run every step in i
 CLIENT_GRACE = 60.0  # seconds a step gets to clean up after its client vanished
 SHUTDOWN_WAIT = 10.0  # seconds the server waits for running steps when told to stop
 PR_SET_PDEATHSIG = 1
+BACKOFF = 0.2  # seconds between tries when descriptors, processes or memory are short
+FORK_WAIT = 600.0  # how long a step waits for a process or memory before its client runs it itself
+MIN_AVAILABLE = 512 << 20  # bytes of available memory below which no step starts
 
 
 def preload_modules(cfg) -> list[str]:
-    """What the steps of this run import: every step, its provider, harness, grader and model proxy."""
+    """What the steps of this run import: every step, its provider, harness (and what it needs on
+    this host: `Harness.host_modules`), grader and model proxy."""
     from ..grading import GRADERS
-    from ..harness import HARNESSES
+    from ..harness import HARNESSES, get_harness
     from ..sandbox import PROVIDERS
     from ..tasks import BENCHMARKS
 
     modules = [target.partition(":")[0] for target in STEPS.values()]
     modules.append(PROVIDERS[cfg.sandbox.provider].partition(":")[0])
     modules.append(HARNESSES[cfg.harness.name].partition(":")[0])
+    harness = get_harness(cfg.harness.name)  # mini-swe-agent on this host: mini and litellm
+    modules += harness.host_modules(harness.merge_config(cfg.harness.config))
     if cfg.model.proxy.enabled:
         modules.append("sandbatch.proxy")  # with aiohttp: ~0.25 CPU-s each harness step would pay
     loader = BENCHMARKS[cfg.benchmark.kind]
@@ -65,6 +80,16 @@ def preload_modules(cfg) -> list[str]:
         grader = GRADERS[family]
         modules += [grader.target.partition(":")[0], *grader.preload]
     return list(dict.fromkeys(modules))
+
+
+def executor_on_command_line(argv: list[str]) -> str | None:
+    """The executor a Snakemake command line names (`--executor X`, `-e X`, `--executor=X`), or None."""
+    for i, arg in enumerate(argv):
+        if arg in ("--executor", "-e") and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--executor="):
+            return arg.partition("=")[2]
+    return None
 
 
 class StepServer:
@@ -118,15 +143,19 @@ def serve(name: str, modules: Iterable[str]) -> int:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind("\0" + name)
     listener.listen(1024)
-    for module in modules:
+    for entry in modules:  # "module", or "module:function" called once after the import
+        module, _, function = entry.partition(":")
         try:
-            importlib.import_module(module)
+            loaded = importlib.import_module(module)
+            if function:
+                getattr(loaded, function)()
         except Exception as exc:  # the step will report it properly when it runs
-            print(f"sandbatch: step server: cannot preload {module}: {exc}", file=sys.stderr)
+            print(f"sandbatch: step server: cannot preload {entry}: {exc}", file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
     gc.freeze()  # the children's collections leave the imported objects' pages shared
     children: set[int] = set()
+    served = 0
     while not stopping:
         _reap(children)
         try:
@@ -137,17 +166,27 @@ def serve(name: str, modules: Iterable[str]) -> int:
             continue
         try:
             conn, _ = listener.accept()
-        except OSError:
+        except OSError:  # out of descriptors: the clients wait in the backlog meanwhile
+            time.sleep(BACKOFF)
             continue
+        _wait_for_memory()
         pid = _start(listener, conn)
         if pid:
             children.add(pid)
+            served += 1
     listener.close()  # new clients run their steps themselves
     deadline = time.monotonic() + SHUTDOWN_WAIT
     while children and time.monotonic() < deadline:
         _reap(children)
         time.sleep(0.05)
+    own, steps = (resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    print(f"sandbatch: step server: {served} steps; CPU {_cpu(own) + _cpu(steps):.2f} s "
+          f"(imports and serving {_cpu(own):.2f}, steps {_cpu(steps):.2f})", file=sys.stderr, flush=True)
     return 0
+
+
+def _cpu(usage: resource.struct_rusage) -> float:
+    return usage.ru_utime + usage.ru_stime
 
 
 def _die_with_parent() -> None:
@@ -207,7 +246,12 @@ def _start(listener: socket.socket, conn: socket.socket) -> int | None:
     except (OSError, ValueError):
         conn.close()
         return None
-    pid = os.fork()
+    pid = _fork()
+    if pid is None:  # no process to be had: the client runs the step itself
+        for fd in fds:
+            os.close(fd)
+        conn.close()
+        return None
     if pid == 0:
         listener.close()
         _child(conn, fds, request)  # never returns
@@ -215,6 +259,38 @@ def _start(listener: socket.socket, conn: socket.socket) -> int | None:
         os.close(fd)
     conn.close()
     return pid
+
+
+def _fork() -> int | None:
+    """os.fork(), retried while the process limit (EAGAIN) or memory (ENOMEM) is reached:
+    the steps queue behind this one. None when it never succeeds."""
+    deadline = time.monotonic() + FORK_WAIT
+    while True:
+        try:
+            return os.fork()
+        except OSError:
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(BACKOFF)
+
+
+def _wait_for_memory() -> None:
+    """Start no step while the host's available memory is below MIN_AVAILABLE (up to FORK_WAIT):
+    a run asked for more rollouts than memory holds queues here instead of meeting the OOM killer."""
+    deadline = time.monotonic() + FORK_WAIT
+    while _available_memory() < MIN_AVAILABLE and time.monotonic() < deadline:
+        time.sleep(BACKOFF)
+
+
+def _available_memory() -> int:
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return MIN_AVAILABLE  # unknown: do not hold steps back
 
 
 def _child(conn: socket.socket, fds: list[int], request: dict) -> None:
