@@ -131,11 +131,12 @@ def children_cpu() -> float:
 
 
 class Peaks:
-    """Samples a process tree on a thread: peak PSS, open descriptors and processes."""
+    """Samples a process tree on a thread: peak PSS, open descriptors, processes and tasks
+    (threads: what a pids cgroup and `ulimit -u` count), and Snakemake's own threads."""
 
     def __init__(self, root: int, every: float):
         self.root, self.every = root, every
-        self.pss = self.fds = self.procs = 0
+        self.pss = self.fds = self.procs = self.tasks = self.own = 0
         self.samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -153,14 +154,19 @@ class Peaks:
                 tree += tree[0].children(recursive=True)
             except psutil.Error:
                 return
-            pss = fds = 0
+            pss = fds = tasks = 0
             for proc in tree:
                 pss += _pss(proc.pid)
                 try:
                     fds += proc.num_fds()
+                    threads = proc.num_threads()
                 except psutil.Error:
-                    pass
+                    continue
+                tasks += threads
+                if proc.pid == self.root:
+                    self.own = max(self.own, threads)
             self.pss, self.fds, self.procs = max(self.pss, pss), max(self.fds, fds), max(self.procs, len(tree))
+            self.tasks = max(self.tasks, tasks)
             self.samples += 1
 
 
@@ -231,8 +237,10 @@ def report(a, wall: float, cpu: float, rows: list[dict], peaks: Peaks) -> None:
     mem = psutil.virtual_memory().total
     nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     print(f"  peaks of the process tree ({peaks.samples} samples, every {a.sample:g} s): PSS {peaks.pss / gb:.2f} GB, "
-          f"{peaks.fds} open descriptors, {peaks.procs} processes; per rollout at once: "
-          f"{peaks.pss / per / (1 << 20):.0f} MB, {peaks.fds / per:.1f} descriptors, {peaks.procs / per:.1f} processes")
+          f"{peaks.fds} open descriptors, {peaks.procs} processes, {peaks.tasks} tasks (threads; Snakemake's own "
+          f"{peaks.own}); per rollout at once: {peaks.pss / per / (1 << 20):.0f} MB, {peaks.fds / per:.1f} "
+          f"descriptors, {peaks.procs / per:.1f} processes, {(peaks.tasks - peaks.own) / per:.1f} tasks besides "
+          f"Snakemake's")
     if peaks.pss:
         print(f"  so one host of {cores} cores and {mem / gb:.0f} GB holds about {int(0.9 * mem * per / peaks.pss)} "
               f"such rollouts at once by memory (90 %); CPU: {cores / (cpu / n) * t:.0f} rollouts of T={t:g} s "

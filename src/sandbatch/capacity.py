@@ -2,8 +2,11 @@
 
 A local run's Snakemake keeps about 5 descriptors per running job (up to two jobs per
 rollout: convert beside patch), and every running rollout has a few processes (the job's
-shell, the step, the sandbox's commands). A `concurrency` beyond the open-files limit or
-the process limit would fail rollouts with EMFILE or EAGAIN; instead the run's
+shell, the step, the sandbox's commands) and their threads: a pids cgroup and `ulimit -u`
+count every thread. Snakemake's own threads are many and not tied to the rollouts: its
+scheduler starts a one-second timer thread on every pass (snakemake/snakemake#3804), and
+once it cannot start one the whole run stops. A `concurrency` beyond the open-files limit
+or the process limit would fail rollouts with EMFILE or EAGAIN, or stop the run; instead the run's
 `sandboxes` resource is lowered to what the limits hold, and the rest of the rollouts
 wait for a slot (one note says so). The open-files soft limit is first raised to the hard
 one, which is all most hosts need. Memory is watched where steps start (the step server
@@ -18,7 +21,11 @@ from pathlib import Path
 
 FDS_PER_ROLLOUT = 12  # Snakemake's own, measured ~5 per running job; two jobs per rollout, and margin
 FDS_BASE = 128  # Snakemake's own at rest, the step server's, the aggregate's
-PROCS_PER_ROLLOUT = 8  # measured 3 (none harness) to 6 (mini-swe-agent, host mode), and the tests
+# tasks = threads. benchmarks/utilisation.py measured Snakemake's own at up to 184 on 2 cores,
+# and per rollout besides them 5.8 (oracle), 10.2 (mini-swe-agent in host mode), 12.0 (the
+# docker provider: its CLI's threads while a command runs)
+TASKS_BASE = 320  # Snakemake's own, the step server's, the aggregate's
+TASKS_PER_ROLLOUT = 16
 
 
 def raise_open_files() -> int:
@@ -33,12 +40,13 @@ def raise_open_files() -> int:
     return soft
 
 
-def process_headroom() -> tuple[int, str] | None:
-    """(processes this user may still start, the limit's name), the tightest limit; None: none."""
+def task_headroom() -> tuple[int, str] | None:
+    """(tasks, processes or threads, this user may still start, the limit's name), the tightest
+    limit; None: none."""
     found: list[tuple[int, str]] = []
     soft = resource.getrlimit(resource.RLIMIT_NPROC)[0]
     if os.geteuid() != 0 and soft != resource.RLIM_INFINITY:  # root is not held to it
-        mine = sum(1 for p in Path("/proc").iterdir() if p.name.isdigit() and _owner(p) == os.getuid())
+        mine = sum(_tasks(p) for p in Path("/proc").iterdir() if p.name.isdigit() and _owner(p) == os.getuid())
         found.append((soft - mine, f"process limit (ulimit -u) {soft}"))
     cgroup = _pids_cgroup()
     if cgroup is not None:
@@ -50,6 +58,13 @@ def process_headroom() -> tuple[int, str] | None:
         except (OSError, ValueError):
             pass
     return min(found) if found else None
+
+
+def _tasks(path: Path) -> int:
+    try:
+        return len(os.listdir(path / "task"))
+    except OSError:
+        return 0
 
 
 def _owner(path: Path) -> int | None:
@@ -83,9 +98,9 @@ def rollouts_at_once(wanted: int) -> tuple[int, str | None]:
         by_files = max(1, (files - FDS_BASE) // FDS_PER_ROLLOUT)
         if by_files < best:
             best, why = by_files, f"open files limit (ulimit -n) {files}"
-    headroom = process_headroom()
+    headroom = task_headroom()
     if headroom is not None:
-        by_procs = max(1, headroom[0] // PROCS_PER_ROLLOUT)
-        if by_procs < best:
-            best, why = by_procs, headroom[1]
+        by_tasks = max(1, (headroom[0] - TASKS_BASE) // TASKS_PER_ROLLOUT)
+        if by_tasks < best:
+            best, why = by_tasks, headroom[1]
     return best, why
