@@ -10,8 +10,9 @@ about T), then reads the records and prints:
 - the peaks over the run of its whole process tree (Snakemake, the step server and its
   forked steps, the sandboxes' commands), sampled every `--sample` seconds: memory as PSS
   (a page shared by N processes counts 1/N: forked pages are not counted twice), open file
-  descriptors and processes; and what one host can therefore hold at once (per rollout
-  at the peak, against this machine's memory and limits);
+  descriptors, processes and tasks (threads, what a pids cgroup and `ulimit -u` count;
+  Snakemake's own apart); and what one host can therefore hold at once (per rollout at
+  the peak, against this machine's memory and limits);
 
 - wall (the whole `snakemake` command) and the first step's start to the last grade's end,
   the ideal ceil(N/C) x T and their ratios;
