@@ -64,6 +64,21 @@ def test_a_local_delete_killed_midway_is_finished_by_the_reaper(tmp_path):
     asyncio.run(scenario())
 
 
+def test_a_local_delete_killed_in_its_last_step_leaves_nothing_after_the_next_listing(tmp_path):
+    """Killed between removing meta.json and the directory: an empty directory, which the next
+    listing (the reaper's) removes; a directory with anything in it is left alone."""
+    async def scenario():
+        p = LocalProvider({"root": str(tmp_path)})
+        sb = await p.create(SandboxSpec(labels={"run": "r1"}))
+        (tmp_path / "sb-000000000000").mkdir()
+        (tmp_path / "sb-111111111111").mkdir()
+        (tmp_path / "sb-111111111111" / "keep").write_text("x")
+        assert [i.id for i in await p.list({"run": "r1"})] == [sb.id]
+        assert sorted(d.name for d in tmp_path.iterdir()) == ["sb-111111111111", sb.id]
+
+    asyncio.run(scenario())
+
+
 def test_local_exec_keeps_the_output_of_a_command_that_timed_out(tmp_path):
     async def scenario():
         sb = await LocalProvider({"root": str(tmp_path)}).create(SandboxSpec(labels={"run": "r"}))

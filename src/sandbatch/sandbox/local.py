@@ -279,6 +279,13 @@ class LocalProvider(Provider):
         out = []
         if not self.root.is_dir():
             return out
+        for path in self.root.glob("sb-*"):
+            # an empty directory is what a delete killed in its last step (meta.json gone, the
+            # directory not yet) leaves: no sandbox, no labels; rmdir fails on anything else
+            try:
+                path.rmdir()
+            except OSError:
+                pass
         for meta_path in sorted(self.root.glob("*/meta.json")):
             try:
                 meta = read_json(meta_path)
