@@ -260,11 +260,13 @@ class LocalProvider(Provider):
         sandbox_id = f"sb-{uuid.uuid4().hex[:12]}"
         sb = LocalSandbox(self, sandbox_id, spec)
         try:
-            Path(sb.workdir).mkdir(parents=True)
-            Path(sb.tmpdir).mkdir(parents=True)
-            make_python(sb.root / "python")
+            # labels first: a create killed midway leaves a sandbox the reaper finds
+            sb.root.mkdir(parents=True)
             expires = datetime.now(timezone.utc) + timedelta(seconds=spec.ttl_seconds)
             write_json(sb.root / "meta.json", {"labels": spec.labels, "expires_at": expires.isoformat()})
+            Path(sb.workdir).mkdir()
+            Path(sb.tmpdir).mkdir()
+            make_python(sb.root / "python")
         except OSError as exc:
             shutil.rmtree(sb.root, ignore_errors=True)
             raise SandboxError(f"cannot create local sandbox under {self.root}: {exc}", "sandbox_create") from exc
