@@ -92,6 +92,7 @@ class SandboxConfig(_Model):
     owner: str | None
     image_rewrites: list[ImageRewrite]
     create_rate: float
+    history: Literal["strip", "keep"]
 
     def options(self, provider: str | None = None) -> dict[str, Any]:
         """The options block of `provider` (default: the selected one)."""

@@ -103,6 +103,38 @@ def summary(rollout_dir: str | Path, name: str, index: dict[str, dict[str, Any]]
     return {k: data[k] for k in SUMMARY if k in data}
 
 
+class RepoHistory(BaseModel):
+    """What the agent sandbox's preparation removed from one repository (sandbox.history)."""
+
+    path: str  # "." = the workdir's repository, else a submodule or nested checkout below it
+    refs_before: int
+    refs_kept: int  # HEAD's branch and the tags HEAD reaches
+    objects_before: int
+    objects_after: int
+    bytes_before: int
+    bytes_after: int
+    removed_refs: list[str] = Field(default_factory=list)  # the first 20
+
+
+class HistoryRecord(BaseModel):
+    """sandbox.history of an agent sandbox whose repository came with its image."""
+
+    setting: Literal["strip", "keep"]
+    refs_removed: int = 0
+    objects_removed: int = 0
+    bytes_removed: int = 0
+    repositories: list[RepoHistory] = Field(default_factory=list)
+
+    @classmethod
+    def of(cls, setting: str, repos: list[dict[str, Any]] | None) -> "HistoryRecord":
+        """The record of one preparation: `repos` are the strip script's reports (None: kept)."""
+        found = [RepoHistory(**r) for r in repos or []]
+        return cls(setting=setting, repositories=found,  # type: ignore[arg-type]
+                   refs_removed=sum(r.refs_before - r.refs_kept for r in found),
+                   objects_removed=sum(r.objects_before - r.objects_after for r in found),
+                   bytes_removed=sum(r.bytes_before - r.bytes_after for r in found))
+
+
 class SandboxRecord(Record):
     """The handle: enough to reconnect to, or recreate, the agent sandbox."""
 
@@ -117,6 +149,9 @@ class SandboxRecord(Record):
     repeat: int
     expires_at: str | None = None
     recreated: int = 0
+    # the repository's future removed before the agent starts (sandbox.history); None: the
+    # repository did not come with the image (bundled, workdir snapshot)
+    history: HistoryRecord | None = None
 
 
 class HarnessRecord(Record):

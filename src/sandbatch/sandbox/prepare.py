@@ -10,6 +10,11 @@ from pathlib import Path
 from ..tasks import Task
 from .base import Sandbox, SandboxError
 
+# removes every repository state HEAD does not reach (docs/benchmarks.md, "The agent's
+# repository"); one bash script run with the image's own git, so images need no Python
+STRIP_HISTORY = (Path(__file__).parent / "strip_history.sh").read_text(encoding="utf-8")
+STRIP_MARK = "sandbatch-history "
+
 # Fixed identity and dates make the base commit of bundled repositories identical in
 # every sandbox, so the agent's and the grader's base refs agree.
 GIT_ENV = {
@@ -29,8 +34,39 @@ def tar_directory(path: str | Path) -> bytes:
     return buf.getvalue()
 
 
+def strips_history(task: Task) -> bool:
+    """Whether the task's repository comes from its image (a checkout that may carry the
+    repository's future). Bundled repositories are committed afresh; a workdir snapshot
+    (Terminal-Bench) is the task's own state, its git history possibly part of the task."""
+    return not task.repo_dir and not task.snapshot_workdir
+
+
+def parse_history(lines: list[str]) -> list[dict[str, object]]:
+    """The strip script's report lines, one dict per repository."""
+    out: list[dict[str, object]] = []
+    for line in lines:
+        path, *fields = line[len(STRIP_MARK):].split(" ")
+        kv = dict(f.split("=", 1) for f in fields)
+        before, kept = (int(n) for n in kv["refs"].split("/"))
+        objects, objects_after = (int(n) for n in kv["objects"].split("/"))
+        size, size_after = (int(n) for n in kv["bytes"].split("/"))
+        out.append({"path": path, "refs_before": before, "refs_kept": kept, "objects_before": objects,
+                    "objects_after": objects_after, "bytes_before": size, "bytes_after": size_after,
+                    "removed_refs": [r for r in kv.get("removed", "").split(",") if r]})
+    return out
+
+
 async def prepare_repo(sandbox: Sandbox, task: Task, timeout: float) -> str:
     """Make sandbox.workdir hold the task's repository at its base commit; return that commit."""
+    base_ref, _ = await prepare(sandbox, task, timeout, strip=False)
+    return base_ref
+
+
+async def prepare(sandbox: Sandbox, task: Task, timeout: float, *,
+                  strip: bool) -> tuple[str, list[dict[str, object]] | None]:
+    """prepare_repo, and with `strip` (the agent's sandboxes) in the same command the
+    repository's future removed (strip_history.sh): (base commit, one report per
+    repository, or None when the task's repository is not the image's)."""
     wd = shlex.quote(sandbox.workdir)
     if task.repo_dir:
         archive = f"{sandbox.tmpdir}/repo.tar"
@@ -55,11 +91,17 @@ async def prepare_repo(sandbox: Sandbox, task: Task, timeout: float) -> str:
                   f"then git checkout -q {base}; fi; git rev-parse HEAD")
     else:
         script = f"set -e; cd {wd}; git rev-parse HEAD"
+    strip = strip and strips_history(task)
+    if strip:
+        script += f"; bash -c {shlex.quote(STRIP_HISTORY)} sandbatch-strip {wd}"
     result = await sandbox.exec(script, timeout=timeout, env=GIT_ENV, cwd="/" if not task.repo_dir else None)
     if not result.ok:
         raise SandboxError(
             f"preparing the repository failed (exit {result.exit_code}): {result.stderr.strip()[-300:]}",
             "sandbox_prepare",
         )
-    return result.stdout.strip().splitlines()[-1]
+    lines = result.stdout.strip().splitlines()
+    report = [ln for ln in lines if ln.startswith(STRIP_MARK)]
+    base = [ln for ln in lines if not ln.startswith(STRIP_MARK)][-1]
+    return base, parse_history(report) if strip else None
 

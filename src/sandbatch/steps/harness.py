@@ -16,7 +16,7 @@ from ..sandbox import Sandbox, SandboxGone
 from ..util import write_atomic, write_jsonl
 from ..tasks.settings import prompt_for
 from .common import Step
-from .sandbox import create_prepared, fill
+from .sandbox import create_agent_sandbox, fill
 
 STARTED_MARK = ".sandbatch-harness-started"
 # seconds between progress lines of a long install or agent run
@@ -58,9 +58,9 @@ class HarnessStep(Step):
             await sandbox.delete()
         except SandboxGone:
             pass
-        sandbox, base_ref = await create_prepared(self.ctx, handle.spec, self.phases)
+        sandbox, base_ref, history = await create_agent_sandbox(self.ctx, handle.spec, self.phases)
         await sandbox.upload(f"{sandbox.tmpdir}/{STARTED_MARK}", b"")
-        handle = fill(handle.model_copy(), sandbox, base_ref)
+        handle = fill(handle.model_copy(), sandbox, base_ref, history)
         handle.recreated += 1
         self.replacement = handle
         return sandbox

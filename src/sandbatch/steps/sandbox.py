@@ -8,10 +8,10 @@ import getpass
 from ..errors import InfraError
 from ..ids import label_value
 from ..instance import ensure_instance, read_instance
-from ..records import SANDBOX, SandboxRecord
+from ..records import SANDBOX, HistoryRecord, SandboxRecord
 from ..sandbox import Sandbox, SandboxError, SandboxSpec, rewrite_image
 from ..sandbox.base import Resources
-from ..sandbox.prepare import prepare_repo
+from ..sandbox.prepare import prepare, strips_history
 from ..tasks.settings import resources_for
 from .common import Step, StepContext, timed
 
@@ -48,6 +48,21 @@ async def create_prepared(ctx: StepContext, spec: SandboxSpec,
     """A sandbox holding the task's repository at its base commit, or SandboxError (nothing left behind).
 
     The seconds of its `create` and `prepare` phases are added to `phases`."""
+    sandbox, base_ref, _ = await _create(ctx, spec, phases, strip=False)
+    return sandbox, base_ref
+
+
+async def create_agent_sandbox(ctx: StepContext, spec: SandboxSpec, phases: dict[str, float] | None = None
+                               ) -> tuple[Sandbox, str, HistoryRecord | None]:
+    """create_prepared for the agent: the repository's future also removed unless
+    `sandbox.history` is keep (the grading sandbox, which the agent never sees, keeps it)."""
+    setting = ctx.cfg.sandbox.history
+    sandbox, base_ref, repos = await _create(ctx, spec, phases, strip=setting == "strip")
+    return sandbox, base_ref, HistoryRecord.of(setting, repos) if strips_history(ctx.task) else None
+
+
+async def _create(ctx: StepContext, spec: SandboxSpec, phases: dict[str, float] | None,
+                  strip: bool) -> tuple[Sandbox, str, list[dict] | None]:
     provider = ctx.provider
     timeout = ctx.scaled(ctx.cfg.timeouts.sandbox)
     try:
@@ -57,11 +72,11 @@ async def create_prepared(ctx: StepContext, spec: SandboxSpec,
         raise SandboxError(f"creating the sandbox took longer than {timeout:.0f} s", "sandbox_create") from None
     try:
         with timed(phases, "prepare"):
-            base_ref = await prepare_repo(sandbox, ctx.task, timeout)
+            base_ref, repos = await prepare(sandbox, ctx.task, timeout, strip=strip)
     except BaseException:
         await sandbox.delete()
         raise
-    return sandbox, base_ref
+    return sandbox, base_ref, repos
 
 
 def record_for(ctx: StepContext, spec: SandboxSpec) -> SandboxRecord:
@@ -69,8 +84,9 @@ def record_for(ctx: StepContext, spec: SandboxSpec) -> SandboxRecord:
                          instance_id=ctx.task.instance_id, repeat=ctx.repeat)
 
 
-def fill(rec: SandboxRecord, sandbox: Sandbox, base_ref: str) -> SandboxRecord:
+def fill(rec: SandboxRecord, sandbox: Sandbox, base_ref: str, history: HistoryRecord | None) -> SandboxRecord:
     rec.sandbox_id, rec.workdir, rec.tmpdir, rec.base_ref = sandbox.id, sandbox.workdir, sandbox.tmpdir, base_ref
+    rec.history = history
     return rec
 
 
@@ -79,9 +95,9 @@ class SandboxStep(Step):
 
     async def run(self) -> None:
         spec = build_spec(self.ctx, "agent")
-        sandbox, base_ref = await create_prepared(self.ctx, spec, self.phases)
+        sandbox, base_ref, history = await create_agent_sandbox(self.ctx, spec, self.phases)
         try:
-            self.stamp(fill(record_for(self.ctx, spec), sandbox, base_ref)).save(self.ctx.path(SANDBOX))
+            self.stamp(fill(record_for(self.ctx, spec), sandbox, base_ref, history)).save(self.ctx.path(SANDBOX))
         except BaseException:
             await sandbox.delete()
             raise

@@ -1,0 +1,124 @@
+"""The agent's sandbox holds no repository state from after the base commit (sandbox.history).
+
+A repository built the way leaky task images ship one (tests/fixtures/leaky_repo.sh) is
+prepared for the agent on each provider; every way of looking finds only the base's
+history, the work tree and the index as they were (tests/leaky_repo.py). With `keep` the
+same sandbox still shows the fix, so the check can fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+
+import pytest
+
+from docker_fixtures import docker_base_image, docker_engine, docker_run_label  # noqa: F401 (fixtures)
+from leaky_repo import BUILDER, CALC, EXPECTED, assert_no_future, build_image, dirty, expected_of, look
+from real_opensandbox import real_opensandbox, reap_run, unique_run  # noqa: F401 (fixture)
+from sandbatch.config import load as load_config
+from sandbatch.errors import UserError
+from sandbatch.records import HistoryRecord
+from sandbatch.sandbox.base import SandboxSpec
+from sandbatch.sandbox.prepare import prepare
+from sandbatch.tasks import Task
+from workflow_util import write_config
+
+
+def _task(base: str, workdir: str = "/testbed") -> Task:
+    return Task(id="leaky", instance_id="leaky", base_commit=base, workdir=workdir)
+
+
+async def _strip_and_check(sandbox, expected, strip: bool = True):
+    status, staged = await dirty(sandbox)
+    base, repos = await prepare(sandbox, _task(expected.base, sandbox.spec.workdir), timeout=300, strip=strip)
+    assert base == expected.base  # the base ref the patch is diffed against and graded on is unchanged
+    if strip:
+        await assert_no_future(sandbox, expected, status, staged)
+    return HistoryRecord.of("strip" if strip else "keep", repos), await look(sandbox)
+
+
+async def _check_image(provider, image: str, run: str):
+    sb = await provider.create(SandboxSpec(image=image, workdir="/testbed", labels={"run": run}, ttl_seconds=600))
+    try:
+        return await _strip_and_check(sb, await expected_of(sb))
+    finally:
+        await sb.delete()
+
+
+def _assert_report(history: HistoryRecord) -> None:
+    top, lib = sorted(history.repositories, key=lambda r: r.path)
+    assert (top.path, top.refs_before, top.refs_kept) == (".", 11, 1)  # v1.0 stays
+    assert {"refs/heads/main", "refs/stash", "refs/notes/commits", "refs/remotes/origin/main",
+            "worktree:/future-worktree"} <= set(top.removed_refs)
+    assert (lib.path, lib.refs_kept) == ("./lib", 0) and "refs/remotes/origin/master" in lib.removed_refs
+    assert history.refs_removed == 13 and history.objects_removed > 0 and history.bytes_removed > 0
+
+
+def test_local_sandbox_keeps_only_the_base_history(tmp_path):
+    from sandbatch.sandbox.local import LocalProvider
+
+    async def scenario(strip: bool):
+        provider = LocalProvider({"root": str(tmp_path / f"sandboxes-{strip}")})
+        sb = await provider.create(SandboxSpec())
+        try:
+            out, worktree = f"{sb.tmpdir}/leaky", f"{sb.tmpdir}/future-worktree"
+            built = await sb.exec(f"bash {BUILDER} {sb.workdir} {CALC} {out} {worktree}", timeout=120)
+            assert built.ok, built.stderr
+            return await _strip_and_check(sb, await expected_of(sb, out, worktree), strip)
+        finally:
+            await sb.delete()
+
+    history, _ = asyncio.run(scenario(True))
+    top, lib = sorted(history.repositories, key=lambda r: r.path)
+    assert (top.refs_before, top.refs_kept, lib.refs_kept) == (11, 1, 0)
+    assert "refs/heads/main" in top.removed_refs and any(r.startswith("worktree:") for r in top.removed_refs)
+    assert history.refs_removed == 13 and history.objects_removed > 0
+    # without stripping, the same looks find the fix: the check above can fail
+    kept, seen = asyncio.run(scenario(False))
+    assert kept.setting == "keep" and kept.repositories == []
+    assert "v2.0" in seen["."]["tags"] and len(seen["."]["log"]) > len(seen["."]["history"])
+
+
+def test_docker_sandbox_keeps_only_the_base_history(tmp_path, docker_engine, docker_base_image, docker_run_label):
+    from sandbatch.sandbox.docker import DockerProvider
+
+    image = build_image(docker_engine, docker_base_image, tmp_path)
+
+    history, _ = asyncio.run(_check_image(DockerProvider(), image, docker_run_label))
+    _assert_report(history)
+
+
+def test_opensandbox_sandbox_keeps_only_the_base_history(tmp_path, real_opensandbox, docker_engine,
+                                                         docker_base_image):
+    from real_opensandbox import with_provider
+
+    image = build_image(docker_engine, docker_base_image, tmp_path)
+    run = unique_run("hist")
+
+    try:
+        history, _ = with_provider(real_opensandbox.options(), lambda p: _check_image(p, image, run))
+    finally:
+        assert reap_run(real_opensandbox, run) == []
+    _assert_report(history)
+
+
+def test_history_setting_is_validated(tmp_path):
+    assert load_config([]).sandbox.history == "strip"  # on unless a user says otherwise
+    assert load_config([write_config(tmp_path, "keep.yaml", {"sandbox": {"history": "keep"}})]).sandbox.history == "keep"
+    bad = write_config(tmp_path, "bad.yaml", {"sandbox": {"history": "prune"}})
+    with pytest.raises(UserError) as err:
+        load_config([bad])
+    message = str(err.value)
+    assert "bad.yaml" in message and "sandbox.history" in message and "strip" in message and "keep" in message
+    assert "\n" not in message.strip()
+
+
+def test_the_image_is_what_the_check_expects(docker_engine, docker_base_image, tmp_path):
+    """The leaky image really leaks: its repository lists the future before preparation."""
+    image = build_image(docker_engine, docker_base_image, tmp_path)
+    out = subprocess.run([docker_engine, "run", "--rm", image, "sh", "-c",
+                          f"cd /testbed && git log --all --format=%H && echo @@ && cat {EXPECTED}/future"],
+                         capture_output=True, text=True, check=True).stdout
+    listed, future = (part.split() for part in out.split("@@"))
+    assert len(set(listed) & set(future)) >= 3  # the fix, the later commit, the stash at least
