@@ -89,6 +89,52 @@ def test_docker_sandbox_keeps_only_the_base_history(tmp_path, docker_engine, doc
     _assert_report(history)
 
 
+def test_docker_strips_once_per_image(tmp_path, docker_engine, docker_base_image, docker_run_label):
+    """Docker keeps the stripped checkout as an image of its own: made on first use, then
+    reused; its sandboxes hold nothing of the future, and the image runs as its source did."""
+    import json
+
+    from sandbatch.sandbox.docker import PREPARED, DockerProvider
+    from sandbatch.sandbox.prepare import checkout_script, read_output
+
+    image = build_image(docker_engine, docker_base_image, tmp_path)
+    spec = SandboxSpec(image=image, workdir="/testbed", labels={"run": docker_run_label}, ttl_seconds=600)
+
+    async def scenario():
+        provider = DockerProvider()
+        probe = await provider.create(spec)
+        try:
+            expected = await expected_of(probe)
+        finally:
+            await probe.delete()
+        script = checkout_script(_task(expected.base), "/testbed", strip=True)
+        # a fresh tag per test run: the build is what is tested
+        script += f" # {docker_run_label}"
+        made = [await provider.image_after(spec, script, timeout=300) for _ in range(2)]
+        sb = await provider.create(spec.model_copy(update={"image": made[0][0]}))
+        try:
+            base, _ = await prepare(sb, _task(expected.base), timeout=300, strip=False)
+            await assert_no_future(sb, expected, status_before="", staged="")
+        finally:
+            await sb.delete()
+        return made, base, expected
+
+    try:
+        made, base, expected = asyncio.run(scenario())
+        (tag, output), again = made
+        assert again == (tag, output) and tag.startswith(PREPARED + ":")
+        assert base == expected.base and read_output(output, strip=True)[0] == expected.base
+        _assert_report(HistoryRecord.of("strip", read_output(output, strip=True)[1]))
+        source, derived = (json.loads(subprocess.run([docker_engine, "image", "inspect", i], capture_output=True,
+                                                     text=True, check=True).stdout)[0]["Config"]
+                           for i in (image, tag))
+        for key in ("Entrypoint", "Cmd", "WorkingDir", "Env"):
+            assert (derived.get(key) or None) == (source.get(key) or None) or key == "WorkingDir", key
+        assert derived["WorkingDir"] in (source["WorkingDir"], "/")
+    finally:
+        subprocess.run([docker_engine, "image", "rm", "-f", tag], capture_output=True)
+
+
 def test_opensandbox_sandbox_keeps_only_the_base_history(tmp_path, real_opensandbox, docker_engine,
                                                          docker_base_image):
     from real_opensandbox import with_provider

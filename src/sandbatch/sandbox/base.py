@@ -164,6 +164,13 @@ class Provider(abc.ABC):
     async def delete(self, sandbox_id: str) -> bool:
         """Delete; idempotent. True if it existed."""
 
+    async def image_after(self, spec: SandboxSpec, script: str, timeout: float) -> tuple[str, str] | None:
+        """An image of spec.image in which `script` (bash, run in spec.workdir's filesystem)
+        has already run, and what it printed: made once, then reused by every sandbox of the
+        same image and script. None where the provider keeps no images of its own (the
+        script then runs in each sandbox)."""
+        return None
+
     async def aclose(self) -> None:
         """Release client resources (never deletes sandboxes)."""
 

@@ -30,12 +30,16 @@ their environment activation in /root/.bashrc). `tmpdir` is /tmp/sandbatch.
 from __future__ import annotations
 
 import asyncio
+import base64
+import fcntl
+import hashlib
 import io
 import json
 import os
 import posixpath
 import re
 import tarfile
+import tempfile
 import time
 import uuid
 from datetime import datetime, timedelta, timezone
@@ -64,6 +68,11 @@ DEFAULTS: dict[str, Any] = {
 }
 
 TMPDIR = "/tmp/sandbatch"
+# the images `image_after` makes: tagged by the source image's name, the workdir and the
+# script, labelled with the source image's id and the script's output (base64); `docker image rm $(docker images -q sandbatch/prepared)` frees them
+PREPARED = "sandbatch/prepared"
+# not under label_prefix: containers inherit an image's labels, and these are no sandbox's
+FROM_LABEL, OUTPUT_LABEL = "org.sandbatch.prepared-from", "org.sandbatch.prepared-output"
 KILL_SETTLE_CHECKS = 10  # x 0.2 s: how long a 137/143 waits for the engine to report a killed container
 # the variable that marks every process of one exec, so a timeout can kill all of them
 EXEC_MARK = "SANDBATCH_EXEC"
@@ -484,6 +493,84 @@ class DockerProvider(Provider):
             raise SandboxError(f"docker sandbox {name} (image {spec.image}) cannot run commands: "
                                f"{_tail(res.stderr or res.stdout)}", "sandbox_create")
         return sb
+
+    async def image_after(self, spec: SandboxSpec, script: str, timeout: float) -> tuple[str, str] | None:
+        """The image made by running `script` in a container of spec.image, then `docker
+        commit` (the source image's entrypoint, command and workdir restored), built on first
+        use under a lock on this host and reused; one `docker image inspect` per sandbox
+        after that. It is rebuilt when the source image's id changes (a newer pull). None
+        when the source image is not on the engine yet (its first sandbox pulls it) or
+        `pull: always` asks for fresh images."""
+        if not spec.image or self.options["pull"] == "always":
+            return None
+        key = hashlib.sha256("\0".join([spec.image, spec.workdir, script]).encode()).hexdigest()[:24]
+        tag = f"{PREPARED}:{key}"
+        lock = Path(tempfile.gettempdir()) / f"sandbatch-prepared-{key}.lock"
+        with open(lock, "a") as fh:
+            locked = False
+            try:
+                while True:  # one build per host; the others wait here, then find it
+                    source, output = await self._prepared(spec.image, tag)
+                    if source is None or output is not None:
+                        return None if source is None else (tag, output)
+                    if locked:
+                        return tag, await self._build_after(spec, source, script, tag, timeout)
+                    try:
+                        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        locked = True
+                    except BlockingIOError:
+                        await asyncio.sleep(0.5)
+            finally:
+                if locked:
+                    fcntl.flock(fh, fcntl.LOCK_UN)
+
+    async def _prepared(self, image: str, tag: str) -> tuple[dict[str, Any] | None, str | None]:
+        """(the source image's inspect data or None, the output of `tag` when it was made from it)."""
+        found = await self._inspect_images([image, tag])
+        made = next((d for d in found if tag in (d.get("RepoTags") or [])), None)
+        source = next((d for d in found if d is not made), None)
+        if source is None or made is None:
+            return source, None
+        labels = (made.get("Config") or {}).get("Labels") or {}
+        if labels.get(FROM_LABEL) != source["Id"]:
+            return source, None  # made from an older pull of the image
+        return source, base64.b64decode(labels.get(OUTPUT_LABEL, "")).decode()
+
+    async def _inspect_images(self, names: Sequence[str]) -> list[dict[str, Any]]:
+        # a missing image makes the exit code 1; the others are still printed
+        _, out, _ = await self.run(["image", "inspect", *names], check=False)
+        try:
+            return json.loads(out or b"[]")
+        except ValueError:
+            return []
+
+    async def _build_after(self, spec: SandboxSpec, source: dict[str, Any], script: str, tag: str,
+                           timeout: float) -> str:
+        # no labels (the image would pass them to every container made from it), no network,
+        # no environment of ours; removed by itself when its keep-alive ends
+        name = f"sandbatch-prepare-{uuid.uuid4().hex[:12]}"
+        rc, _, err = await self.run(["run", "--detach", "--rm", "--name", name, "--network", "none",
+                                     "--workdir", _abs(spec.workdir), "--entrypoint", "", source["Id"],
+                                     "sleep", str(int(timeout) + 120)], timeout=self.create_timeout, check=False)
+        if rc != 0:
+            raise SandboxError(f"preparing image {spec.image}: `docker run` failed: {_tail(err)}", "sandbox_prepare")
+        try:
+            res = await DockerSandbox(self, name, spec).exec(script, timeout=timeout, cwd="/")
+            if not res.ok:
+                raise SandboxError(f"preparing the repository failed (exit {res.exit_code}): "
+                                   f"{res.stderr.strip()[-300:]}", "sandbox_prepare")
+            config = source.get("Config") or {}
+            # an empty entrypoint cannot be set by --change: the container has none already
+            changes = [f"ENTRYPOINT {json.dumps(config['Entrypoint'])}"] if config.get("Entrypoint") else []
+            changes += [f"CMD {json.dumps(config.get('Cmd') or [])}",
+                       f"WORKDIR {config.get('WorkingDir') or '/'}",
+                       f"LABEL {FROM_LABEL}={source['Id']}",
+                       f"LABEL {OUTPUT_LABEL}={base64.b64encode(res.stdout.encode()).decode()}"]
+            await self.run(["commit", *(a for c in changes for a in ("--change", c)), name, tag],
+                           timeout=self.create_timeout)
+            return res.stdout
+        finally:
+            await self.delete(name)
 
     async def connect(self, sandbox_id: str, spec: SandboxSpec) -> DockerSandbox:
         sb = DockerSandbox(self, sandbox_id, spec)

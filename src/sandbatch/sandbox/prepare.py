@@ -62,20 +62,12 @@ async def prepare_repo(sandbox: Sandbox, task: Task, timeout: float) -> str:
     return base_ref
 
 
-async def prepare(sandbox: Sandbox, task: Task, timeout: float, *,
-                  strip: bool) -> tuple[str, list[dict[str, object]] | None]:
-    """prepare_repo, and with `strip` (the agent's sandboxes) in the same command the
-    repository's future removed (strip_history.sh): (base commit, one report per
-    repository, or None when the task's repository is not the image's)."""
-    wd = shlex.quote(sandbox.workdir)
-    if task.repo_dir:
-        archive = f"{sandbox.tmpdir}/repo.tar"
-        await sandbox.upload(archive, tar_directory(task.repo_dir))
-        script = (
-            f"set -e; mkdir -p {wd}; tar -xf {shlex.quote(archive)} -C {wd}; rm -f {shlex.quote(archive)}; "
-            f"cd {wd}; git init -q; git add -A; git commit -q --no-verify -m base; git rev-parse HEAD"
-        )
-    elif task.snapshot_workdir:
+def checkout_script(task: Task, workdir: str, strip: bool) -> str:
+    """The command that prepares an image's checkout (any task but a bundled repository) and
+    prints the base commit, then with `strip` (applied only where strips_history) the
+    strip script's report lines."""
+    wd = shlex.quote(workdir)
+    if task.snapshot_workdir:
         # not a checkout (Terminal-Bench): the initial state becomes the base commit, so
         # the agent's changes can be diffed and replayed; a task's own repository is kept
         script = (
@@ -91,17 +83,38 @@ async def prepare(sandbox: Sandbox, task: Task, timeout: float, *,
                   f"then git checkout -q {base}; fi; git rev-parse HEAD")
     else:
         script = f"set -e; cd {wd}; git rev-parse HEAD"
-    strip = strip and strips_history(task)
-    if strip:
+    if strip and strips_history(task):
         script += f"; bash -c {shlex.quote(STRIP_HISTORY)} sandbatch-strip {wd}"
+    return script
+
+
+def read_output(stdout: str, strip: bool) -> tuple[str, list[dict[str, object]] | None]:
+    """(base commit, the strip reports or None) from what a preparation printed."""
+    lines = stdout.strip().splitlines()
+    report = [ln for ln in lines if ln.startswith(STRIP_MARK)]
+    base = [ln for ln in lines if not ln.startswith(STRIP_MARK)][-1]
+    return base, parse_history(report) if strip else None
+
+
+async def prepare(sandbox: Sandbox, task: Task, timeout: float, *,
+                  strip: bool) -> tuple[str, list[dict[str, object]] | None]:
+    """prepare_repo, and with `strip` (the agent's sandboxes) in the same command the
+    repository's future removed (strip_history.sh): (base commit, one report per
+    repository, or None when nothing was stripped)."""
+    strip = strip and strips_history(task)
+    if task.repo_dir:
+        wd, archive = shlex.quote(sandbox.workdir), f"{sandbox.tmpdir}/repo.tar"
+        await sandbox.upload(archive, tar_directory(task.repo_dir))
+        script = (
+            f"set -e; mkdir -p {wd}; tar -xf {shlex.quote(archive)} -C {wd}; rm -f {shlex.quote(archive)}; "
+            f"cd {wd}; git init -q; git add -A; git commit -q --no-verify -m base; git rev-parse HEAD"
+        )
+    else:
+        script = checkout_script(task, sandbox.workdir, strip)
     result = await sandbox.exec(script, timeout=timeout, env=GIT_ENV, cwd="/" if not task.repo_dir else None)
     if not result.ok:
         raise SandboxError(
             f"preparing the repository failed (exit {result.exit_code}): {result.stderr.strip()[-300:]}",
             "sandbox_prepare",
         )
-    lines = result.stdout.strip().splitlines()
-    report = [ln for ln in lines if ln.startswith(STRIP_MARK)]
-    base = [ln for ln in lines if not ln.startswith(STRIP_MARK)][-1]
-    return base, parse_history(report) if strip else None
-
+    return read_output(result.stdout, strip)

@@ -11,7 +11,7 @@ from ..instance import ensure_instance, read_instance
 from ..records import SANDBOX, HistoryRecord, SandboxRecord
 from ..sandbox import Sandbox, SandboxError, SandboxSpec, rewrite_image
 from ..sandbox.base import Resources
-from ..sandbox.prepare import prepare, strips_history
+from ..sandbox.prepare import checkout_script, prepare, read_output, strips_history
 from ..tasks.settings import resources_for
 from .common import Step, StepContext, timed
 
@@ -65,17 +65,29 @@ async def _create(ctx: StepContext, spec: SandboxSpec, phases: dict[str, float] 
                   strip: bool) -> tuple[Sandbox, str, list[dict] | None]:
     provider = ctx.provider
     timeout = ctx.scaled(ctx.cfg.timeouts.sandbox)
+    made = None
+    if strip and strips_history(ctx.task):
+        # done once per image where the provider keeps images (docker); the prepare below
+        # then finds the checkout ready
+        with timed(phases, "prepare_image"):
+            made = await provider.image_after(spec, checkout_script(ctx.task, spec.workdir, strip=True), timeout)
     try:
         with timed(phases, "create"):
-            sandbox = await asyncio.wait_for(provider.create(spec), timeout)
+            sandbox = await asyncio.wait_for(provider.create(
+                spec.model_copy(update={"image": made[0]}) if made else spec), timeout)
     except asyncio.TimeoutError:
         raise SandboxError(f"creating the sandbox took longer than {timeout:.0f} s", "sandbox_create") from None
     try:
         with timed(phases, "prepare"):
-            base_ref, repos = await prepare(sandbox, ctx.task, timeout, strip=strip)
+            base_ref, repos = await prepare(sandbox, ctx.task, timeout, strip=strip and made is None)
     except BaseException:
         await sandbox.delete()
         raise
+    if made:
+        built_base, repos = read_output(made[1], strip=True)
+        if built_base != base_ref:  # cannot happen unless the image was changed under its tag
+            await sandbox.delete()
+            raise SandboxError(f"image {made[0]} holds {built_base}, not {base_ref}", "sandbox_prepare")
     return sandbox, base_ref, repos
 
 
