@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import shlex
 import struct
 import subprocess
@@ -16,7 +17,7 @@ import tarfile
 import zlib
 from dataclasses import dataclass
 
-from workflow_util import REPO
+from workflow_util import REPO, SMOKE_TASKS
 
 BUILDER = REPO / "tests" / "fixtures" / "leaky_repo.sh"
 CALC = REPO / "data" / "smoke" / "repos" / "calc"
@@ -155,3 +156,16 @@ async def assert_no_future(sandbox, expected: Expected, status_before: str, stag
         assert not any(n in text for n in needles), name
     gone = await sandbox.exec(f"test ! -e {shlex.quote(expected.worktree)}", timeout=30)
     assert gone.ok, "the linked worktree of a future commit is still there"
+
+
+def task_rows(tmp_path, image: str, base: str):
+    """The smoke calc-1 row as an image row: the repository is the image's, at `base`."""
+    [row] = [json.loads(line) for line in SMOKE_TASKS.read_text().splitlines() if '"smoke__calc-1"' in line]
+    rows = []
+    for kind in ("hostile", "honest"):
+        rows.append({**{k: v for k, v in row.items() if k != "repo_dir"}, "instance_id": f"leaky__{kind}",
+                     "problem_statement": f"{row['problem_statement']}\n(LEAKY-{kind.upper()})",
+                     "image": image, "workdir": "/testbed", "base_commit": base})
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path

@@ -10,14 +10,12 @@ on the same image and the base ref the grader uses is the image's HEAD either wa
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from docker_fixtures import docker_base_image, docker_engine  # noqa: F401 (fixtures)
 from harness_support import rollout, run_workflow, scripted_model_server
-from leaky_repo import EXPECTED, build_image
-from workflow_util import SMOKE_TASKS, rollouts
+from leaky_repo import EXPECTED, build_image, task_rows
+from workflow_util import rollouts
 
 pytestmark = pytest.mark.slow
 
@@ -39,19 +37,6 @@ SCRIPT = {
 }
 
 
-def _tasks(tmp_path, image: str, base: str):
-    """The smoke calc-1 row as an image row: the repository is the image's, at `base`."""
-    [row] = [json.loads(line) for line in SMOKE_TASKS.read_text().splitlines() if '"smoke__calc-1"' in line]
-    rows = []
-    for kind in ("hostile", "honest"):
-        rows.append({**{k: v for k, v in row.items() if k != "repo_dir"}, "instance_id": f"leaky__{kind}",
-                     "problem_statement": f"{row['problem_statement']}\n(LEAKY-{kind.upper()})",
-                     "image": image, "workdir": "/testbed", "base_commit": base})
-    path = tmp_path / "tasks.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
-
 def _config(run: str, tasks, url: str, ids: list[str], **sandbox) -> dict:
     return {"run": run, "retries": 0,
             "benchmark": {"kind": "smoke", "tasks": str(tasks), "instance_ids": ids},
@@ -66,7 +51,7 @@ def test_copying_the_fix_from_the_future_earns_nothing(tmp_path, docker_engine, 
     image = build_image(docker_engine, docker_base_image, tmp_path)
     base = subprocess.run([docker_engine, "run", "--rm", image, "cat", f"{EXPECTED}/base"],
                           capture_output=True, text=True, check=True).stdout.strip()
-    tasks = _tasks(tmp_path, image, base)
+    tasks = task_rows(tmp_path, image, base)
     (tmp_path / "keep").mkdir()
     (tmp_path / "strip").mkdir()
     with scripted_model_server(SCRIPT) as (url, _):

@@ -168,3 +168,52 @@ def test_the_image_is_what_the_check_expects(docker_engine, docker_base_image, t
                          capture_output=True, text=True, check=True).stdout
     listed, future = (part.split() for part in out.split("@@"))
     assert len(set(listed) & set(future)) >= 3  # the fix, the later commit, the stash at least
+
+
+def test_the_steps_strip_the_agent_sandbox_and_its_replacement_not_the_grader(tmp_path, monkeypatch, docker_engine,
+                                                                             docker_base_image):
+    """The sandbox step strips the agent's sandbox and records it; a harness step that finds
+    that sandbox used makes a replacement, stripped the same way; the grading sandbox keeps
+    the image's repository (the agent never sees it)."""
+    from sandbatch import REPO_ROOT, config
+    from sandbatch.records import SANDBOX, SandboxRecord, load
+    from sandbatch.steps.common import StepContext, run_step
+    from sandbatch.steps.harness import STARTED_MARK, HarnessStep
+    from sandbatch.steps.sandbox import SandboxStep, build_spec, create_prepared
+    from leaky_repo import task_rows
+
+    monkeypatch.chdir(tmp_path)
+    image = build_image(docker_engine, docker_base_image, tmp_path)
+    base = subprocess.run([docker_engine, "run", "--rm", image, "cat", f"{EXPECTED}/base"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    run = unique_run("hist-steps")
+    cfg = config.load([], {"run": run, "results_dir": str(tmp_path / "results"), "retries": 0,
+                           "benchmark": {"kind": "smoke", "tasks": str(task_rows(tmp_path, image, base))},
+                           "sandbox": {"provider": "docker"}}, default=REPO_ROOT / "config" / "default.yaml")
+    (tmp_path / "run.json").write_text(cfg.model_dump_json(), encoding="utf-8")
+    ctx = StepContext(tmp_path / "run.json", "leaky__honest", 0, 1, 1)
+
+    async def scenario():
+        await run_step(SandboxStep(ctx))
+        handle = load(SandboxRecord, ctx.path(SANDBOX))
+        first = await ctx.provider.connect(handle.sandbox_id, handle.spec)
+        await first.upload(f"{first.tmpdir}/{STARTED_MARK}", b"")  # an interrupted attempt used it
+        step = HarnessStep(ctx)
+        replacement = await step._sandbox(handle)
+        grading, _ = await create_prepared(ctx, build_spec(ctx, "grade"))
+        try:
+            return handle, step.replacement, await look(replacement), await look(grading), \
+                await ctx.provider.list({"run": run})
+        finally:
+            for sb in (replacement, grading):
+                await sb.delete()
+            await ctx.aclose()
+
+    handle, again, agent_sees, grader_sees, alive = asyncio.run(scenario())
+    for record in (handle, again):
+        assert record.base_ref == base and record.history.setting == "strip"
+        assert record.history.refs_removed == 13 and record.history.objects_removed > 0
+    assert again.recreated == 1 and again.sandbox_id != handle.sandbox_id
+    assert handle.sandbox_id not in [i.id for i in alive]  # the used one was deleted
+    assert agent_sees["."]["tags"] == ["v1.0"] and len(agent_sees["."]["log"]) == 2
+    assert "v2.0" in grader_sees["."]["tags"] and len(grader_sees["."]["log"]) > 2
