@@ -13,7 +13,7 @@ Sizes (generated with `git fast-import`, cached under --cache):
           pytest-dev__pytest-5262)
   django  31,000 commits, ~6,000 files, a pack of ~350 MB
   real    pytest's own history (--real-pytest: a bare clone, e.g. from `git clone --mirror`),
-          cloned whole and checked out at pytest-dev__pytest-5262's time, origin removed
+          cloned whole and checked out at pytest-dev__pytest-5262's base commit, origin removed
 
     python benchmarks/history_strip.py                              # pytest + django, docker + opensandbox
     python benchmarks/history_strip.py --sizes pytest --providers docker --repeats 5
@@ -50,6 +50,7 @@ from sandbatch.tasks import Task  # noqa: E402
 # commits, files, bytes of new content per commit (random: it does not compress), base at
 SIZES = {"pytest": (18_637, 2_000, 2_400, 10_246), "django": (31_000, 6_000, 11_000, 18_000)}
 GENERATOR_VERSION = "2"
+PYTEST_5262_BASE = "58e6a09db49f34886ff13f3b7520dd0bcd7063cd"  # the SWE-bench Verified row's base_commit
 
 
 def fast_import_stream(commits: int, files: int, chunk: int, seed: int = 26):
@@ -100,16 +101,14 @@ def generated(cache: Path, size: str) -> Path:
 
 
 def real_pytest(cache: Path, mirror: str) -> Path:
-    repo = cache / "real-pytest" / "testbed"
+    repo = cache / "real-pytest-5262" / "testbed"
     if (repo / ".git" / "sandbatch-done").exists():
         return repo
     subprocess.run(["rm", "-rf", str(repo)], check=True)
     repo.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run(["git", "clone", "-q", "--no-local", f"file://{os.path.abspath(mirror)}", str(repo)], check=True)
     git = ["git", "-C", str(repo)]
-    base = subprocess.run([*git, "rev-list", "-1", "--before=2019-05-20", "origin/main"], capture_output=True,
-                          text=True, check=True).stdout.strip()
-    subprocess.run([*git, "checkout", "-q", base], check=True)
+    subprocess.run([*git, "checkout", "-q", PYTEST_5262_BASE], check=True)
     subprocess.run([*git, "remote", "remove", "origin"], check=True)
     (repo / ".git" / "sandbatch-done").touch()
     return repo
