@@ -213,6 +213,7 @@ def test_the_steps_strip_the_agent_sandbox_and_its_replacement_not_the_grader(tm
     for record in (handle, again):
         assert record.base_ref == base and record.history.setting == "strip"
         assert record.history.refs_removed == 13 and record.history.objects_removed > 0
+    assert "prepare_image" in handle.phases  # docker: stripped once, in an image of its own
     assert again.recreated == 1 and again.sandbox_id != handle.sandbox_id
     assert handle.sandbox_id not in [i.id for i in alive]  # the used one was deleted
     assert agent_sees["."]["tags"] == ["v1.0"] and len(agent_sees["."]["log"]) == 2

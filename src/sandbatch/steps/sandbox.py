@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import getpass
+import time
 
 from ..errors import InfraError
 from ..ids import label_value
@@ -69,8 +70,10 @@ async def _create(ctx: StepContext, spec: SandboxSpec, phases: dict[str, float] 
     if strip and strips_history(ctx.task):
         # done once per image where the provider keeps images (docker); the prepare below
         # then finds the checkout ready
-        with timed(phases, "prepare_image"):
-            made = await provider.image_after(spec, checkout_script(ctx.task, spec.workdir, strip=True), timeout)
+        t0 = time.monotonic()
+        made = await provider.image_after(spec, checkout_script(ctx.task, spec.workdir, strip=True), timeout)
+        if made and phases is not None:
+            phases["prepare_image"] = phases.get("prepare_image", 0.0) + time.monotonic() - t0
     try:
         with timed(phases, "create"):
             sandbox = await asyncio.wait_for(provider.create(
