@@ -48,7 +48,8 @@ from sandbatch.sandbox.prepare import STRIP_HISTORY, checkout_script, prepare  #
 from sandbatch.tasks import Task  # noqa: E402
 
 # commits, files, bytes of new content per commit (random: it does not compress), base at
-SIZES = {"pytest": (18_637, 2_000, 2_400, 10_246), "django": (31_000, 6_000, 11_000, 18_000)}
+SIZES = {"pytest": (18_637, 2_000, 2_400, 10_246), "django": (31_000, 6_000, 11_000, 18_000),
+         "tiny": (600, 50, 200, 300)}  # tiny: the script's own test
 GENERATOR_VERSION = "2"
 PYTEST_5262_BASE = "58e6a09db49f34886ff13f3b7520dd0bcd7063cd"  # the SWE-bench Verified row's base_commit
 
@@ -212,7 +213,7 @@ async def with_provider(name: str, fn):
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", default="pytest,django", help="comma-separated: pytest, django, real")
+    ap.add_argument("--sizes", default="pytest,django", help="comma-separated: pytest, django, real, tiny")
     ap.add_argument("--providers", default="docker,opensandbox")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--real-pytest", help="a bare clone of pytest-dev/pytest (for --sizes real)")
