@@ -13,6 +13,7 @@ from ..sandbox import Sandbox, SandboxError, SandboxSpec, rewrite_image
 from ..sandbox.base import Resources
 from ..sandbox.prepare import prepare_repo
 from ..tasks.settings import resources_for
+from . import kept, killpoint
 from .common import Step, StepContext, timed
 
 
@@ -43,11 +44,12 @@ def build_spec(ctx: StepContext, role: str) -> SandboxSpec:
                        resources=Resources(**resources_for(cfg, task)), entrypoint=task.entrypoint, **extra)
 
 
-async def create_prepared(ctx: StepContext, spec: SandboxSpec,
-                          phases: dict[str, float] | None = None) -> tuple[Sandbox, str]:
+async def create_prepared(ctx: StepContext, spec: SandboxSpec, phases: dict[str, float] | None = None,
+                          step: str | None = None) -> tuple[Sandbox, str]:
     """A sandbox holding the task's repository at its base commit, or SandboxError (nothing left behind).
 
-    The seconds of its `create` and `prepare` phases are added to `phases`."""
+    The seconds of its `create` and `prepare` phases are added to `phases`. The sandbox is
+    noted as `step`'s (steps.kept) as soon as it exists: a rerun of a killed `step` deletes it."""
     provider = ctx.provider
     timeout = ctx.scaled(ctx.cfg.timeouts.sandbox)
     try:
@@ -56,8 +58,12 @@ async def create_prepared(ctx: StepContext, spec: SandboxSpec,
     except asyncio.TimeoutError:
         raise SandboxError(f"creating the sandbox took longer than {timeout:.0f} s", "sandbox_create") from None
     try:
+        if step:
+            kept.note_sandbox(ctx.dir, step, sandbox.id)
+        killpoint.reached("created")
         with timed(phases, "prepare"):
             base_ref = await prepare_repo(sandbox, ctx.task, timeout)
+        killpoint.reached("prepared")
     except BaseException:
         await sandbox.delete()
         raise
@@ -78,8 +84,10 @@ class SandboxStep(Step):
     name = "sandbox"
 
     async def run(self) -> None:
+        # an interrupted attempt's sandbox was never handed on (sandbox.json is gone with the job)
+        await kept.delete_noted(self.ctx.dir, self.name, self.ctx.provider)
         spec = build_spec(self.ctx, "agent")
-        sandbox, base_ref = await create_prepared(self.ctx, spec, self.phases)
+        sandbox, base_ref = await create_prepared(self.ctx, spec, self.phases, step=self.name)
         try:
             self.stamp(fill(record_for(self.ctx, spec), sandbox, base_ref)).save(self.ctx.path(SANDBOX))
         except BaseException:
