@@ -30,7 +30,8 @@ from ops_util import SNAKEMAKE, records, run, sandboxes, smoke_rows, stable_rows
 from sandbatch.sandbox.local import default_root
 from sandbatch.steps import killpoint
 from sandbatch.steps.forkserver import DISABLE
-from workflow_util import rollouts
+from docker_fixtures import docker_base_image, docker_engine  # noqa: F401 (fixtures)
+from workflow_util import REPO, rollouts
 
 pytestmark = pytest.mark.slow
 ROLLOUT = "results/default/smoke__calc-1/0"
@@ -62,9 +63,9 @@ def reference(tmp_path_factory, tasks):
     return stable_rows(rollouts(wd)), points
 
 
-def _saves(wd, name):
+def _saves(wd, name, rollout=ROLLOUT):
     """How often the record `name` was saved (each save appends a line to records.jsonl)."""
-    lines = (wd / ROLLOUT / "records.jsonl").read_text().splitlines()
+    lines = (wd / rollout / "records.jsonl").read_text().splitlines()
     return sum(json.loads(line)["record"] == name for line in lines)
 
 
@@ -83,18 +84,18 @@ def _left_processes(*dirs):
     return found
 
 
-def _series(wd, tasks, env, points, fired):
+def _series(wd, args, env, points, fired, rollout=ROLLOUT):
     """Runs of the same command, each killed at the first point of `points` not yet fired,
     until one finishes. The agent run's outputs, once written whole, must never change."""
     env = {**env, killpoint.AT: ",".join(points), killpoint.FIRED: str(fired), killpoint.TRACE: str(wd / "trace")}
     agent = {}
     for _ in range(len(points) + 2):
         # a session of its own, as from a terminal: the group a `group` kill point kills
-        proc = subprocess.run([*SNAKEMAKE, "-d", str(wd), *_args(tasks)], cwd=wd, env=env, capture_output=True,
+        proc = subprocess.run([*SNAKEMAKE, "-d", str(wd), *args], cwd=wd, env=env, capture_output=True,
                               text=True, timeout=600, start_new_session=True)
         (wd / "runs.log").open("a").write(proc.stdout + proc.stderr)
-        harness = wd / ROLLOUT / "harness.json"
-        if harness.exists() and (wd / ROLLOUT / "events.jsonl").exists():
+        harness = wd / rollout / "harness.json"
+        if harness.exists() and (wd / rollout / "events.jsonl").exists():
             agent.setdefault("harness", harness.read_bytes())
             assert harness.read_bytes() == agent["harness"], "a finished agent run was redone"
         if proc.returncode == 0:
@@ -116,7 +117,7 @@ def test_kill_at_every_point_then_the_same_command(tmp_path, tasks, reference, m
         assert series < 4, f"points never reached after resuming: {left}"
         wd = tmp_path / f"series{series}"
         wd.mkdir()
-        _series(wd, tasks, env, left, fired)
+        _series(wd, _args(tasks), env, left, fired)
         series += 1
 
         assert stable_rows(rollouts(wd)) == rows, "a rollout resolved otherwise than uninterrupted"
@@ -132,3 +133,24 @@ def test_kill_at_every_point_then_the_same_command(tmp_path, tasks, reference, m
         assert sandboxes(wd) == [], "a sandbox was left"
         assert _left_processes(wd, default_root(wd)) == [], "a process of the run was left"
     print(f"{mode}: {len(points)} kill points in {series} series, {time.monotonic() - t0:.0f} s")
+
+
+def test_docker_kill_after_the_agent_run_and_after_the_agent_sandbox_is_deleted(tmp_path, docker_engine,
+                                                                                docker_base_image):
+    """The same in containers, at the two points that lost work before: a run killed once the
+    agent run is written, and once the patch is out and the agent's container deleted."""
+    run = f"kill-{tmp_path.name}"[:40]
+    args = ["--configfile", str(REPO / "config" / "smoke_docker.yaml"), "--config", f"run={run}",
+            f"sandbox={{'default_image': '{docker_base_image}'}}", "benchmark={'limit': 1}"]
+    rollout = f"results/{run}/smoke__calc-1/0"
+    points = ["harness:linked-harness.json", "patch:deleted"]
+    _series(tmp_path, args, {**os.environ, **MODES["group"]}, points, tmp_path / "fired", rollout)
+    assert all((tmp_path / "fired" / p).exists() for p in points)
+    (row,) = rollouts(tmp_path, run)
+    assert row["resolved"], row
+    trace = (tmp_path / "trace").read_text().split()
+    assert trace.count("harness:ran") == 1 and trace.count("patch:extracted") == 1, "finished work was redone"
+    assert _saves(tmp_path, "harness.json", rollout) == 1 and _saves(tmp_path, "patch.json", rollout) == 1
+    left = subprocess.run([docker_engine, "ps", "-aq", "--filter", f"label=sandbatch.run={run}"],
+                          capture_output=True, text=True, check=True).stdout.split()
+    assert left == []
