@@ -88,3 +88,35 @@ def test_a_rerun_after_the_agent_sandbox_is_gone_restores_patch_and_grade(tmp_pa
     else:  # a fresh sandbox grades the saved patch again
         assert again.started_at != json.loads(outputs[GRADE])["started_at"]
     assert bench.sandboxes_left(tmp_path) == []
+
+
+def test_a_command_of_a_killed_step_ends_with_its_sandbox(tmp_path):
+    """A local sandbox's command runs in a session of its own: when its step is SIGKILLed it
+    runs on, and the sandbox's delete (the rerun's or the reaper's) ends it."""
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    root = tmp_path / "sb"
+    code = (f"import asyncio\nfrom sandbatch.sandbox.local import LocalProvider\n"
+            f"from sandbatch.sandbox.base import SandboxSpec\n"
+            f"async def main():\n"
+            f"    sb = await LocalProvider({{'root': {str(root)!r}}}).create(SandboxSpec(labels={{'run': 'kept'}}))\n"
+            f"    print(sb.id, flush=True)\n"
+            f"    await sb.exec('sleep 300 & echo $! > pid; wait', timeout=600)\n"
+            f"asyncio.run(main())\n")
+    step = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    sandbox_id = step.stdout.readline().strip()
+    pid_file = root / sandbox_id / "work" / "pid"
+    deadline = time.monotonic() + 60
+    while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    command = psutil.Process(int(pid_file.read_text()))
+    step.kill()
+    step.wait()
+    assert command.is_running(), "the command ended with its step"
+    asyncio.run(LocalProvider({"root": str(root)}).delete(sandbox_id))
+    gone, alive = psutil.wait_procs([command], timeout=10)
+    assert not alive, "the sandbox's delete left its command running"
