@@ -54,13 +54,12 @@ class Record(BaseModel):
 
     def save(self, path: str | Path) -> None:
         path = Path(path)
-        data = self.model_dump(mode="json")
-        # the index line first: a record on disk always has its line
-        line = {"record": path.name, **{k: data[k] for k in SUMMARY if k in data}}
-        path.parent.mkdir(parents=True, exist_ok=True)  # a record may be the first file of its rollout
-        with open(path.parent / INDEX, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(line) + "\n")
-        write_json(path, data)
+        self.index(path)  # the index line first: a record on disk always has its line
+        write_json(path, self.model_dump(mode="json"))
+
+    def index(self, path: str | Path) -> None:
+        """Append this record's line to the index of the rollout that `path` is in."""
+        append_index(path, self.model_dump(mode="json", include=set(SUMMARY)))
 
     @property
     def failed_infra(self) -> bool:
@@ -72,6 +71,15 @@ R = TypeVar("R", bound=Record)
 
 def load(cls: type[R], path: str | Path) -> R:
     return cls.model_validate_json(Path(path).read_text(encoding="utf-8"))
+
+
+def append_index(path: str | Path, data: dict[str, Any]) -> None:
+    """Append the line of the record `data` saved at `path` to its rollout's index."""
+    path = Path(path)
+    line = {"record": path.name, **{k: data[k] for k in SUMMARY if k in data}}
+    path.parent.mkdir(parents=True, exist_ok=True)  # a record may be the first file of its rollout
+    with open(path.parent / INDEX, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(line) + "\n")
 
 
 def read_index(rollout_dir: str | Path) -> dict[str, dict[str, Any]]:

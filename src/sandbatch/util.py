@@ -10,6 +10,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
+from .steps import killpoint
+
 
 def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
     """Return base with override merged in: mappings merge recursively, the rest is replaced."""
@@ -36,6 +38,7 @@ def write_atomic(path: str | os.PathLike, data: str | bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    killpoint.reached(f"wrote-{path.name}")
 
 
 def _umask() -> int:
@@ -53,8 +56,12 @@ def read_json(path: str | os.PathLike) -> Any:
         return json.load(fh)
 
 
+def jsonl(rows: Iterable[Any]) -> str:
+    return "".join(json.dumps(r, default=str) + "\n" for r in rows)
+
+
 def write_jsonl(path: str | os.PathLike, rows: Iterable[Any]) -> None:
-    write_atomic(path, "".join(json.dumps(r, default=str) + "\n" for r in rows))
+    write_atomic(path, jsonl(rows))
 
 
 def iter_jsonl(path: str | os.PathLike) -> Iterator[Any]:

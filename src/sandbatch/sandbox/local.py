@@ -129,6 +129,7 @@ class LocalSandbox(Sandbox):
         finally:
             out.close_write()
             err.close_write()
+        running = _note_group(self.root, proc.pid)
         tasks = [asyncio.ensure_future(t) for t in (_feed(proc.stdin, stdin), out.done, err.done, proc.wait())]
         try:
             # asyncio.wait, not wait_for: nothing is cancelled when the time is up
@@ -150,6 +151,7 @@ class LocalSandbox(Sandbox):
                 task.cancel()
             out.close()
             err.close()
+            running.unlink(missing_ok=True)
         if proc.returncode != 0:
             self._check()  # a command that failed because its sandbox was deleted under it: infrastructure
         return ExecResult(
@@ -248,6 +250,43 @@ def _killpg(pid: int) -> None:
         pass
 
 
+GROUPS = "groups"  # <root>/<id>/groups/<pid>: the process group of each command running, and its start
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (/proc/<pid>/stat), None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError):
+        return None
+
+
+def _note_group(root: Path, pid: int) -> Path:
+    """Record a command's process group while it runs: a step SIGKILLed meanwhile cannot stop
+    it, so the sandbox's delete (the rerun's, or the reaper's) does."""
+    path = root / GROUPS / str(pid)
+    try:
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(_start_time(pid) or "")
+    except OSError:
+        pass
+    return path
+
+
+def _kill_groups(root: Path) -> None:
+    for path in (root / GROUPS).glob("*") if (root / GROUPS).is_dir() else []:
+        try:
+            pid, started = int(path.name), path.read_text()
+        except (OSError, ValueError):
+            continue
+        now = _start_time(pid)
+        # a leader that is gone leaves its group id unused by any new process while members
+        # live; a live pid that started at another time is another process: never touched
+        if now is None or now == started:
+            _killpg(pid)
+
+
 class LocalProvider(Provider):
     name = "local"
 
@@ -311,6 +350,7 @@ def _remove(path: Path) -> None:
     """Mark the sandbox gone, then delete it with its meta.json last: a delete killed midway
     leaves a sandbox that `list` still finds, so the reaper finishes it."""
     (path / DELETING).touch()
+    _kill_groups(path)  # commands of a step that was killed while they ran
     for child in path.iterdir():
         if child.name not in ("meta.json", DELETING):
             if child.is_dir() and not child.is_symlink():

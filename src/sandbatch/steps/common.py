@@ -25,6 +25,7 @@ from ..errors import InfraError, UserError
 from ..records import now
 from ..sandbox import Provider, Sandbox, get_provider
 from ..tasks import Task, get_task
+from . import killpoint
 
 # Called once a step's outputs are written and only deletes are left: the step server sets
 # it to report the step done at once, so the rollout's next job starts while the sandbox
@@ -128,6 +129,7 @@ class Step(abc.ABC):
                 print(f"sandbatch: {self.name}: deleting sandbox {sandbox.id} failed (the run's end deletes it): "
                       f"{exc}", file=sys.stderr)
             else:
+                killpoint.reached("deleted")
                 if reported:
                     print(f"sandbatch: {self.name}: deleted sandbox {sandbox.id} in {time.monotonic() - t0:.2f} s "
                           f"after the step was reported done", file=sys.stderr)
@@ -186,6 +188,7 @@ def main(step_cls: Callable[[StepContext], Step], argv: list[str] | None = None)
     ctx = parse_args(argv)
     while True:
         step = step_cls(ctx)
+        killpoint.step = step.name
         label = f"{step.name} {ctx.task_id}/{ctx.repeat} (attempt {ctx.attempt}/{ctx.max_attempts})"
         try:
             asyncio.run(run_step(step))

@@ -13,6 +13,7 @@ from ..grading import GradeContext, grade_task, grader_for
 from ..records import GRADE, PATCH, PATCH_INFO, SANDBOX, GradeRecord, PatchRecord, SandboxRecord, load
 from ..sandbox import Sandbox, SandboxGone
 from ..tasks.settings import grades_in_agent_sandbox
+from . import kept, killpoint
 from .common import Step, timed
 from .sandbox import build_spec, create_prepared
 
@@ -32,6 +33,7 @@ class GradeStep(Step):
 
     async def run(self) -> None:
         ctx = self.ctx
+        await kept.delete_noted(ctx.dir, self.name, ctx.provider)  # grading sandboxes of an interrupted attempt
         info = load(PatchRecord, ctx.path(PATCH_INFO))
         if info.failed_infra:
             return self._save(GradeRecord(status="infra_error", failure_class=info.failure_class, error=info.error))
@@ -43,9 +45,19 @@ class GradeStep(Step):
                                           report={"patch_is_None": False, "patch_exists": False,
                                                   "patch_successfully_applied": False, "resolved": False}))
         if in_agent:
+            # graded where nothing can grade it again: a grade an interrupted attempt finished is kept
+            key = {PATCH_INFO: kept.digest(ctx.path(PATCH_INFO)), PATCH: kept.digest(ctx.path(PATCH)),
+                   "grading": ctx.cfg.grading.model_dump(mode="json")}
+            found = kept.find(ctx.dir, self.name, key)
+            if found is not None:
+                kept.restore(ctx.dir, self.name, found)
+                handle = info.kept_sandbox or load(SandboxRecord, ctx.path(SANDBOX))
+                await ctx.provider.delete(handle.sandbox_id)  # the attempt may have died before its delete
+                return
             sandbox, base_ref = await self._agent_sandbox(info)
         else:
-            sandbox, base_ref = await create_prepared(ctx, build_spec(ctx, "grade"), self.phases)
+            key = None  # a fresh sandbox grades the saved patch again, as often as it takes
+            sandbox, base_ref = await create_prepared(ctx, build_spec(ctx, "grade"), self.phases, step=self.name)
         timeout = ctx.scaled(ctx.timeouts.grade)
         try:
             with timed(self.phases, "tests"):  # apply the patch, run the tests, parse
@@ -63,10 +75,14 @@ class GradeStep(Step):
             raise InfraError(f"the grader crashed: {exc!r}", "grader_crash") from exc
         finally:
             self.delete_later(sandbox)
+        killpoint.reached("graded")
         rec.patch_empty = not patch.strip()
-        self._save(rec)
+        self._save(rec, key)
 
-    def _save(self, rec: GradeRecord) -> None:
+    def _save(self, rec: GradeRecord, key: dict | None = None) -> None:
+        """The record; with `key` (the patch's identity) by way of a capture (steps.kept)."""
+        if key is not None:
+            return kept.publish(self.ctx.dir, self.name, key, {}, GRADE, self.stamp(rec))
         self.stamp(rec).save(self.ctx.path(GRADE))
 
     def fail(self, exc: InfraError) -> None:

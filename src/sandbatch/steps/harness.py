@@ -11,10 +11,11 @@ import time
 
 from ..errors import InfraError
 from ..harness import Harness, Outcome, RunContext, get_harness
-from ..records import EVENTS, HARNESS, MODEL_CALLS, SANDBOX, HarnessRecord, SandboxRecord, load
+from ..records import EVENTS, HARNESS, MODEL_CALLS, SANDBOX, HarnessRecord, SandboxRecord, agent_handle, load
 from ..sandbox import Sandbox, SandboxGone
-from ..util import write_atomic, write_jsonl
+from ..util import jsonl, write_atomic, write_jsonl
 from ..tasks.settings import prompt_for
+from . import kept, killpoint
 from .common import Step
 from .sandbox import create_agent_sandbox, fill
 
@@ -53,13 +54,15 @@ class HarnessStep(Step):
             # checked and marked in one command (one round trip less per rollout)
             claimed = await sandbox.exec(f"test ! -e {mark} && : > {mark}", timeout=60)
             if claimed.ok:
+                killpoint.reached("claimed")
                 return sandbox
             # an earlier attempt used it: its edits must not leak into this one
             await sandbox.delete()
         except SandboxGone:
             pass
-        sandbox, base_ref, history = await create_agent_sandbox(self.ctx, handle.spec, self.phases)
+        sandbox, base_ref, history = await create_agent_sandbox(self.ctx, handle.spec, self.phases, step=self.name)
         await sandbox.upload(f"{sandbox.tmpdir}/{STARTED_MARK}", b"")
+        killpoint.reached("replaced")
         handle = fill(handle.model_copy(), sandbox, base_ref, history)
         handle.recreated += 1
         self.replacement = handle
@@ -68,9 +71,14 @@ class HarnessStep(Step):
     async def run(self) -> None:
         ctx = self.ctx
         handle = load(SandboxRecord, ctx.path(SANDBOX))
+        kept.forget_sandboxes(ctx.dir, "sandbox")  # the sandbox step's is this step's from here on
         if handle.failed_infra:
             return self._write(Outcome(events=[], exit_code=None, status="infra_error",
                                        failure_class=handle.failure_class), error=f"sandbox: {handle.error}")
+        key = {SANDBOX: kept.digest(ctx.path(SANDBOX))}
+        if await self._restore(handle, key):
+            return
+        await kept.delete_noted(ctx.dir, self.name, ctx.provider)  # replacements an interrupted attempt used
         write_atomic(ctx.path(MODEL_CALLS), "")  # calls of an earlier attempt do not count
         sandbox = await self._sandbox(handle)
         try:
@@ -81,7 +89,29 @@ class HarnessStep(Step):
             # interrupted or failed: nobody else will clean this sandbox up in time
             await asyncio.shield(sandbox.delete())
             raise
-        self._write(outcome)
+        killpoint.reached("ran")
+        # the finished agent run is kept (until the patch step starts): a rerun of this step
+        # before Snakemake recorded it finished restores it instead of running the agent again
+        self._write(outcome, key=key)
+        kept.forget_sandboxes(ctx.dir, self.name)  # a replacement is in harness.json now
+
+    async def _restore(self, handle: SandboxRecord, key: dict) -> bool:
+        """Restore the kept outputs of an agent run an interrupted attempt finished, if its
+        sandbox (the patch step's input) is still alive; else forget them."""
+        ctx = self.ctx
+        found = kept.find(ctx.dir, self.name, key)
+        if found is None:
+            return False
+        agent = agent_handle(handle, load(HarnessRecord, found / HARNESS))
+        try:
+            sandbox = await ctx.provider.connect(agent.sandbox_id, agent.spec)
+            await sandbox.ensure_alive("an interrupted harness step")
+        except SandboxGone:
+            kept.drop(ctx.dir, self.name)
+            return False
+        kept.restore(ctx.dir, self.name, found)
+        kept.forget_sandboxes(ctx.dir, self.name)
+        return True
 
     @contextlib.asynccontextmanager
     async def _model_endpoint(self):
@@ -149,17 +179,21 @@ class HarnessStep(Step):
             ticker.cancel()
         self._log(f"{phase} done in {time.monotonic() - t0:.1f} s")
 
-    def _write(self, outcome: Outcome, error: str | None = None) -> None:
+    def _write(self, outcome: Outcome, error: str | None = None, key: dict | None = None) -> None:
+        """The outputs; with `key` (the inputs' identity) by way of a capture (steps.kept)."""
         ctx = self.ctx
+        rec = self.stamp(self._record(status=outcome.status, failure_class=outcome.failure_class, error=error,
+                                      exit_code=outcome.exit_code, timed_out=outcome.timed_out,
+                                      stderr_tail=outcome.stderr_tail, install_s=round(outcome.install_s, 3),
+                                      agent_s=round(outcome.agent_s, 3), events=len(outcome.events),
+                                      metadata=outcome.metadata, sandbox=self.replacement))
+        if key is not None:  # model_calls.jsonl: written by the model proxy as the agent ran
+            return kept.publish(ctx.dir, self.name, key, {EVENTS: jsonl(outcome.events), MODEL_CALLS: None},
+                                HARNESS, rec)
         write_jsonl(ctx.path(EVENTS), outcome.events)
         if not ctx.path(MODEL_CALLS).exists():  # the upstream step failed before any call
             write_atomic(ctx.path(MODEL_CALLS), "")
-        rec = self._record(status=outcome.status, failure_class=outcome.failure_class, error=error,
-                           exit_code=outcome.exit_code, timed_out=outcome.timed_out,
-                           stderr_tail=outcome.stderr_tail, install_s=round(outcome.install_s, 3),
-                           agent_s=round(outcome.agent_s, 3), events=len(outcome.events),
-                           metadata=outcome.metadata, sandbox=self.replacement)
-        self.stamp(rec).save(ctx.path(HARNESS))
+        rec.save(ctx.path(HARNESS))
 
     def fail(self, exc: InfraError) -> None:
         self._write(Outcome(events=[], exit_code=None, status="infra_error", failure_class=exc.failure_class),

@@ -10,6 +10,7 @@ from ..records import (HARNESS, PATCH, PATCH_INFO, SANDBOX, HarnessRecord, Patch
 from ..sandbox import SandboxError
 from ..tasks.settings import grades_in_agent_sandbox
 from ..util import write_atomic
+from . import kept, killpoint
 from .common import Step, timed
 
 
@@ -30,6 +31,15 @@ class PatchStep(Step):
         ctx = self.ctx
         harness = load(HarnessRecord, ctx.path(HARNESS))
         handle = agent_handle(load(SandboxRecord, ctx.path(SANDBOX)), harness)
+        kept.drop(ctx.dir, "harness")  # Snakemake recorded the agent run: a forced rerun redoes it
+        # the agent run this patch comes from: its harness record and its sandbox
+        key = {HARNESS: kept.digest(ctx.path(HARNESS)), "sandbox_id": handle.sandbox_id}
+        found = kept.find(ctx.dir, self.name, key)
+        if found is not None:  # captured by an attempt killed before it was recorded finished
+            kept.restore(ctx.dir, self.name, found)
+            if load(PatchRecord, ctx.path(PATCH_INFO)).sandbox_deleted and handle.sandbox_id:
+                await ctx.provider.delete(handle.sandbox_id)  # the attempt may have died before its delete
+            return
         if handle.failed_infra or harness.failed_infra:
             failed = handle if handle.failed_infra else harness
             if handle.sandbox_id:
@@ -45,20 +55,24 @@ class PatchStep(Step):
             if not result.ok:
                 raise SandboxError(f"git diff failed (exit {result.exit_code}): {result.stderr.strip()[-300:]}",
                                    "patch_extract")
+            killpoint.reached("extracted")
             data = await sandbox.download(out)
         if data and not data.endswith(b"\n"):
             data += b"\n"
         files = [f for f in result.stdout.splitlines() if f.strip()]
         # the agent sandbox is done: the grader works in a fresh one (unless the task is
-        # graded in the agent's own sandbox; the grade step deletes it then). The records
-        # first: that narrows the window in which a kill leaves neither (a lost delete is the reaper's)
+        # graded in the agent's own sandbox; the grade step deletes it then). It is deleted
+        # only once the capture is kept: a rerun of a step killed after the delete restores it
         keep = grades_in_agent_sandbox(ctx.cfg, ctx.task)
         self._write(data, PatchRecord(bytes=len(data), files=files, empty=not data.strip(), sandbox_deleted=not keep,
-                                      kept_sandbox=handle if keep else None))
+                                      kept_sandbox=handle if keep else None), key)
         if not keep:
             self.delete_later(sandbox)
 
-    def _write(self, data: bytes, rec: PatchRecord) -> None:
+    def _write(self, data: bytes, rec: PatchRecord, key: dict | None = None) -> None:
+        """The outputs; with `key` (the agent run's identity) by way of a capture (steps.kept)."""
+        if key is not None:
+            return kept.publish(self.ctx.dir, self.name, key, {PATCH: data}, PATCH_INFO, self.stamp(rec))
         write_atomic(self.ctx.path(PATCH), data)
         self.stamp(rec).save(self.ctx.path(PATCH_INFO))
 

@@ -14,6 +14,7 @@ from ..sandbox import Sandbox, SandboxError, SandboxSpec, rewrite_image
 from ..sandbox.base import Resources
 from ..sandbox.prepare import checkout_script, prepare, read_output, strips_history
 from ..tasks.settings import resources_for
+from . import kept, killpoint
 from .common import Step, StepContext, timed
 
 
@@ -44,26 +45,27 @@ def build_spec(ctx: StepContext, role: str) -> SandboxSpec:
                        resources=Resources(**resources_for(cfg, task)), entrypoint=task.entrypoint, **extra)
 
 
-async def create_prepared(ctx: StepContext, spec: SandboxSpec,
-                          phases: dict[str, float] | None = None) -> tuple[Sandbox, str]:
+async def create_prepared(ctx: StepContext, spec: SandboxSpec, phases: dict[str, float] | None = None,
+                          step: str | None = None) -> tuple[Sandbox, str]:
     """A sandbox holding the task's repository at its base commit, or SandboxError (nothing left behind).
 
-    The seconds of its `create` and `prepare` phases are added to `phases`."""
-    sandbox, base_ref, _ = await _create(ctx, spec, phases, strip=False)
+    The seconds of its `create` and `prepare` phases are added to `phases`. The sandbox is
+    noted as `step`'s (steps.kept) as soon as it exists: a rerun of a killed `step` deletes it."""
+    sandbox, base_ref, _ = await _create(ctx, spec, phases, strip=False, step=step)
     return sandbox, base_ref
 
 
-async def create_agent_sandbox(ctx: StepContext, spec: SandboxSpec, phases: dict[str, float] | None = None
-                               ) -> tuple[Sandbox, str, HistoryRecord | None]:
+async def create_agent_sandbox(ctx: StepContext, spec: SandboxSpec, phases: dict[str, float] | None = None,
+                               step: str | None = None) -> tuple[Sandbox, str, HistoryRecord | None]:
     """create_prepared for the agent: the repository's future also removed unless
     `sandbox.history` is keep (the grading sandbox, which the agent never sees, keeps it)."""
     setting = ctx.cfg.sandbox.history
-    sandbox, base_ref, repos = await _create(ctx, spec, phases, strip=setting == "strip")
+    sandbox, base_ref, repos = await _create(ctx, spec, phases, strip=setting == "strip", step=step)
     return sandbox, base_ref, HistoryRecord.of(setting, repos) if strips_history(ctx.task) else None
 
 
 async def _create(ctx: StepContext, spec: SandboxSpec, phases: dict[str, float] | None,
-                  strip: bool) -> tuple[Sandbox, str, list[dict] | None]:
+                  strip: bool, step: str | None) -> tuple[Sandbox, str, list[dict] | None]:
     provider = ctx.provider
     timeout = ctx.scaled(ctx.cfg.timeouts.sandbox)
     made = None
@@ -81,8 +83,12 @@ async def _create(ctx: StepContext, spec: SandboxSpec, phases: dict[str, float] 
     except asyncio.TimeoutError:
         raise SandboxError(f"creating the sandbox took longer than {timeout:.0f} s", "sandbox_create") from None
     try:
+        if step:
+            kept.note_sandbox(ctx.dir, step, sandbox.id)
+        killpoint.reached("created")
         with timed(phases, "prepare"):
             base_ref, repos = await prepare(sandbox, ctx.task, timeout, strip=strip and made is None)
+        killpoint.reached("prepared")
     except BaseException:
         await sandbox.delete()
         raise
@@ -109,8 +115,10 @@ class SandboxStep(Step):
     name = "sandbox"
 
     async def run(self) -> None:
+        # an interrupted attempt's sandbox was never handed on (sandbox.json is gone with the job)
+        await kept.delete_noted(self.ctx.dir, self.name, self.ctx.provider)
         spec = build_spec(self.ctx, "agent")
-        sandbox, base_ref, history = await create_agent_sandbox(self.ctx, spec, self.phases)
+        sandbox, base_ref, history = await create_agent_sandbox(self.ctx, spec, self.phases, step=self.name)
         try:
             self.stamp(fill(record_for(self.ctx, spec), sandbox, base_ref, history)).save(self.ctx.path(SANDBOX))
         except BaseException:
