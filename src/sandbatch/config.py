@@ -130,6 +130,12 @@ class AggregateConfig(_Model):
     exports: list[Literal["gym"]]
 
 
+class TracesConfig(_Model):
+    exporters: list[Literal["file", "otlp_http", "otlp_grpc"]]
+    endpoint: str | None
+    export_timeout: float
+
+
 class Config(_Model):
     run: str
     results_dir: str
@@ -145,6 +151,7 @@ class Config(_Model):
     patch: PatchConfig
     grading: GradingConfig
     aggregate: AggregateConfig
+    traces: TracesConfig
 
     @property
     def run_dir(self) -> Path:

@@ -87,6 +87,8 @@ def compute(rollouts: Iterable[Mapping[str, Any]], threshold: float) -> dict[str
                    "input": sum(r["usage"].get("input_tokens", 0) for r in rows),
                    "output": sum(r["usage"].get("output_tokens", 0) for r in rows)},
         "token_data": token_data(joins),
+        # spans a trace collector did not take in time (traces.exporters); the rollouts ran on
+        "traces_dropped": sum(int(r.get("traces_dropped") or 0) for r in rows),
     }
 
 

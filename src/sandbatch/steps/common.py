@@ -20,6 +20,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Callable
 
+from .. import trace
 from ..config import Config, Timeouts
 from ..errors import InfraError, UserError
 from ..records import now
@@ -188,7 +189,8 @@ def main(step_cls: Callable[[StepContext], Step], argv: list[str] | None = None)
         step = step_cls(ctx)
         label = f"{step.name} {ctx.task_id}/{ctx.repeat} (attempt {ctx.attempt}/{ctx.max_attempts})"
         try:
-            asyncio.run(run_step(step))
+            with trace.step(ctx, step.name):
+                asyncio.run(run_step(step))
             return 0
         except UserError as exc:
             print(f"sandbatch: error: {exc}", file=sys.stderr)

@@ -1,0 +1,113 @@
+"""A rollout's trace (trace.jsonl) as a waterfall, and a run's time by kind of work.
+
+Static HTML: one row per span, indented under its parent, a bar placed on the rollout's
+time axis, its duration beside it. Spans are classed by what their time was spent on
+(`kind_of`): model calls, sandbox operations, tests, and the orchestration around them.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any, Iterable, Mapping
+
+MAX_ROWS = 2000  # a longer trace shows its first spans and says how many were left out
+KINDS = ("model", "sandbox", "tests", "orchestration")
+
+
+def kind_of(span: Mapping[str, Any]) -> str:
+    name, attrs = span["name"], span.get("attributes") or {}
+    if attrs.get("openinference.span.kind") == "LLM":
+        return "model"
+    if name == "grade.tests":
+        return "tests"
+    if name.startswith("sandbox."):
+        return "sandbox"
+    return "orchestration"
+
+
+def _ns(span: Mapping[str, Any], key: str) -> int:
+    return int(span.get(key) or 0)
+
+
+def _ordered(spans: list[Mapping[str, Any]]) -> list[tuple[int, Mapping[str, Any]]]:
+    """(depth, span) in tree order: each span after its parent, siblings by start time."""
+    ids = {s["spanId"] for s in spans}
+    children: dict[str | None, list] = {}
+    for s in spans:
+        parent = s.get("parentSpanId")
+        children.setdefault(parent if parent in ids else None, []).append(s)
+    out: list[tuple[int, Mapping[str, Any]]] = []
+    stack = [(0, s) for s in sorted(children.get(None, []), key=lambda s: -_ns(s, "startTimeUnixNano"))]
+    while stack:
+        depth, s = stack.pop()
+        out.append((depth, s))
+        stack += [(depth + 1, c) for c in sorted(children.get(s["spanId"], []),
+                                                  key=lambda c: -_ns(c, "startTimeUnixNano"))]
+    return out
+
+
+def _label(span: Mapping[str, Any]) -> str:
+    attrs = span.get("attributes") or {}
+    detail = attrs.get("sandbox.command") or attrs.get("sandbox.path") or ""
+    if attrs.get("sandbox.exit_code") is not None:
+        detail += f" → exit {attrs['sandbox.exit_code']}"
+    if attrs.get("llm.token_count.prompt") is not None:
+        detail = f"{attrs['llm.token_count.prompt']} in / {attrs.get('llm.token_count.completion', 0)} out tokens"
+    if attrs.get("sandbatch.unfinished"):
+        detail = "unfinished (the step was killed)"
+    return detail
+
+
+def waterfall_html(spans: list[Mapping[str, Any]]) -> str:
+    if not spans:
+        return '<p class="muted">no trace (traces.exporters names no file)</p>'
+    start = min(_ns(s, "startTimeUnixNano") for s in spans)
+    end = max(max(_ns(s, "endTimeUnixNano"), _ns(s, "startTimeUnixNano")) for s in spans)
+    total = max(end - start, 1)
+    rows = []
+    ordered = _ordered(spans)
+    for depth, s in ordered[:MAX_ROWS]:
+        t0, t1 = _ns(s, "startTimeUnixNano"), max(_ns(s, "endTimeUnixNano"), _ns(s, "startTimeUnixNano"))
+        left, width = 100 * (t0 - start) / total, max(100 * (t1 - t0) / total, 0.15)
+        failed = (s.get("status") or {}).get("code") == 2
+        cls = f"bar {kind_of(s)}" + (" failed" if failed else "")
+        title = f"{s['name']}: {(t1 - t0) / 1e9:.3f} s" + (f" ({_label(s)})" if _label(s) else "")
+        rows.append(
+            f'<tr class="span"><td class="sname" style="padding-left:{0.3 + depth}em" title="{escape(title)}">'
+            f'{escape(s["name"])} <span class="muted">{escape(_label(s))}</span></td>'
+            f'<td class="dur">{(t1 - t0) / 1e9:.3f}</td><td class="track"><div class="{cls}" '
+            f'style="left:{left:.3f}%;width:{width:.3f}%"></div></td></tr>')
+    more = (f'<p class="muted">{len(ordered) - MAX_ROWS} more spans not shown (all are in trace.jsonl)</p>'
+            if len(ordered) > MAX_ROWS else "")
+    legend = " ".join(f'<span class="bar-key {k}"></span>{k}' for k in KINDS)
+    return (f'<p class="muted">{len(spans)} spans over {total / 1e9:.2f} s. {legend}</p>'
+            f'<table id="waterfall"><tr><th>span</th><th>s</th><th class="track">'
+            f'0 &ndash; {total / 1e9:.2f} s</th></tr>{"".join(rows)}</table>{more}')
+
+
+def time_by_kind(spans: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+    """Seconds of a rollout by kind of work, from its first span's start to its last's end.
+    Each instant counts once, for the most specific kind at work then (model over tests over
+    sandbox operations: an agent's command runs in the sandbox while its model calls go out);
+    any other instant, a gap between two steps included, is orchestration."""
+    events: list[tuple[int, int, str]] = []
+    for s in spans:
+        if (s.get("attributes") or {}).get("sandbatch.unfinished"):
+            continue
+        kind = kind_of(s)
+        if kind != "orchestration":
+            events += [(_ns(s, "startTimeUnixNano"), 1, kind), (_ns(s, "endTimeUnixNano"), -1, kind)]
+        else:
+            events += [(_ns(s, "startTimeUnixNano"), 0, kind), (_ns(s, "endTimeUnixNano"), 0, kind)]
+    if not events:
+        return {}
+    events.sort()
+    out = dict.fromkeys(KINDS, 0.0)
+    active = dict.fromkeys(KINDS, 0)
+    last = events[0][0]
+    for at, delta, kind in events:
+        busy = next((k for k in KINDS if active[k] > 0), "orchestration")
+        out[busy] += (at - last) / 1e9
+        active[kind] += delta
+        last = at
+    return {k: round(v, 3) for k, v in out.items()}
