@@ -40,17 +40,41 @@ def phoenix():
     return Client(base_url=PHOENIX)
 
 
-def phoenix_spans(client, project: str, expect: int, timeout: float = 30) -> list[dict]:
-    """The project's spans, once at least `expect` of them arrived (export is asynchronous)."""
-    deadline = time.monotonic() + timeout
+def phoenix_traces(client, project: str, tasks: list[str], timeout: float = 60) -> dict[str, list[dict]]:
+    """task -> the spans of its rollout's trace in Phoenix, once every rollout's root span
+    (the last span each writes) has arrived and the count is steady (export is asynchronous)."""
+    deadline, last = time.monotonic() + timeout, -1
     while True:
         try:
-            spans = client.spans.get_spans(project_identifier=project, limit=5000)
+            spans = client.spans.get_spans(project_identifier=project, limit=10000)
         except Exception:  # the project appears with its first span
             spans = []
-        if len(spans) >= expect or time.monotonic() > deadline:
-            return spans
-        time.sleep(0.5)
+        roots = {s["attributes"].get("sandbatch.task_id"): s["context"]["trace_id"]
+                 for s in spans if s["name"] == "rollout"}
+        if (set(tasks) <= set(roots) and len(spans) == last) or time.monotonic() > deadline:
+            break
+        last = len(spans)
+        time.sleep(1)
+    assert set(roots) == set(tasks), roots
+    return {t: [s for s in spans if s["context"]["trace_id"] == roots[t]] for t in tasks}
+
+
+def assert_phoenix_traces(run_dir: Path, run: str, tasks: list[str], provider: str) -> None:
+    """Phoenix holds every rollout of the run as its span tree, each model call the rollout
+    made (model_calls.jsonl) an LLM span under the harness step with its token counts."""
+    for task, spans in phoenix_traces(phoenix(), run, tasks).items():
+        assert_rollout_tree(spans, provider, lambda s: s["context"]["span_id"], lambda s: s.get("parent_id"),
+                            lambda s: s["name"])
+        calls = [c for c in rollout(run_dir, task, "model_calls.jsonl") if c.get("call")]
+        llm = [s for s in spans if s["span_kind"] == "LLM"]
+        assert calls and len(llm) == len(calls), (len(llm), len(calls))
+        harness_id = next(s["context"]["span_id"] for s in spans if s["name"] == "harness")
+        assert all(s["parent_id"] == harness_id for s in llm)
+        assert sorted(s["attributes"]["llm.token_count.prompt"] for s in llm) == sorted(
+            c["usage"]["prompt_tokens"] for c in calls)
+        assert sorted(s["attributes"]["gen_ai.usage.output_tokens"] for s in llm) == sorted(
+            c["usage"]["completion_tokens"] for c in calls)
+        assert all(s["attributes"]["llm.token_count.completion"] > 0 for s in llm)
 
 
 def file_spans(run_dir: Path, task: str) -> list[dict]:
@@ -92,7 +116,7 @@ SCRIPT = {"tasks": {
 
 @pytest.mark.slow
 def test_smoke_run_traces_every_rollout_to_a_file_and_phoenix(tmp_path):
-    client = phoenix()
+    phoenix()
     run = f"traces-{os.getpid()}-{int(time.time())}"
     harness = {"name": "mini-swe-agent", "config": {"mode": "host", "step_limit": 4}}
     with scripted_model_server(SCRIPT) as (url, model):
@@ -112,27 +136,9 @@ def test_smoke_run_traces_every_rollout_to_a_file_and_phoenix(tmp_path):
         assert [s["attributes"]["gen_ai.usage.input_tokens"] for s in llm] == [
             c["usage"]["prompt_tokens"] for c in calls[task]]
     assert metrics(tmp_path, run)["traces_dropped"] == 0
-
-    # Phoenix has every rollout, as the same trees, and the model calls as LLM spans with tokens
-    expect = sum(len(file_spans(run_dir, t)) for t in TASKS)
-    got = phoenix_spans(client, run, expect)
-    assert len(got) == expect, (len(got), expect)
-    by_trace: dict[str, list[dict]] = {}
-    for s in got:
-        by_trace.setdefault(s["context"]["trace_id"], []).append(s)
-    assert set(by_trace) == {file_spans(run_dir, t)[0]["traceId"] for t in TASKS}
-    for spans in by_trace.values():
-        assert_rollout_tree(spans, "local", lambda s: s["context"]["span_id"], lambda s: s.get("parent_id"),
-                            lambda s: s["name"])
-        task = next(s for s in spans if s["name"] == "rollout")["attributes"]["sandbatch.task_id"]
-        llm = [s for s in spans if s["span_kind"] == "LLM"]
-        assert len(llm) == len(calls[task])
-        harness_id = next(s["context"]["span_id"] for s in spans if s["name"] == "harness")
-        assert all(s["parent_id"] == harness_id for s in llm)
-        assert sorted(s["attributes"]["llm.token_count.prompt"] for s in llm) == sorted(
-            c["usage"]["prompt_tokens"] for c in calls[task])
-        assert all(s["attributes"]["llm.token_count.completion"] > 0 and s["attributes"]["gen_ai.request.model"]
-                   == "scripted" for s in llm)
+    assert_phoenix_traces(run_dir, run, TASKS, "local")
+    got = phoenix_traces(phoenix(), run, TASKS)  # the same spans as the file
+    assert all(len(got[t]) == len(file_spans(run_dir, t)) for t in TASKS)
 
 
 # --- the file, checked with OpenTelemetry's own protobuf schema --------------------------------

@@ -119,7 +119,7 @@ def test_conversation_of_a_recorded_opencode_run():
     assert html.index("fix the bug") < html.index("reasoning") < html.index('<span class="fname">bash</span>')
     assert re.search(r'<details class="turn reasoning"><summary class="role">reasoning \(\d+ B\)</summary>', html)
     assert html.count('class="turn tool-call"') == 2 and html.count('class="turn tool-output"') == 2
-    assert "&quot;command&quot;: &quot;ls&quot;" in html
+    assert "<pre>command: ls\ndescription: list files</pre>" in html  # arguments as text, not JSON
     assert "README.md\ncalc.py" in html  # the first call's output, with it
 
 
@@ -186,7 +186,17 @@ def test_mini_swe_agent_trajectory_reads_as_text_in_the_browser(tmp_path):
 
 def test_grade_shows_tampering_when_present():
     base = {"reward": 0.0, "resolved": False, "tests_status": {}, "test_results": {}}
-    assert "Tampering" not in page.grade_html(base, None)
-    html = page.grade_html({**base, "tampering": [{"path": "tests/test_calc.py", "kind": "modified",
-                                                   "action": "restored"}]}, None)
+    assert page.flags_html(base) == ""
+    html = page.flags_html({**base, "tampering": [{"path": "tests/test_calc.py", "kind": "modified",
+                                                   "action": "restored"}]})
     assert "<td>tests/test_calc.py</td><td>modified</td><td>restored</td>" in html
+
+
+@pytest.mark.parametrize("arguments, text", [
+    ('{"command": "cd /testbed\\npython - <<EOF\\nprint(1)\\nEOF"}', "cd /testbed\npython - <<EOF\nprint(1)\nEOF"),
+    ('{"command": "ls -la", "timeout": 30}', "command: ls -la\ntimeout: 30"),
+    ('{"path": "a.py", "content": "x = 1\\ny = 2\\n"}', "path: a.py\ncontent:\nx = 1\ny = 2\n"),
+    ("not json", "not json"),
+])
+def test_tool_call_arguments_read_as_text(arguments, text):
+    assert page.args_text(arguments) == text

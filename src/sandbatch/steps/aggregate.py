@@ -46,6 +46,7 @@ def rollout_row(cfg: Config, task: TaskRef, repeat: int) -> dict[str, Any]:
         "tampering": gr.tampering, "suspicious": gr.suspicious,
         "token_join": (resp.get("sandbatch") or {}).get("token_join") or {},
         "traces_dropped": trace.dropped_spans(d),
+        "time_by_kind": trace.time_by_kind(trace.read_spans(d / trace.TRACE_FILE)),  # {} without a trace file
         "started_at": sb.started_at, "finished_at": gr.finished_at, "dir": str(d),
     }
 

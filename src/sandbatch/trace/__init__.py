@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 if TYPE_CHECKING:
     from .otel import Tracing
@@ -134,3 +134,47 @@ def dropped_spans(rollout_dir) -> int:
     from ..usage import iter_calls
 
     return sum(int(row.get("dropped") or 0) for row in iter_calls(Path(rollout_dir) / DROPPED_FILE))
+
+
+# --- where a rollout's time went ---------------------------------------------------------
+
+KINDS = ("model", "tests", "sandbox", "orchestration")  # most specific first
+
+
+def kind_of(span: Mapping[str, Any]) -> str:
+    name, attrs = span["name"], span.get("attributes") or {}
+    if attrs.get("openinference.span.kind") == "LLM":
+        return "model"
+    if name == "grade.tests":
+        return "tests"
+    if name.startswith("sandbox."):
+        return "sandbox"
+    return "orchestration"
+
+
+def time_by_kind(spans: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+    """Seconds of a rollout by kind of work, from its first span's start to its last's end.
+    Each instant counts once, for the most specific kind at work then (model over tests over
+    sandbox operations: an agent's command runs in the sandbox while its model calls go out);
+    any other instant, a gap between two steps included, is orchestration."""
+    events: list[tuple[int, int, str]] = []
+    for s in spans:
+        if (s.get("attributes") or {}).get("sandbatch.unfinished"):
+            continue
+        kind = kind_of(s)
+        if kind != "orchestration":
+            events += [(int(s["startTimeUnixNano"]), 1, kind), (int(s["endTimeUnixNano"]), -1, kind)]
+        else:
+            events += [(int(s["startTimeUnixNano"]), 0, kind), (int(s["endTimeUnixNano"]), 0, kind)]
+    if not events:
+        return {}
+    events.sort()
+    out = dict.fromkeys(KINDS, 0.0)
+    active = dict.fromkeys(KINDS, 0)
+    last = events[0][0]
+    for at, delta, kind in events:
+        busy = next((k for k in KINDS if active[k] > 0), "orchestration")
+        out[busy] += (at - last) / 1e9
+        active[kind] += delta
+        last = at
+    return {k: round(v, 3) for k, v in out.items()}

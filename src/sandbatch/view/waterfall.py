@@ -1,28 +1,19 @@
-"""A rollout's trace (trace.jsonl) as a waterfall, and a run's time by kind of work.
+"""A rollout's trace (trace.jsonl) as a waterfall.
 
 Static HTML: one row per span, indented under its parent, a bar placed on the rollout's
 time axis, its duration beside it. Spans are classed by what their time was spent on
-(`kind_of`): model calls, sandbox operations, tests, and the orchestration around them.
+(sandbatch.trace.kind_of): model calls, sandbox operations, tests, and the orchestration
+around them.
 """
 
 from __future__ import annotations
 
 from html import escape
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
+
+from ..trace import KINDS, kind_of
 
 MAX_ROWS = 2000  # a longer trace shows its first spans and says how many were left out
-KINDS = ("model", "sandbox", "tests", "orchestration")
-
-
-def kind_of(span: Mapping[str, Any]) -> str:
-    name, attrs = span["name"], span.get("attributes") or {}
-    if attrs.get("openinference.span.kind") == "LLM":
-        return "model"
-    if name == "grade.tests":
-        return "tests"
-    if name.startswith("sandbox."):
-        return "sandbox"
-    return "orchestration"
 
 
 def _ns(span: Mapping[str, Any], key: str) -> int:
@@ -70,7 +61,7 @@ def waterfall_html(spans: list[Mapping[str, Any]]) -> str:
         t0, t1 = _ns(s, "startTimeUnixNano"), max(_ns(s, "endTimeUnixNano"), _ns(s, "startTimeUnixNano"))
         left, width = 100 * (t0 - start) / total, max(100 * (t1 - t0) / total, 0.15)
         failed = (s.get("status") or {}).get("code") == 2
-        cls = f"bar {kind_of(s)}" + (" failed" if failed else "")
+        cls = f"bar k-{kind_of(s)}" + (" failed" if failed else "")
         title = f"{s['name']}: {(t1 - t0) / 1e9:.3f} s" + (f" ({_label(s)})" if _label(s) else "")
         rows.append(
             f'<tr class="span"><td class="sname" style="padding-left:{0.3 + depth}em" title="{escape(title)}">'
@@ -79,35 +70,7 @@ def waterfall_html(spans: list[Mapping[str, Any]]) -> str:
             f'style="left:{left:.3f}%;width:{width:.3f}%"></div></td></tr>')
     more = (f'<p class="muted">{len(ordered) - MAX_ROWS} more spans not shown (all are in trace.jsonl)</p>'
             if len(ordered) > MAX_ROWS else "")
-    legend = " ".join(f'<span class="bar-key {k}"></span>{k}' for k in KINDS)
+    legend = " ".join(f'<span class="bar-key k-{k}"></span>{k}' for k in KINDS)
     return (f'<p class="muted">{len(spans)} spans over {total / 1e9:.2f} s. {legend}</p>'
             f'<table id="waterfall"><tr><th>span</th><th>s</th><th class="track">'
             f'0 &ndash; {total / 1e9:.2f} s</th></tr>{"".join(rows)}</table>{more}')
-
-
-def time_by_kind(spans: Iterable[Mapping[str, Any]]) -> dict[str, float]:
-    """Seconds of a rollout by kind of work, from its first span's start to its last's end.
-    Each instant counts once, for the most specific kind at work then (model over tests over
-    sandbox operations: an agent's command runs in the sandbox while its model calls go out);
-    any other instant, a gap between two steps included, is orchestration."""
-    events: list[tuple[int, int, str]] = []
-    for s in spans:
-        if (s.get("attributes") or {}).get("sandbatch.unfinished"):
-            continue
-        kind = kind_of(s)
-        if kind != "orchestration":
-            events += [(_ns(s, "startTimeUnixNano"), 1, kind), (_ns(s, "endTimeUnixNano"), -1, kind)]
-        else:
-            events += [(_ns(s, "startTimeUnixNano"), 0, kind), (_ns(s, "endTimeUnixNano"), 0, kind)]
-    if not events:
-        return {}
-    events.sort()
-    out = dict.fromkeys(KINDS, 0.0)
-    active = dict.fromkeys(KINDS, 0)
-    last = events[0][0]
-    for at, delta, kind in events:
-        busy = next((k for k in KINDS if active[k] > 0), "orchestration")
-        out[busy] += (at - last) / 1e9
-        active[kind] += delta
-        last = at
-    return {k: round(v, 3) for k, v in out.items()}
