@@ -72,5 +72,5 @@ def waterfall_html(spans: list[Mapping[str, Any]]) -> str:
             if len(ordered) > MAX_ROWS else "")
     legend = " ".join(f'<span class="bar-key k-{k}"></span>{k}' for k in KINDS)
     return (f'<p class="muted">{len(spans)} spans over {total / 1e9:.2f} s. {legend}</p>'
-            f'<table id="waterfall"><tr><th>span</th><th>s</th><th class="track">'
+            f'<table id="waterfall"><tr><th class="sname">span</th><th class="dur">s</th><th class="track">'
             f'0 &ndash; {total / 1e9:.2f} s</th></tr>{"".join(rows)}</table>{more}')
