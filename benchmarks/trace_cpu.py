@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import http.server
-import json
 import shutil
 import statistics
 import subprocess
@@ -32,10 +31,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from orchestration_cpu import measure  # noqa: E402
+from mini_cpu import run as mini_run  # noqa: E402
 from scripted import mini_harness, serve  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
 
 
 class _Collector(http.server.BaseHTTPRequestHandler):
@@ -54,27 +52,17 @@ class _Collector(http.server.BaseHTTPRequestHandler):
 
 def run(a, label: str, url: str, traces: dict) -> tuple[float, int]:
     """(CPU-s per rollout, spans per rollout) of one run in a fresh directory."""
-    wd = Path(tempfile.mkdtemp(prefix=f"sandbatch-trace-cpu-{label}-"))
-    harness, model = mini_harness(url)
-    cfg = {"run": label, "repeats": a.repeats, "concurrency": a.concurrency, "retries": 0,
-           "benchmark": {"limit": a.tasks}, "harness": harness, "model": model, "traces": traces}
-    (wd / "run.json").write_text(json.dumps(cfg))  # JSON is YAML
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(wd), "--cores",
-           str(a.cores), "--configfile", str(wd / "run.json")]
-    cpu, wall, proc = measure(cmd, wd)
-    if proc.returncode != 0:
-        print(proc.stderr[-3000:], file=sys.stderr)
-        raise SystemExit(f"the {label} run failed (exit {proc.returncode}); its directory: {wd}")
-    rows = [json.loads(line) for line in (wd / "results" / label / "rollouts.jsonl").read_text().splitlines()]
-    if any(not r.get("resolved") for r in rows):
-        raise SystemExit(f"the {label} run left rollouts unresolved; its directory: {wd}")
     from sandbatch.trace import TRACE_FILE, read_spans
 
-    spans = sum(len(read_spans(wd / "results" / label / r["task_id"] / str(r["repeat"]) / TRACE_FILE)) for r in rows)
-    print(f"  {label}: {len(rows)} rollouts; wall {wall:.1f} s; CPU per rollout {cpu / len(rows):.3f} s; "
-          f"spans per rollout {spans / len(rows):.0f}", flush=True)
-    shutil.rmtree(wd, ignore_errors=True)
-    return cpu / len(rows), spans // len(rows)
+    spans = []
+
+    def count(run_dir: Path, rows: list[dict]) -> None:
+        spans.append(sum(len(read_spans(run_dir / r["task_id"] / str(r["repeat"]) / TRACE_FILE)) for r in rows)
+                     // len(rows))
+
+    cpu = mini_run(a, label, *mini_harness(url), extra={"traces": traces}, inspect=count)
+    print(f"    spans per rollout {spans[0]}", flush=True)
+    return cpu, spans[0]
 
 
 def off_cost_ns(n: int = 200_000) -> tuple[float, float]:
