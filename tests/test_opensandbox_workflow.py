@@ -17,7 +17,7 @@ from docker_fixtures import OPENCODE_PREFIX, agent_image, docker_base_image, doc
 from harness_support import OPENCODE_SCRIPT, scripted_model_server  # noqa: E402
 from opensandbox_proxy import FaultProxy  # noqa: E402
 from real_opensandbox import IMAGE, real_opensandbox, reap_run, unique_run  # noqa: E402,F401 (fixture)
-from test_traces import PHOENIX, assert_phoenix_traces, phoenix  # noqa: E402
+from test_traces import PHOENIX_GRPC, assert_phoenix_traces, phoenix  # noqa: E402
 from workflow_util import REPO, SMOKE_TASKS, metrics, rollouts, snakemake, write_config  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -106,7 +106,7 @@ def test_real_opencode_through_the_proxy(tmp_path, real_opensandbox, run_name, a
                       model={"name": "scripted", "base_url": url, "api_key_env": "SCRIPTED_UPSTREAM_KEY"},
                       traces={"exporters": ["otlp_grpc"]})
         # the standard variable names the collector (Phoenix's OTLP/gRPC port)
-        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", PHOENIX.rsplit(":", 1)[0] + ":4317")
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", PHOENIX_GRPC)
         proc = snakemake(tmp_path, "--configfile", cfg, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = rollouts(tmp_path, run_name)

@@ -25,6 +25,7 @@ from services import missing
 from workflow_util import metrics
 
 PHOENIX = os.environ.get("SANDBATCH_PHOENIX_URL", "http://127.0.0.1:6006")
+PHOENIX_GRPC = f"http://127.0.0.1:{os.environ.get('SANDBATCH_PHOENIX_GRPC_PORT', '4317')}"  # scripts/services/phoenix.sh
 TASKS = ["smoke__calc-1", "smoke__textutils-1"]
 STEPS = {"sandbox", "harness", "convert", "patch", "grade"}
 
@@ -236,7 +237,8 @@ def test_refusing_collector_drops_with_one_warning(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     cfg = smoke_config(tmp_path, {"name": "oracle"}, TASKS[:1],
-                       traces={"exporters": ["otlp_http"], "endpoint": f"http://127.0.0.1:{port}/v1/traces"})
+                       traces={"exporters": ["otlp_http"], "endpoint": f"http://127.0.0.1:{port}/v1/traces",
+                               "export_timeout": 1})
     run_dir, _ = run_workflow(tmp_path, cfg)
     assert rollout(run_dir, TASKS[0], "grade.json")["reward"] == 1.0
     assert metrics(tmp_path, "t")["traces_dropped"] > 0
@@ -306,3 +308,17 @@ def test_traces_off_import_nothing_and_write_nothing(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "[]"
     assert not list((tmp_path / "results").rglob("trace*.jsonl"))
+
+
+def test_time_by_kind_counts_each_instant_once_for_the_most_specific_work():
+    from sandbatch.trace import time_by_kind
+
+    def span(name, start, end, **attrs):
+        return {"name": name, "startTimeUnixNano": str(start * 10**9), "endTimeUnixNano": str(end * 10**9),
+                "attributes": attrs}
+
+    spans = [span("rollout", 0, 10), span("harness", 1, 6), span("sandbox.docker.exec", 2, 6),
+             span("chat m", 3, 4, **{"openinference.span.kind": "LLM"}),  # while the agent's command runs
+             span("grade.tests", 7, 9), span("sandbox.docker.exec", 7, 9),
+             span("patch", 6, 8, **{"sandbatch.unfinished": True})]  # a killed step: left out
+    assert time_by_kind(spans) == {"model": 1.0, "tests": 2.0, "sandbox": 3.0, "orchestration": 4.0}

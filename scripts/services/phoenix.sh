@@ -19,7 +19,21 @@ if up; then
     exit 0
 fi
 if ! { [ -f "$stamp" ] && "$venv/bin/python" -c 'import phoenix' 2>/dev/null; }; then
-    python=${SANDBATCH_PHOENIX_PYTHON:-$(command -v python3.12 || ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12*/bin/python 2>/dev/null | sort -V | tail -1 || command -v python3)}
+    # the first Python 3.10-3.13 (Phoenix's range) that runs: $SANDBATCH_PHOENIX_PYTHON, python3.12
+    # on PATH, pyenv's newest 3.12, python3
+    python=
+    for candidate in "${SANDBATCH_PHOENIX_PYTHON:-}" "$(command -v python3.12 || true)" \
+            $(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.12*/bin/python 2>/dev/null | sort -V -r) \
+            "$(command -v python3 || true)"; do
+        if [ -n "$candidate" ] && "$candidate" -c 'import sys, venv; sys.exit(not (3, 10) <= sys.version_info[:2] <= (3, 13))' 2>/dev/null; then
+            python=$candidate
+            break
+        fi
+    done
+    if [ -z "$python" ]; then
+        echo "phoenix.sh: no Python 3.10-3.13 found for arize-phoenix $version; set SANDBATCH_PHOENIX_PYTHON" >&2
+        exit 1
+    fi
     rm -rf "$venv"
     mkdir -p "$(dirname "$venv")"
     "$python" -m venv "$venv"
@@ -31,12 +45,12 @@ mkdir -p "$data"
 # offline: no usage telemetry, no fetches; the UI's assets are in the wheel
 PHOENIX_WORKING_DIR=$data PHOENIX_HOST=127.0.0.1 PHOENIX_PORT=$port PHOENIX_GRPC_PORT=$grpc_port \
     PHOENIX_TELEMETRY_ENABLED=false nohup "$venv/bin/phoenix" serve >"$data/phoenix.log" 2>&1 </dev/null &
-for _ in $(seq 120); do
+for _ in $(seq 300); do  # a first start migrates its database: minutes on a loaded host
     if up; then
         echo "phoenix: $version serving on 127.0.0.1:$port (OTLP gRPC :$grpc_port), data in $data"
         exit 0
     fi
     sleep 1
 done
-echo "phoenix.sh: Phoenix did not answer on 127.0.0.1:$port within 120 s; see $data/phoenix.log" >&2
+echo "phoenix.sh: Phoenix did not answer on 127.0.0.1:$port within 300 s; see $data/phoenix.log" >&2
 exit 1
