@@ -31,11 +31,13 @@ from scripted import mini_harness, serve  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run(a, label: str, harness: dict, model: dict | None = None) -> float:
-    """CPU-s per rollout of one run in a fresh directory."""
+def run(a, label: str, harness: dict, model: dict | None = None, extra: dict | None = None,
+        inspect=None) -> float:
+    """CPU-s per rollout of one run in a fresh directory (`extra`: more config sections;
+    `inspect(run_dir, rows)` is called before the directory is removed)."""
     wd = Path(tempfile.mkdtemp(prefix=f"sandbatch-mini-cpu-{label}-"))
     cfg = {"run": label, "repeats": a.repeats, "concurrency": a.concurrency, "retries": 0,
-           "benchmark": {"limit": a.tasks}, "harness": harness}
+           "benchmark": {"limit": a.tasks}, "harness": harness, **(extra or {})}
     if model:
         cfg["model"] = model
     (wd / "run.json").write_text(json.dumps(cfg))  # JSON is YAML
@@ -51,6 +53,8 @@ def run(a, label: str, harness: dict, model: dict | None = None) -> float:
           f"CPU per rollout {cpu / len(rows):.3f} s", flush=True)
     if unresolved:
         raise SystemExit(f"the {label} run left rollouts unresolved; its directory: {wd}")
+    if inspect is not None:
+        inspect(wd / "results" / label, rows)
     shutil.rmtree(wd, ignore_errors=True)
     return cpu / len(rows)
 

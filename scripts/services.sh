@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install and start what the full test suite needs (as root, Debian): a Docker engine with
 # the local base image, the real OpenSandbox server, a single-node Slurm, Node/npm, Go, headless
-# Chromium, and NeMo Gym in a Python 3.12 environment of its own. Each service that cannot
+# Chromium, NeMo Gym in a Python 3.12 environment of its own, and the Arize Phoenix trace
+# server (in an environment of its own too). Each service that cannot
 # start is reported in one line. Without
 # SANDBATCH_REQUIRE_SERVICES=1 the script still exits 0 and the tests that need a missing
 # service skip with its reason; with it (CI, .ci/run) a missing service fails this script,
@@ -23,6 +24,7 @@ bash scripts/services/node.sh || failed+=(node)
 bash scripts/services/go.sh || failed+=(go)
 bash scripts/services/chromium.sh || failed+=(chromium)
 bash scripts/services/nemo_gym.sh || failed+=(nemo-gym)
+bash scripts/services/phoenix.sh || failed+=(phoenix)
 if [ "${#failed[@]}" -gt 0 ]; then
   echo "services: could not start: ${failed[*]}; the tests that need them will $([ "$required" = 1 ] && echo fail || echo skip)" >&2
   [ "$required" = 0 ] || exit 1

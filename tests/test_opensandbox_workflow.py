@@ -17,6 +17,7 @@ from docker_fixtures import OPENCODE_PREFIX, agent_image, docker_base_image, doc
 from harness_support import OPENCODE_SCRIPT, scripted_model_server  # noqa: E402
 from opensandbox_proxy import FaultProxy  # noqa: E402
 from real_opensandbox import IMAGE, real_opensandbox, reap_run, unique_run  # noqa: E402,F401 (fixture)
+from test_traces import PHOENIX_GRPC, assert_phoenix_traces, phoenix  # noqa: E402
 from workflow_util import REPO, SMOKE_TASKS, metrics, rollouts, snakemake, write_config  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -92,7 +93,9 @@ def test_real_opencode_through_the_proxy(tmp_path, real_opensandbox, run_name, a
     """OpenCode runs in each sandbox (a bridge-network container) and reaches the scripted
     model only through the rollout's proxy on this host, at the address the run derives
     (no advertise_host set): both tasks resolve, every model call went through the proxy
-    with the upstream key the agent never held, and no sandbox is left (run_name checks)."""
+    with the upstream key the agent never held, and no sandbox is left (run_name checks).
+    The run's traces go to Phoenix: each rollout's span tree, its model calls as LLM spans."""
+    phoenix()
     monkeypatch.setenv("SCRIPTED_UPSTREAM_KEY", "sk-upstream-secret-7")
     tasks = ["smoke__calc-1", "smoke__textutils-1"]
     harness = {"name": "opencode", "config": {"install": {"method": "path", "path": f"{OPENCODE_PREFIX}/bin/opencode"}}}
@@ -100,7 +103,10 @@ def test_real_opencode_through_the_proxy(tmp_path, real_opensandbox, run_name, a
         cfg = _config(tmp_path, real_opensandbox, run_name, harness=harness, retries=0,
                       sandbox={"default_image": agent_image}, timeouts={"agent": 300},
                       benchmark={"instance_ids": tasks},
-                      model={"name": "scripted", "base_url": url, "api_key_env": "SCRIPTED_UPSTREAM_KEY"})
+                      model={"name": "scripted", "base_url": url, "api_key_env": "SCRIPTED_UPSTREAM_KEY"},
+                      traces={"exporters": ["otlp_grpc"]})
+        # the standard variable names the collector (Phoenix's OTLP/gRPC port)
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", PHOENIX_GRPC)
         proc = snakemake(tmp_path, "--configfile", cfg, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = rollouts(tmp_path, run_name)
@@ -114,6 +120,7 @@ def test_real_opencode_through_the_proxy(tmp_path, real_opensandbox, run_name, a
         assert [i["name"] for i in response["output"] if i["type"] == "function_call"] == ["bash", "bash"]
     chat = [r for r in model.requests if r["path"].endswith("/chat/completions")]
     assert len(chat) >= 6 and all(r["headers"].get("authorization") == "Bearer sk-upstream-secret-7" for r in chat)
+    assert_phoenix_traces(run_dir, run_name, tasks, "opensandbox")
 
 
 def test_swe_bench_pro_oracle(tmp_path, real_opensandbox, run_name, agent_image):

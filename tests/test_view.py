@@ -119,7 +119,7 @@ def test_conversation_of_a_recorded_opencode_run():
     assert html.index("fix the bug") < html.index("reasoning") < html.index('<span class="fname">bash</span>')
     assert re.search(r'<details class="turn reasoning"><summary class="role">reasoning \(\d+ B\)</summary>', html)
     assert html.count('class="turn tool-call"') == 2 and html.count('class="turn tool-output"') == 2
-    assert "&quot;command&quot;: &quot;ls&quot;" in html
+    assert "<pre>command: ls\ndescription: list files</pre>" in html  # arguments as text, not JSON
     assert "README.md\ncalc.py" in html  # the first call's output, with it
 
 
@@ -186,7 +186,58 @@ def test_mini_swe_agent_trajectory_reads_as_text_in_the_browser(tmp_path):
 
 def test_grade_shows_tampering_when_present():
     base = {"reward": 0.0, "resolved": False, "tests_status": {}, "test_results": {}}
-    assert "Tampering" not in page.grade_html(base, None)
-    html = page.grade_html({**base, "tampering": [{"path": "tests/test_calc.py", "kind": "modified",
-                                                   "action": "restored"}]}, None)
+    assert page.flags_html(base) == ""
+    html = page.flags_html({**base, "tampering": [{"path": "tests/test_calc.py", "kind": "modified",
+                                                   "action": "restored"}]})
     assert "<td>tests/test_calc.py</td><td>modified</td><td>restored</td>" in html
+
+
+@pytest.mark.parametrize("arguments, text", [
+    ('{"command": "cd /testbed\\npython - <<EOF\\nprint(1)\\nEOF"}', "cd /testbed\npython - <<EOF\nprint(1)\nEOF"),
+    ('{"command": "ls -la", "timeout": 30}', "command: ls -la\ntimeout: 30"),
+    ('{"path": "a.py", "content": "x = 1\\ny = 2\\n"}', "path: a.py\ncontent:\nx = 1\ny = 2\n"),
+    ("not json", "not json"),
+])
+def test_tool_call_arguments_read_as_text(arguments, text):
+    assert page.args_text(arguments) == text
+
+
+@pytest.fixture(scope="module")
+def traced_run(tmp_path_factory):
+    """One smoke rollout with its trace written to trace.jsonl (traces.exporters: [file])."""
+    wd = tmp_path_factory.mktemp("view-traced")
+    done = run(wd, "--config", "benchmark={'limit': 1}", "traces={'exporters': ['file']}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    return wd / "results" / "default"
+
+
+@pytest.mark.slow
+@needs_chromium
+def test_rollout_page_draws_its_trace_and_shows_flags_first(traced_run, tmp_path):
+    """The waterfall of a real rollout's trace: a row per span in tree order, each bar placed
+    on the rollout's time axis; tampering and suspicious code at the top of the page."""
+    rollout = traced_run / "smoke__calc-1" / "0"
+    grade = json.loads((rollout / "grade.json").read_text())
+    grade["tampering"] = [{"path": "tests/test_calc.py", "kind": "modified", "action": "restored"}]
+    grade["suspicious"] = [{"path": "conftest.py", "line": 3, "reason": "patches pytest", "text": "import _pytest"}]
+    (rollout / "grade.json").write_text(json.dumps(grade))
+    row = {**json.loads((traced_run / "rollouts.jsonl").read_text().splitlines()[0]), "dir": str(rollout)}
+    out = tmp_path / "page.html"
+    out.write_text(page.render(row, "divide() truncates; fix it", "index.html"))
+    html = dom(out.as_uri(), tmp_path)
+    assert html.index('id="flags"') < html.index('class="kv"') < html.index('id="conversation"')
+    assert "<td>conftest.py:3</td><td>patches pytest</td>" in html
+    spans = re.findall(r'<tr class="span"><td class="sname" style="padding-left:([\d.]+)em"[^>]*>([^ <]+) ', html)
+    names = [n for _, n in spans]
+    assert names[0] == "rollout" and {"sandbox", "harness", "convert", "patch", "grade"} <= set(names)
+    depth = {n: float(d) for d, n in spans}
+    assert depth["rollout"] < depth["grade"] < depth["grader"] < depth["grade.tests"]
+    assert names.index("grade") < names.index("grader") < names.index("grade.tests")  # children after parents
+    bars = re.findall(r'class="bar k-(\w+)[^"]*" style="left:([\d.]+)%;width:([\d.]+)%"', html)
+    assert bars[0] == ("orchestration", "0.000", "100.000")  # the rollout spans the axis
+    assert {k for k, _, _ in bars} >= {"sandbox", "tests", "orchestration"}
+    assert all(float(left) + float(width) <= 100.2 for _, left, width in bars)
+    assert re.search(r'sandbox\.local\.exec <span class="muted">bash [^<]*eval\.sh 2&gt;&amp;1 → exit 0</span>', html)
+    report = (traced_run / "report.md").read_text()
+    assert re.search(r"Where the time went \(1 traced rollouts, [\d.]+ s in all\): model calls 0\.0 s \(0%\), "
+                     r"sandbox operations [\d.]+ s", report), report

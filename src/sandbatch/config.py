@@ -131,6 +131,12 @@ class AggregateConfig(_Model):
     exports: list[Literal["gym"]]
 
 
+class TracesConfig(_Model):
+    exporters: list[Literal["file", "otlp_http", "otlp_grpc"]]
+    endpoint: str | None
+    export_timeout: float
+
+
 class Config(_Model):
     run: str
     results_dir: str
@@ -146,6 +152,7 @@ class Config(_Model):
     patch: PatchConfig
     grading: GradingConfig
     aggregate: AggregateConfig
+    traces: TracesConfig
 
     @property
     def run_dir(self) -> Path:

@@ -87,7 +87,17 @@ def compute(rollouts: Iterable[Mapping[str, Any]], threshold: float) -> dict[str
                    "input": sum(r["usage"].get("input_tokens", 0) for r in rows),
                    "output": sum(r["usage"].get("output_tokens", 0) for r in rows)},
         "token_data": token_data(joins),
+        # spans a trace collector did not take in time (traces.exporters); the rollouts ran on
+        "traces_dropped": sum(int(r.get("traces_dropped") or 0) for r in rows),
+        "time_s": time_by_kind(rows),
     }
+
+
+def time_by_kind(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """Where the traced rollouts' time went, summed (seconds; traces.exporters with `file`)."""
+    traced = [r["time_by_kind"] for r in rows if r.get("time_by_kind")]
+    total = {k: round(sum(t.get(k, 0.0) for t in traced), 3) for k in ("model", "sandbox", "tests", "orchestration")}
+    return {"rollouts": len(traced), **total}
 
 
 def token_data(joins: list[Mapping[str, Any]]) -> dict[str, Any]:

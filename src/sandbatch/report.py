@@ -41,6 +41,17 @@ def _token_rows(t: dict[str, Any]) -> list[tuple[str, str]]:
     ]
 
 
+def time_lines(t: dict[str, Any]) -> list[str]:
+    """Where the time went, from the rollouts' traces (none when no trace file was written)."""
+    kinds = {"model": "model calls", "sandbox": "sandbox operations", "tests": "tests",
+             "orchestration": "orchestration (steps, scheduling, conversion)"}
+    total = sum(t.get(k, 0.0) for k in kinds)
+    if not t.get("rollouts") or total <= 0:
+        return []
+    return ["", f"Where the time went ({t['rollouts']} traced rollouts, {total:.1f} s in all): " + ", ".join(
+        f"{label} {t[k]:.1f} s ({100 * t[k] / total:.0f}%)" for k, label in kinds.items()) + "."]
+
+
 def _subtitle(cfg: Config, m: dict[str, Any]) -> str:
     return (f"Benchmark `{cfg.benchmark.kind}` ({m['tasks']} tasks x {cfg.repeats} repeats = {m['rollouts']} "
             f"rollouts), harness `{cfg.harness.name}`, model `{cfg.model.name}`, sandbox `{cfg.sandbox.provider}`.")
@@ -60,6 +71,7 @@ def markdown(cfg: Config, m: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         lines.append("Failure classes: " + ", ".join(f"{k} {v}" for k, v in sorted(m["failure_classes"].items())))
     lines += ["", "| phase | p50 s | p95 s |", "|---|---|---|"]
     lines += [f"| {p} | {v['p50']} | {v['p95']} |" for p, v in m["durations_s"].items()]
+    lines += time_lines(m.get("time_s") or {})
     unresolved = [r for r in rows if not r["resolved"]][:10]
     if unresolved:
         lines += ["", "Unresolved (first 10): " + ", ".join(

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..records import GradeRecord
+from .. import trace
 from . import GradeContext, defences, reports, tamper, verdict, write_log
 from .apply import apply_patch, keep_code_only
 
@@ -182,7 +183,9 @@ async def grade(g: GradeContext) -> GradeRecord:
 
     log: list[str] = []
     snap = await tamper.snapshot(sandbox, sandbox.workdir, g.timeout, g.base_ref)
-    if not await apply_patch(sandbox, g.patch, f"{sandbox.tmpdir}/model.patch", rec, log, g.timeout):
+    with trace.span("grade.apply"):
+        applied = await apply_patch(sandbox, g.patch, f"{sandbox.tmpdir}/model.patch", rec, log, g.timeout)
+    if not applied:
         return rec
     rec.report["patch_successfully_applied"] = True
     if not await keep_code_only(g, rec, log, snap):
@@ -196,7 +199,8 @@ async def grade(g: GradeContext) -> GradeRecord:
         script, runner_report = reports.instrument(script, START_TEST_OUTPUT, END_TEST_OUTPUT, sandbox.tmpdir)
     eval_path = f"{sandbox.tmpdir}/eval.sh"
     await sandbox.upload(eval_path, script.encode("utf-8"), mode=0o755)
-    run = await sandbox.exec(f"bash {shlex.quote(eval_path)} 2>&1", timeout=g.timeout)
+    with trace.span("grade.tests"):
+        run = await sandbox.exec(f"bash {shlex.quote(eval_path)} 2>&1", timeout=g.timeout)
     out = run.stdout + (f"\n{run.stderr}" if run.stderr else "")
     log += ["$ bash eval.sh", out]
     write_log(g.log_path, log)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import json
 import shlex
 import threading
@@ -254,7 +255,8 @@ def _in_thread(fn, *args) -> asyncio.Future:
         with contextlib.suppress(RuntimeError):  # the step already ended (stopped at its timeout)
             loop.call_soon_threadsafe(settle, *outcome)
 
-    threading.Thread(target=work, name="mini-swe-agent", daemon=True).start()
+    # in the step's context (its trace span): the commands it sends back to the loop carry it
+    threading.Thread(target=contextvars.copy_context().run, args=(work,), name="mini-swe-agent", daemon=True).start()
     return done
 
 

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import aiohttp
 from aiohttp import web
 
+from .. import trace
 from ..errors import InfraError, UserError
 from ..usage import MODEL_ENDPOINTS, usage_of
 from ..util import backoff_delay
@@ -324,6 +325,7 @@ class ModelProxy:
         self.refused = 0
         self.tokens = 0  # total tokens reported by the upstream so far
         self.cap_hit: str | None = None  # "max_calls" / "max_tokens" once a call was refused
+        self._trace_parent = trace.capture()  # the harness step's span: parent of each call's span
 
     @classmethod
     def from_config(cls, model: "ModelConfig", calls_path: str | os.PathLike, *,
@@ -449,6 +451,7 @@ class ModelProxy:
         if usage:
             self.tokens += usage.get("total_tokens", 0)
         self._write(record)
+        trace.model_call(record, self._trace_parent)
 
     # --- forwarding -------------------------------------------------------------------------
 

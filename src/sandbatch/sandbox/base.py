@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 from pydantic import BaseModel, Field
 
+from .. import trace
 from ..errors import InfraError
 
 if TYPE_CHECKING:
@@ -91,6 +92,10 @@ class Sandbox(abc.ABC):
     workdir: str  # the repository inside the sandbox (spec.workdir unless the provider maps it)
     tmpdir: str  # scratch space outside the repository: HOME, harness state, uploads
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        trace.instrument(cls, trace.SANDBOX_OPS, "sandbox")  # spans sandbox.<provider>.exec, ...
+
     @abc.abstractmethod
     async def exec(
         self,
@@ -140,13 +145,18 @@ class Provider(abc.ABC):
     # the run's shared create admission (sandbox.admission); None: creates are not paced
     admission: "CreateAdmission | None" = None
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        trace.instrument(cls, trace.PROVIDER_OPS, "provider")  # spans sandbox.<provider>.create, ...
+
     def __init__(self, options: dict[str, Any] | None = None):
         self.options = dict(options or {})
 
     async def admit(self) -> None:
         """Wait for the run's create admission; a provider calls it before each create call."""
         if self.admission is not None:
-            await self.admission.acquire()
+            with trace.span(f"sandbox.{self.name}.admission"):
+                await self.admission.acquire()
 
     @abc.abstractmethod
     async def create(self, spec: SandboxSpec) -> Sandbox:

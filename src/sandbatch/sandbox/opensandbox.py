@@ -74,6 +74,7 @@ from opensandbox.models.execd import ExecutionHandlers, RunCommandOpts  # noqa: 
 from opensandbox.models.sandboxes import NetworkPolicy, SandboxFilter, SandboxImageSpec  # noqa: E402
 from opensandbox.transport import RetryAsyncTransport, RetryPolicy  # noqa: E402
 
+from .. import trace  # noqa: E402
 from ..config import load_schema  # noqa: E402
 from ..errors import UserError  # noqa: E402
 from ..ids import LABEL_MAX, label_value  # noqa: E402
@@ -261,6 +262,7 @@ class OpenSandboxSandbox(Sandbox):
                 not_started = status in (429, 502, 503) or _pre_send(exc)
                 if not_started and attempt < retries:
                     await self._raise_if_gone(exc)
+                    trace.event("retry", attempt=attempt + 1, error=_short_message(exc), status=status)
                     await asyncio.sleep(_retry_delay(attempt, ops["backoff_initial"], ops["backoff_max"]))
                     continue
                 await self._raise_if_gone(exc)
@@ -490,6 +492,7 @@ class OpenSandboxProvider(Provider):
                     await self._delete_strays(nonce, keep=None)
                 delay = _retry_delay(attempt, cfg["backoff_initial"], cfg["backoff_max"], exc)
                 log.warning("create from %s failed (%s); retry in %.1fs", spec.image, _short_message(exc), delay)
+                trace.event("retry", attempt=attempt + 1, error=_short_message(exc), status=status, delay_s=delay)
                 await asyncio.sleep(delay)
         try:
             if maybe_strays:  # an earlier attempt may have come up late

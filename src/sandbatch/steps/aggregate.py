@@ -10,7 +10,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from .. import metrics, plots, report, view
+from .. import metrics, plots, report, trace, view
 from ..config import Config
 from ..errors import InfraError, UserError
 from ..records import (GRADE, HARNESS, PATCH, PATCH_INFO, RESPONSE, SANDBOX, GradeRecord, HarnessRecord,
@@ -45,6 +45,8 @@ def rollout_row(cfg: Config, task: TaskRef, repeat: int) -> dict[str, Any]:
         "usage": resp.get("usage", {}), "durations": durations, "tests_status": gr.tests_status,
         "tampering": gr.tampering, "suspicious": gr.suspicious,
         "token_join": (resp.get("sandbatch") or {}).get("token_join") or {},
+        "traces_dropped": trace.dropped_spans(d),
+        "time_by_kind": trace.time_by_kind(trace.read_spans(d / trace.TRACE_FILE)),  # {} without a trace file
         "started_at": sb.started_at, "finished_at": gr.finished_at, "dir": str(d),
     }
 

@@ -20,6 +20,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Callable
 
+from .. import trace
 from ..config import Config, Timeouts
 from ..errors import InfraError, UserError
 from ..records import now
@@ -191,7 +192,8 @@ def main(step_cls: Callable[[StepContext], Step], argv: list[str] | None = None)
         killpoint.step = step.name
         label = f"{step.name} {ctx.task_id}/{ctx.repeat} (attempt {ctx.attempt}/{ctx.max_attempts})"
         try:
-            asyncio.run(run_step(step))
+            with trace.step(ctx, step.name):
+                asyncio.run(run_step(step))
             return 0
         except UserError as exc:
             print(f"sandbatch: error: {exc}", file=sys.stderr)

@@ -73,6 +73,9 @@ def preload_modules(cfg) -> list[str]:
     modules += harness.host_modules(harness.merge_config(cfg.harness.config))
     if cfg.model.proxy.enabled:
         modules.append("sandbatch.proxy")  # with aiohttp: ~0.25 CPU-s each harness step would pay
+    if cfg.traces.exporters:  # the SDK and its exporters (imports only; no thread starts)
+        modules += ["sandbatch.trace.otel", *(f"opentelemetry.exporter.otlp.proto.{e[5:]}.trace_exporter"
+                                              for e in cfg.traces.exporters if e != "file")]
     loader = BENCHMARKS[cfg.benchmark.kind]
     modules.append(loader)
     family = getattr(importlib.import_module(loader), "FAMILY", None)

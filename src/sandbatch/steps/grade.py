@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
+from .. import trace
 from ..errors import InfraError
 from ..grading import GradeContext, grade_task, grader_for
 from ..records import GRADE, PATCH, PATCH_INFO, SANDBOX, GradeRecord, PatchRecord, SandboxRecord, load
@@ -60,7 +61,7 @@ class GradeStep(Step):
             sandbox, base_ref = await create_prepared(ctx, build_spec(ctx, "grade"), self.phases, step=self.name)
         timeout = ctx.scaled(ctx.timeouts.grade)
         try:
-            with timed(self.phases, "tests"):  # apply the patch, run the tests, parse
+            with timed(self.phases, "tests"), trace.span("grader", **{"sandbatch.grader": grader_for(ctx.task).target}):
                 rec = await asyncio.wait_for(
                     grade_task(GradeContext(cfg=ctx.cfg, sandbox=sandbox, task=ctx.task, patch=patch,
                                             base_ref=base_ref, timeout=timeout, log_path=str(ctx.path("grade.log")),
@@ -77,6 +78,8 @@ class GradeStep(Step):
             self.delete_later(sandbox)
         killpoint.reached("graded")
         rec.patch_empty = not patch.strip()
+        trace.event("verdict", resolved=rec.resolved, reward=rec.reward, status=rec.status,
+                    failure_class=rec.failure_class, tampering=bool(rec.tampering), suspicious=bool(rec.suspicious))
         self._save(rec, key)
 
     def _save(self, rec: GradeRecord, key: dict | None = None) -> None:

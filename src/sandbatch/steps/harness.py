@@ -9,6 +9,7 @@ import shlex
 import sys
 import time
 
+from .. import trace
 from ..errors import InfraError
 from ..harness import Harness, Outcome, RunContext, get_harness
 from ..records import EVENTS, HARNESS, MODEL_CALLS, SANDBOX, HarnessRecord, SandboxRecord, agent_handle, load
@@ -174,7 +175,8 @@ class HarnessStep(Step):
 
         ticker = asyncio.ensure_future(beat())
         try:
-            yield
+            with trace.span(f"harness.{phase}", **{"sandbatch.harness": self.harness.name}):
+                yield
         finally:
             ticker.cancel()
         self._log(f"{phase} done in {time.monotonic() - t0:.1f} s")

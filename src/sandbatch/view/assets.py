@@ -21,6 +21,13 @@ pre{background:#f7f7f7;padding:.5em;overflow-x:auto;white-space:pre-wrap;word-br
 .exit{font-family:monospace;text-transform:none;padding:0 .4em;border-radius:3px;margin-left:.4em}
 .exit.ok{background:#e6ffec;color:#1a7f37} .exit.fail{background:#ffebe9;color:#cf222e}
 .fold summary{cursor:pointer;color:#0645ad;font-size:.9em} .fold:has(>details[open])>pre.head{display:none}
+#flags{border:2px solid #cf222e;padding:.2em .8em;margin:.6em 0;background:#fff8f7}
+#waterfall{width:100%;table-layout:fixed;font-size:.85em} #waterfall td{padding:.05em .4em;border-color:#eee}
+#waterfall .sname{width:40%;white-space:nowrap;overflow:hidden;text-overflow:ellipsis} #waterfall .dur{width:5em}
+#waterfall td.track{position:relative} .bar{position:absolute;top:.2em;bottom:.2em;min-width:1px}
+.bar-key{display:inline-block;width:1em;height:.8em;margin:0 .2em 0 .6em}
+.k-model{background:#8250df} .k-sandbox{background:#2da44e} .k-tests{background:#bf8700} .k-orchestration{background:#8c959f}
+.bar.failed{outline:2px solid #cf222e}
 """
 
 # The index: rows are inline (one short array per rollout); the table renders

@@ -13,9 +13,11 @@ from typing import Any, Iterable, Mapping
 
 from ..records import GRADE, MODEL_CALLS, PATCH, RESPONSE
 from ..responses import item_text
+from ..trace import TRACE_FILE, read_spans
 from ..usage import iter_calls
 from ..util import read_json
 from .assets import CSS
+from .waterfall import waterfall_html
 
 FOLD_CHARS = 2000  # a text longer than this (or than FOLD_LINES lines) shows its head and a "show all"
 FOLD_LINES = 40
@@ -72,11 +74,19 @@ def _output_html(output: str, role: str) -> str:
     return f'<div class="turn tool-output"><div class="role">{escape(role)}{badge}</div>{_pre(text, "output")}</div>'
 
 
-def _pretty_args(arguments: str) -> str:
+def args_text(arguments: str) -> str:
+    """A tool call's arguments as text: a string argument as its lines (a bash command reads
+    as the script it is), `name: value` per argument when there are several, JSON for the rest."""
     try:
-        return json.dumps(json.loads(arguments), indent=2, ensure_ascii=False)
+        value = json.loads(arguments)
     except (TypeError, ValueError):
         return arguments
+    if not isinstance(value, dict) or not value:
+        return json.dumps(value, indent=2, ensure_ascii=False)
+    text = {k: v if isinstance(v, str) else json.dumps(v, indent=2, ensure_ascii=False) for k, v in value.items()}
+    if len(text) == 1:
+        return next(iter(text.values()))
+    return "\n".join(f"{k}:\n{v}" if "\n" in v else f"{k}: {v}" for k, v in text.items())
 
 
 def conversation(prompt: str | None, items: Iterable[Mapping[str, Any]]) -> str:
@@ -100,7 +110,7 @@ def conversation(prompt: str | None, items: Iterable[Mapping[str, Any]]) -> str:
             result = outputs.get(call_id)
             html = (f'<div class="turn tool-call"><div class="role">tool call <span class="fname">{escape(it.get("name", ""))}'
                     f'</span> <span class="muted">{escape(call_id or "")}</span></div>'
-                    f'{_pre(_pretty_args(it.get("arguments", "")), "arguments")}')
+                    f'{_pre(args_text(it.get("arguments", "")), "arguments")}')
             if result is not None:
                 paired.add(call_id)
                 html += _output_html(result.get("output", ""), "output")
@@ -147,6 +157,15 @@ def grade_html(grade: Mapping[str, Any], log_tail: str | None) -> str:
                             f'<td class="{escape(str(status))}">{escape(str(status))}</td></tr>')
     if rows:
         parts.append(f'<table id="tests"><tr><th>group</th><th>test</th><th>status</th></tr>{"".join(rows)}</table>')
+    if log_tail:
+        parts.append(f"<h3>Grader log (last {LOG_TAIL_LINES} lines)</h3>{_pre(log_tail, 'grader log')}")
+    return "\n".join(parts)
+
+
+def flags_html(grade: Mapping[str, Any]) -> str:
+    """What grading found the patch doing to the tests (tampering) or the test runner
+    (suspicious code): shown first on the page, before anything else is read."""
+    parts = []
     tampering = grade.get("tampering") or []
     if tampering:
         body = "".join(f"<tr><td>{escape(str(t.get('path')))}</td><td>{escape(str(t.get('kind')))}</td>"
@@ -159,9 +178,7 @@ def grade_html(grade: Mapping[str, Any], log_tail: str | None) -> str:
                        for s in suspicious)
         parts.append(f'<h3>Suspicious code (reaches into the test runner)</h3><table id="suspicious">'
                      f'<tr><th>line</th><th>why</th><th>code</th></tr>{body}</table>')
-    if log_tail:
-        parts.append(f"<h3>Grader log (last {LOG_TAIL_LINES} lines)</h3>{_pre(log_tail, 'grader log')}")
-    return "\n".join(parts)
+    return f'<div id="flags">{"".join(parts)}</div>' if parts else ""
 
 
 def _log_tail(path: Path) -> str | None:
@@ -224,12 +241,14 @@ def render(row: Mapping[str, Any], prompt: str | None, index_href: str) -> str:
 <html><head><meta charset="utf-8"><title>{escape(title)}</title><style>{CSS}</style></head>
 <body><p><a href="{escape(index_href)}">&larr; all rollouts</a></p>
 <h1>{escape(title)} <span class="status-{escape(row['status'])}">{escape(row['status'])}</span></h1>
+{flags_html(grade)}
 {summary}
 <h2>Conversation</h2>{notes}
 <div id="conversation">{conversation(prompt, resp.get("output") or [])}</div>
 <h2>Patch <span class="muted">{size(len(patch.encode()))}</span></h2>{diff_html(patch)}
 <h2>Grade</h2>{grade_html(grade, _log_tail(d / "grade.log"))}
 <h2>Timings</h2><table id="timings"><tr><th>phase</th><th>seconds</th></tr>{timings}</table>
+<h2>Trace</h2>{waterfall_html(read_spans(d / TRACE_FILE))}
 <h2>Model calls and tokens</h2>{tokens}{calls_html(d / MODEL_CALLS)}
 </body></html>
 """
