@@ -82,6 +82,41 @@ class SandboxGone(SandboxError):
         super().__init__(message, "sandbox_gone")
 
 
+# POSIX sh builtins and /proc only (the sandbox's own tools are not to be trusted): three rounds of
+# SIGSTOP then SIGKILL to every pid but this shell and its ancestors (the provider's agent), pid 1
+# and the entrypoint under it (the first-started child at each level: an init's child, its child)
+STOP_PROCESSES = r"""
+keep=" 1 $$ "; p=$$
+while [ "$p" -gt 1 ] && read -r line < /proc/$p/stat; do
+  set -- ${line##*) }; p=$2; keep="$keep$p "
+done
+c=1
+for level in 1 2 3; do
+  first=
+  for d in /proc/[0-9]*; do
+    read -r line < $d/stat 2>/dev/null || continue
+    set -- ${line##*) }
+    if [ "$2" = "$c" ] && { [ -z "$first" ] || [ "${d#/proc/}" -lt "$first" ]; }; then first=${d#/proc/}; fi
+  done
+  [ -z "$first" ] && break
+  case "$keep" in *" $first "*) break ;; esac
+  keep="$keep$first "; c=$first
+done
+n=0
+for round in 1 2 3; do
+  hit=
+  for d in /proc/[0-9]*; do
+    pid=${d#/proc/}
+    case "$keep" in *" $pid "*) continue ;; esac
+    kill -STOP "$pid" 2>/dev/null && hit="$hit $pid"
+  done
+  for pid in $hit; do kill -KILL "$pid" 2>/dev/null && n=$((n + 1)); done
+  [ -z "$hit" ] && break
+done
+echo "$n"
+"""
+
+
 class Sandbox(abc.ABC):
     """A live sandbox. Paths are absolute paths inside the sandbox."""
 
@@ -125,6 +160,13 @@ class Sandbox(abc.ABC):
         state = await self.status()
         if state in ("gone", "stopped"):
             raise SandboxGone(f"sandbox {self.id} is {state} after {during}; its results are discarded")
+
+    async def stop_processes(self, shell: str = "") -> int:
+        """Kill every process of the sandbox but its init and the command doing it (and what runs that
+        command: the provider's own agent), frozen first so none forks away: how many were killed.
+        shell: a POSIX shell to run it with (default: `bash -c`, the sandbox's own)."""
+        res = await self.exec([shell, "-c", STOP_PROCESSES] if shell else STOP_PROCESSES, timeout=60)
+        return int(res.stdout.split()[-1]) if res.ok and res.stdout.split() else 0
 
     def map_path(self, path: str) -> str:
         """Where an absolute path of the task's image (/logs/verifier, /tests, the image's
