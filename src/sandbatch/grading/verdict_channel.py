@@ -11,11 +11,16 @@ import os
 import sys
 
 _write, _sha256, _getpid = os.write, hashlib.sha256, os.getpid
-_isinstance, _sorted = isinstance, sorted
+_isinstance, _sorted, _getattr = isinstance, sorted, getattr
+
+
+_ESCAPES = dict((o, "\\u%04x" % o) for o in list(range(32)) + [34, 92, 127])
 
 
 def _str(s):
     """A JSON string, by str methods alone (the json module's helpers are module globals anyone can replace)."""
+    if _getattr(s, "isascii", None) is not None and s.isascii():
+        return '"' + s.translate(_ESCAPES) + '"'
     out = []
     for ch in s:
         o = ord(ch)
