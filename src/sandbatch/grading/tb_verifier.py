@@ -3,8 +3,9 @@ never saw, and writes its reward where only it is told to (docs/benchmarks.md, "
 in the agent's sandbox").
 
 - every process the agent left is frozen and killed before the verifier starts
-  (Sandbox.stop_processes: a container's processes but its init and the provider's own
-  agent; on the local provider the processes whose HOME is the sandbox's);
+  (Sandbox.stop_processes: a container's processes but pid 1, the image's entrypoint with
+  what it started, and the provider's own agent; on the local provider the processes whose
+  HOME is the sandbox's);
 - the shell is a static bash (Debian's bash-static) and the core tools a static busybox's
   applets (busybox-static), uploaded at grading time into a random directory that comes
   first on PATH: no dynamic loader, so neither LD_PRELOAD nor /etc/ld.so.preload reaches
@@ -64,7 +65,8 @@ async def prepare(sandbox: "Sandbox", logs_root: str) -> Isolation:
     else:
         iso.notes.append("no static bash on this host (apt-get install bash-static): the image's shell runs")
     killed = await sandbox.stop_processes(iso.shell)
-    iso.notes.append(f"stopped {killed} processes left in the sandbox")
+    iso.notes.append(f"stopped {killed} processes left in the sandbox" if killed >= 0 else
+                     "this provider cannot stop the processes left in the sandbox")
     if busybox is not None:
         await sandbox.upload(f"{iso.dir}/bin/busybox", busybox, mode=0o755)
         links = " && ".join(f"ln -s busybox {t}" for t in CORE_TOOLS)

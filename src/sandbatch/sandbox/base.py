@@ -83,25 +83,33 @@ class SandboxGone(SandboxError):
 
 
 # POSIX sh builtins and /proc only (the sandbox's own tools are not to be trusted): three rounds of
-# SIGSTOP then SIGKILL to every pid but this shell and its ancestors (the provider's agent), pid 1
-# and the entrypoint under it (the first-started child at each level: an init's child, its child)
+# SIGSTOP then SIGKILL to every pid but this shell and its ancestors (the provider's agent), pid 1, and
+# the image's entrypoint with what it started: the first-started child of pid 1 that is no ancestor
+# (an agent's orphans are reparented to pid 1 later) and its descendants
 STOP_PROCESSES = r"""
 keep=" 1 $$ "; p=$$
 while [ "$p" -gt 1 ] && read -r line < /proc/$p/stat; do
   set -- ${line##*) }; p=$2; keep="$keep$p "
 done
-c=1
-for level in 1 2 3; do
-  first=
+first=; at=
+for d in /proc/[0-9]*; do
+  pid=${d#/proc/}
+  read -r line < $d/stat 2>/dev/null || continue
+  set -- ${line##*) }
+  [ "$2" = 1 ] || continue
+  case "$keep" in *" $pid "*) continue ;; esac
+  if [ -z "$at" ] || [ "${20}" -lt "$at" ]; then first=$pid; at=${20}; fi
+done
+image=" $first "
+for level in 1 2 3 4 5; do
   for d in /proc/[0-9]*; do
+    pid=${d#/proc/}
     read -r line < $d/stat 2>/dev/null || continue
     set -- ${line##*) }
-    if [ "$2" = "$c" ] && { [ -z "$first" ] || [ "${d#/proc/}" -lt "$first" ]; }; then first=${d#/proc/}; fi
+    case "$image" in *" $2 "*) case "$image" in *" $pid "*) ;; *) image="$image$pid " ;; esac ;; esac
   done
-  [ -z "$first" ] && break
-  case "$keep" in *" $first "*) break ;; esac
-  keep="$keep$first "; c=$first
 done
+keep="$keep$image"
 n=0
 for round in 1 2 3; do
   hit=
@@ -162,8 +170,9 @@ class Sandbox(abc.ABC):
             raise SandboxGone(f"sandbox {self.id} is {state} after {during}; its results are discarded")
 
     async def stop_processes(self, shell: str = "") -> int:
-        """Kill every process of the sandbox but its init and the command doing it (and what runs that
-        command: the provider's own agent), frozen first so none forks away: how many were killed.
+        """Kill every process of the sandbox but those its image started with and the command doing it
+        (and what runs that command: the provider's own agent), frozen first so none forks away: how
+        many were killed.
         shell: a POSIX shell to run it with (default: `bash -c`, the sandbox's own)."""
         res = await self.exec([shell, "-c", STOP_PROCESSES] if shell else STOP_PROCESSES, timeout=60)
         return int(res.stdout.split()[-1]) if res.ok and res.stdout.split() else 0
