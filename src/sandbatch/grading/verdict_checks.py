@@ -31,7 +31,17 @@ import os
 import sys
 import warnings
 
-_realpath, _isinstance, _getattr, _type, _id = os.path.realpath, isinstance, getattr, type, id
+_isinstance, _getattr, _type, _id = isinstance, getattr, type, id
+_real, _resolved = os.path.realpath, {}
+
+
+def _realpath(path):
+    """os.path.realpath, once per path (it stats every component; a run asks for the same few)."""
+    try:
+        return _resolved[path]
+    except KeyError:
+        out = _resolved[path] = _real(path)
+        return out
 _OPTIMIZED = 0x1  # CO_OPTIMIZED: a function's code (a class body's is not)
 # value types a probe makes fresh instances of when the operand's type derives from one
 _VALUE_TYPES = {"builtins.int", "builtins.float", "builtins.complex", "builtins.str", "decimal.Decimal",
