@@ -1,6 +1,7 @@
 """Grading time the tampering defences add per rollout, on the bundled smoke tasks.
 
     python benchmarks/grading_defences.py [--repeats 5] [--keep DIR]
+    python benchmarks/grading_defences.py --suite DIR [--repeats 3] [-- PYTEST_ARGS...]
 
 Grades each smoke task's gold patch with the real grade step on the local provider, with
 the defences on (grading.tampering: neutralise: path neutralisation, the verdict channel,
@@ -12,6 +13,12 @@ either way), and the CPU time of the whole grade, this process and the commands 
 (on a shared machine wall-clock swings by more than the difference; CPU time does not).
 Prints, per task and over all, the medians, and the added time as a share of the grade
 without defences (target: under 5 %); checks that every grade resolved.
+
+With --suite: a real test suite checked out in DIR, run by the real pytest with and without
+the verdict channel's plugin loaded as the grader loads it (its keys, conf.json with DIR as
+the workdir, the assertion-pass hook), alternating; prints the CPU time of the test command
+(the pytest process) per mode and the share the channel and its checks add, and checks that
+every run's verdict is intact and reports nothing (no test replaced, no vacuous assertion).
 """
 
 from __future__ import annotations
@@ -60,11 +67,68 @@ def grade_once(cfg_path: Path, task_id: str, patch: str, repeat: int) -> tuple[G
     return load(GradeRecord, ctx.path(GRADE)), cpu() - start
 
 
+def suite(directory: Path, pytest_args: list[str], repeats: int) -> int:
+    import os
+    import subprocess
+
+    from sandbatch.grading import verdict
+
+    def run(on: bool) -> tuple[float, verdict.Verdict | None]:
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTEST_ADDOPTS")}
+        channel = None
+        if on:
+            channel = verdict.Channel.new(tempfile.mkdtemp(prefix="suite-channel-"))
+            Path(channel.dir).mkdir(parents=True)
+            for name, data in channel.files(str(directory)).items():
+                Path(channel.dir, name).write_bytes(data)
+            for n, key in enumerate(channel.keys):
+                Path(channel.dir, f"key.{n}").write_bytes(key)
+            env.update(PYTHONPATH=channel.dir, PYTEST_ADDOPTS=f"-p {channel.module} {verdict.PASS_HOOK}")
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args], cwd=directory,
+                       env=env, capture_output=True)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        took = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+        if channel is None:
+            return took, None
+        files = {n: Path(channel.dir, f"verdict.{n}.jsonl").read_bytes() for n in range(verdict.KEYS)
+                 if Path(channel.dir, f"verdict.{n}.jsonl").exists()}
+        unclaimed = {n for n in range(verdict.KEYS) if Path(channel.dir, f"key.{n}").exists()}
+        return took, verdict.merge(files, channel.keys, unclaimed)
+
+    times: dict[bool, list[float]] = {True: [], False: []}
+    bad = []
+    run(True)  # warm-up: the first run compiles the suite's bytecode
+    for i in range(repeats):
+        for on in (True, False) if i % 2 == 0 else (False, True):
+            took, v = run(on)
+            times[on].append(took)
+            if v is not None and (v.state != "ok" or v.findings or v.asserts or v.changed):
+                bad.append((v.state, v.findings[:3], v.asserts, v.changed))
+            if v is not None and i == 0:
+                print(f"verdict: {v.state}, {len(v.outcomes)} tests, findings {len(v.findings)}")
+    off, on = statistics.median(times[False]), statistics.median(times[True])
+    print(f"test command CPU, median of {repeats}: without the channel {off:.2f} s, with it {on:.2f} s: "
+          f"{(on - off) / off:+.1%} (target < {TARGET:.0%})")
+    return failed(bad, "runs with a verdict that is not clean")
+
+
+def failed(bad: list, what: str) -> int:
+    if bad:
+        print(f"{len(bad)} {what}: {bad[:3]}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--keep", type=Path, help="grade under this directory and keep it (default: a temporary one)")
+    ap.add_argument("--suite", type=Path, help="a test suite's checkout: time the channel on it (see above)")
+    ap.add_argument("pytest_args", nargs="*", help="with --suite: pytest's arguments (after --)")
     args = ap.parse_args()
+    if args.suite:
+        return suite(args.suite.resolve(), args.pytest_args, args.repeats)
     work = args.keep or Path(tempfile.mkdtemp(prefix="grading-defences-"))
     work.mkdir(parents=True, exist_ok=True)
     cfgs = {mode: settings(work, mode) for mode in ("neutralise", "log_only")}
@@ -99,10 +163,7 @@ def main() -> int:
     share_wall, share_cpu = line("all", *pooled)
     print(f"added by the defences: {share_wall:+.1%} wall-clock, {share_cpu:+.1%} CPU "
           f"(target < {TARGET:.0%}: {'met' if share_cpu < TARGET else 'NOT met'} in CPU time)")
-    if bad:
-        print(f"{len(bad)} gold grades did not resolve cleanly: {bad[:3]}", file=sys.stderr)
-        return 1
-    return 0
+    return failed(bad, "gold grades did not resolve cleanly")
 
 
 if __name__ == "__main__":

@@ -8,3 +8,10 @@ PY=${PYTHON:-$(command -v python3.11 || command -v python3)}
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 extras=${1:+[$1]}
 .venv/bin/python -m pip install -q -e ".${extras}"
+# the Terminal-Bench grader brings a static shell and core tools into the agent's sandbox
+# (grading/tb_verifier.py): Debian's bash-static and busybox-static, where apt can install them
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    # shellcheck source=lib/apt.sh
+    . scripts/lib/apt.sh
+    apt_install bash-static busybox-static >/dev/null || echo "setup: apt-get install bash-static busybox-static failed" >&2
+fi

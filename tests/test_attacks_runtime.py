@@ -474,10 +474,11 @@ def run_with_channel(tmp_path, runs: int = 1):
     (work / "test_suite.py").write_text(SUITE)
     channel = verdict.Channel.new(str(tmp))
     Path(channel.dir).mkdir(parents=True)
-    Path(channel.dir, f"{channel.module}.py").write_bytes(verdict.PLUGIN_SOURCE.read_bytes())
+    for name, data in channel.files(str(work)).items():
+        Path(channel.dir, name).write_bytes(data)
     for n, key in enumerate(channel.keys):
         Path(channel.dir, f"key.{n}").write_bytes(key)
-    env = {**os.environ, "PYTHONPATH": channel.dir, "PYTEST_ADDOPTS": f"-p {channel.module}"}
+    env = {**os.environ, "PYTHONPATH": channel.dir, "PYTEST_ADDOPTS": f"-p {channel.module} {verdict.PASS_HOOK}"}
     for _ in range(runs):
         proc = subprocess.run([sys.executable, "-m", "pytest", "-rA", "-p", "no:cacheprovider", "test_suite.py"],
                               cwd=work, env=env, capture_output=True, text=True)

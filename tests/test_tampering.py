@@ -180,7 +180,7 @@ def test_bundled_gold_patches_never_trip_it(tmp_path):
     for kind, path in (("smoke", SMOKE), ("smoke", FIX / "tamper" / "tasks.jsonl"),
                        ("swebench", FIX / "swebench_verified.jsonl"),
                        ("swebench_multilingual", FIX / "swebench_multilingual.jsonl"),
-                       ("swebench_pro", FIX / "swe_pro" / "tasks.jsonl")):
+                       ("swebench_pro", FIX / "swe_pro" / "tasks.jsonl"), ("smoke", FIX / "django" / "tasks.jsonl")):
         bench = config.load([], {"benchmark": {"kind": kind, "tasks": str(path)}},
                             default=REPO_ROOT / "config" / "default.yaml").benchmark
         rows += [(kind, path, t) for t in load_tasks(bench)]

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from ..records import GradeRecord
 from .. import trace
-from . import GradeContext, defences, reports, tamper, verdict, write_log
+from . import GradeContext, defences, reports, tamper, unittest_verdict, verdict, write_log
 from .apply import apply_patch, keep_code_only
 
 EXIT_VAR = "SANDBATCH_TEST_EXIT_CODE"
@@ -191,7 +191,9 @@ async def grade(g: GradeContext) -> GradeRecord:
     if not await keep_code_only(g, rec, log, snap):
         return rec
 
-    channel = verdict.Channel.new(sandbox.tmpdir) if g.cfg.grading.tampering != "log_only" else None
+    kind = unittest_verdict.for_parser(p.parser.__name__)  # pytest's channel, or unittest's
+    channel = kind.new(sandbox.tmpdir, tamper.touched_paths(task.test_patch or "")) \
+        if g.cfg.grading.tampering != "log_only" else None
     script, runner_report = p.script, None  # runner_report: a runner's own report beside the log (Jest)
     if channel is not None:
         await channel.install(sandbox)
@@ -215,10 +217,13 @@ async def grade(g: GradeContext) -> GradeRecord:
         return rec
     status, found = parse_log(out, p)
     rec.test_results = dict(status)
+    lines = unittest_verdict.as_log if kind is unittest_verdict.UnittestChannel else (
+        lambda seen: "\n".join(f"{s} {t}" for t, s in seen.items()))
     checked = await defences.settle(
         channel, sandbox, test_output(out), status, rec.test_exit_code,
-        {*p.test_spec.FAIL_TO_PASS, *p.test_spec.PASS_TO_PASS}, p.parser.__name__ in PYTEST_PARSERS,
-        lambda seen: p.parser("\n".join(f"{s} {t}" for t, s in seen.items()), p.test_spec) if seen else {})
+        {*p.test_spec.FAIL_TO_PASS, *p.test_spec.PASS_TO_PASS},
+        p.parser.__name__ in PYTEST_PARSERS or kind is unittest_verdict.UnittestChannel,
+        lambda seen: p.parser(lines(seen), p.test_spec) if seen else {})
     status = await reports.reconcile(sandbox, runner_report, status, rec, log)
     write_log(g.log_path, log)
     rec.tests_ran = found and bool(status)

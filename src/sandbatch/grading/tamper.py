@@ -431,11 +431,14 @@ _CLEAN_PATH = (
 )
 
 
-def verifier_command(script: str, workdir: str, in_agent_sandbox: bool) -> str:
+def verifier_command(script: str, workdir: str, in_agent_sandbox: bool, shell: str = "", tools: str = "") -> str:
+    """shell: a bash to run the script with (default the image's); tools: a directory put first on PATH."""
     wd = shlex.quote(workdir.rstrip("/")) if in_agent_sandbox else "''"
     q = shlex.quote(script)
-    return (f"SANDBATCH_WD={wd}; {_CLEAN_PATH} "
-            f"if [ -x /bin/bash ]; then exec /bin/bash {q}; else exec bash {q}; fi")
+    first = f"PATH={shlex.quote(tools)}:$PATH; export PATH; " if tools else ""
+    run = (f"exec {shlex.quote(shell)} --noprofile --norc {q}" if shell else
+           f"if [ -x /bin/bash ]; then exec /bin/bash {q}; else exec bash {q}; fi")
+    return f"SANDBATCH_WD={wd}; {_CLEAN_PATH} {first}{run}"
 
 
 def task_test_files(task) -> frozenset[str]:

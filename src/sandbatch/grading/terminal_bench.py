@@ -25,14 +25,15 @@ from pathlib import Path
 from ..errors import InfraError
 from ..records import GradeRecord
 from ..sandbox import Sandbox
-from . import GradeContext, tamper, write_log
+from . import GradeContext, tamper, tb_verifier, write_log
 from .apply import apply_patch, keep_code_only
 
 TESTS, LOGS = "/tests", "/logs/verifier"
 
 
-def _rewriter(sandbox: Sandbox, roots: list[str]):
+def _rewriter(sandbox: Sandbox, roots: list[str], moved: dict[str, str] | None = None):
     pairs = [(r, sandbox.map_path(r)) for r in roots]
+    pairs = sorted([(r, sandbox.map_path(m)) for r, m in (moved or {}).items()] + pairs, key=lambda p: -len(p[0]))
     pairs = [(r, m) for r, m in pairs if m != r]
     if not pairs:
         return lambda text: text
@@ -41,9 +42,10 @@ def _rewriter(sandbox: Sandbox, roots: list[str]):
     return lambda text: rx.sub(lambda m: table[m.group(0)], text)
 
 
-async def upload_dir(sandbox: Sandbox, src: Path, dest: str, workdir: str) -> int:
-    """Upload a task directory (tests/, solution/) to `dest` in the sandbox, keeping modes."""
-    rewrite = _rewriter(sandbox, ["/logs", TESTS, "/solution", workdir])
+async def upload_dir(sandbox: Sandbox, src: Path, dest: str, workdir: str, moved: dict[str, str] | None = None) -> int:
+    """Upload a task directory (tests/, solution/) to `dest` in the sandbox, keeping modes; `moved`:
+    absolute paths its scripts name that are rewritten to other places."""
+    rewrite = _rewriter(sandbox, ["/logs", TESTS, "/solution", workdir], moved)
     target = sandbox.map_path(dest)
     n = 0
     for f in sorted(p for p in src.rglob("*") if p.is_file()):
@@ -101,16 +103,26 @@ async def grade(g: GradeContext) -> GradeRecord:
         if not await apply_patch(sandbox, g.patch, f"{sandbox.tmpdir}/agent.patch", rec, log, g.timeout, cwd=wd,
                                  label="$ replay the agent's workdir changes"):
             return rec
+    iso = None
+    if g.in_agent_sandbox and g.cfg.grading.tampering != "log_only":  # the agent's processes, shell, reward path
+        iso = await tb_verifier.prepare(sandbox, "/logs")
+        log += [f"$ isolate the verifier: {'; '.join(iso.notes)}"]
     if not await keep_code_only(g, rec, log, snap, tools_only=True):
         return rec
+    rec.tampering = (iso.tampering if iso else []) + rec.tampering
     tests, logs = sandbox.map_path(TESTS), sandbox.map_path(LOGS)
     # whatever the agent left there (a reward file, tests of its own) goes first
     clean = await sandbox.exec(f"rm -rf {shlex.quote(tests)} {shlex.quote(logs)} && mkdir -p {shlex.quote(logs)}",
                                timeout=120)
     if not clean.ok:
         raise InfraError(f"cannot reset {LOGS} and {TESTS}: {clean.stderr.strip()[-200:]}", "sandbox_exec")
-    n = await upload_dir(sandbox, Path(task.task_dir or "") / "tests", TESTS, task.workdir)
-    verifier = tamper.verifier_command(tests + "/test.sh", wd, g.in_agent_sandbox)
+    if iso is not None:
+        logs = sandbox.map_path(iso.logs)
+        await sandbox.exec(f"mkdir -p {shlex.quote(logs)}", timeout=60)
+    n = await upload_dir(sandbox, Path(task.task_dir or "") / "tests", TESTS, task.workdir,
+                         {LOGS: iso.logs} if iso else None)
+    verifier = tb_verifier.command(iso, tests + "/test.sh", wd) if iso else tamper.verifier_command(
+        tests + "/test.sh", wd, g.in_agent_sandbox)
     run = await sandbox.exec(verifier, timeout=g.timeout, cwd=wd)
     rec.test_exit_code = None if run.timed_out else run.exit_code
     log += [f"$ bash {TESTS}/test.sh ({n} test files): exit {run.exit_code}"

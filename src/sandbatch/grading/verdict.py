@@ -31,11 +31,16 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Callable
 
 from ..errors import InfraError
+from . import integrity
 
 if TYPE_CHECKING:
     from ..sandbox import Sandbox
 
 PLUGIN_SOURCE = Path(__file__).with_name("verdict_plugin.py")
+# uploaded beside every runner plugin as _sbv_<name>.py, loaded by it from its file
+SIBLINGS = {"channel": Path(__file__).with_name("verdict_channel.py"),
+            "checks": Path(__file__).with_name("verdict_checks.py")}
+PASS_HOOK = "-o enable_assertion_pass_hook=true"  # passing asserts reach the plugin's probe (verdict_checks)
 KEYS = 8  # pytest processes a test command may start that each get a verdict of their own
 _FILE_RE = re.compile(r"^== verdict\.(\d+)\.jsonl$")
 _KEY_RE = re.compile(r"^== key\.(\d+)$")
@@ -60,6 +65,8 @@ class Verdict:
     added: list[str] = field(default_factory=list)
     rootdirs: list[str] = field(default_factory=list)
     detail: str = ""
+    findings: list[dict] = field(default_factory=list)  # {t, w: repl | vac, x}: verdict_checks' records
+    asserts: list[str] = field(default_factory=list)  # assertion machinery replaced during the run
 
 
 def _mac(key: bytes, prev: str, body: str) -> str:
@@ -88,7 +95,10 @@ def parse(data: bytes | None, key: bytes) -> Verdict:
             v.state, v.detail = "ok", ""
             v.changed, v.added = list(rec.get("changed") or []), list(rec.get("added") or [])
             v.rootdirs = [str(rec["rootdir"])] if rec.get("rootdir") else []
+            v.asserts = [str(a) for a in rec.get("asserts") or []]
             break
+        elif rec.get("w") in integrity.KINDS:
+            v.findings.append(rec)
         elif "t" in rec:
             test, kind = str(rec["t"]), str(rec.get("k"))
             if rec.get("xf"):
@@ -125,6 +135,8 @@ def merge(files: dict[int, bytes], keys: list[bytes], unclaimed: set[int] | None
         out.changed += [c for c in p.changed if c not in out.changed]
         out.added += p.added
         out.rootdirs += p.rootdirs
+        out.findings += p.findings
+        out.asserts += [a for a in p.asserts if a not in out.asserts]
     return out
 
 
@@ -133,14 +145,26 @@ class Channel:
     dir: str
     module: str
     keys: list[bytes]
+    test_files: list[str] = field(default_factory=list)  # the task's test files: their sha256 before the run
 
     @classmethod
-    def new(cls, tmpdir: str) -> "Channel":
+    def new(cls, tmpdir: str, test_files: list[str] | None = None) -> "Channel":
         return cls(dir=f"{tmpdir.rstrip('/')}/.v{secrets.token_hex(12)}", module=f"sbv_{secrets.token_hex(8)}",
-                   keys=[secrets.token_hex(32).encode() for _ in range(KEYS)])
+                   keys=[secrets.token_hex(32).encode() for _ in range(KEYS)], test_files=list(test_files or []))
+
+    def plugin(self) -> tuple[str, bytes]:
+        """(file name, source) of the runner plugin in the channel's directory."""
+        return f"{self.module}.py", PLUGIN_SOURCE.read_bytes()
+
+    def files(self, workdir: str) -> dict[str, bytes]:
+        """What goes into the channel's directory beside the keys: the plugin, its siblings, conf.json."""
+        name, source = self.plugin()
+        return {name: source, **{f"_sbv_{sib}.py": path.read_bytes() for sib, path in SIBLINGS.items()},
+                "conf.json": integrity.conf(workdir)}
 
     async def install(self, sandbox: "Sandbox") -> None:
-        await sandbox.upload(f"{self.dir}/{self.module}.py", PLUGIN_SOURCE.read_bytes())
+        for name, data in self.files(sandbox.workdir).items():
+            await sandbox.upload(f"{self.dir}/{name}", data)
         d = shlex.quote(self.dir)
         keys = " && ".join(f"printf %s {k.decode()} > {d}/key.{n}" for n, k in enumerate(self.keys))
         res = await sandbox.exec(f"umask 077 && {keys}", timeout=60)
@@ -150,9 +174,16 @@ class Channel:
 
     def exports(self) -> str:
         """Shell lines that load the plugin into every pytest the test command starts."""
-        d = shlex.quote(self.dir)
-        return (f'export PYTHONPATH={d}"${{PYTHONPATH:+:$PYTHONPATH}}"\n'
-                f'export PYTEST_ADDOPTS="-p {self.module} ${{PYTEST_ADDOPTS:-}}"')
+        return (f"{self.manifest()}\n{self.pythonpath()}\n"
+                f'export PYTEST_ADDOPTS="-p {self.module} {PASS_HOOK} ${{PYTEST_ADDOPTS:-}}"')
+
+    def pythonpath(self) -> str:
+        return f'export PYTHONPATH={shlex.quote(self.dir)}"${{PYTHONPATH:+:$PYTHONPATH}}"'
+
+    def manifest(self) -> str:
+        """The task's test files as placed (test_patch applied), hashed before the test command runs."""
+        files = " ".join(shlex.quote(f) for f in self.test_files if f.endswith(".py"))
+        return f"sha256sum -- {files} > {shlex.quote(self.dir)}/manifest 2>/dev/null; true" if files else "true"
 
     async def read(self, sandbox: "Sandbox") -> Verdict:
         res = await sandbox.exec(f"cd {shlex.quote(self.dir)} && for f in key.* verdict.*.jsonl; do "
@@ -217,7 +248,9 @@ def compare(v: Verdict | None, expected: bool, status: dict[str, str], decisive:
             why = "no raw call result for it" if raw is None else f"its raw call result reads {raw}"
             out.append(entry(t, "report_rewritten", "counted_failed", f"the log says {status[t]}, {why}"))
             status[t] = "FAILED"
+    found, intact = integrity.compare(v, claimed, status, as_log)
+    out += found
     out += [entry(name, "runner_patched", "not_resolved", "replaced during the test run") for name in v.changed]
     out += [entry(name, "runner_patched", "not_resolved", "a plugin registered by code the tests import")
             for name in v.added]
-    return out, not (v.changed or v.added)
+    return out, intact and not (v.changed or v.added)

@@ -20,6 +20,12 @@ so at import this module still sees pytest's own machinery as pytest built it. I
   and the plugin objects registered once collection began (by code the tests import:
   conftest files and modules named by pytest_plugins are modules, not counted).
 
+The channel's writing end (verdict_channel.py) and the checks of the tests themselves
+(verdict_checks.py: tests replaced, vacuous assertions, the assertion machinery) are uploaded
+beside it as _sbv_channel.py and _sbv_checks.py and loaded from those files; each test's call
+is checked before it runs, and `-o enable_assertion_pass_hook=true` (set with the `-p`) lets
+passing asserts reach the probe.
+
 Every line is chained with HMAC-SHA256 under the key: a line the key did not sign, a line
 removed, or a run that never reached its end record is not a verdict. The module runs in
 the test process with the code under test: docs/benchmarks.md says what that leaves open.
@@ -29,7 +35,6 @@ f-strings, only the standard library. PYTEST_DONT_REWRITE: pytest leaves its ass
 has none) alone instead of rewriting the module on every run.
 """
 
-import hashlib
 import os
 import sys
 
@@ -37,106 +42,24 @@ import pytest
 
 _here = os.path.dirname(os.path.abspath(__file__))
 _name = __name__
-_write, _sha256 = os.write, hashlib.sha256
 _isinstance, _getattr, _type, _sorted = isinstance, getattr, type, sorted
 _hookimpl = pytest.hookimpl
+PASS_HOOK = "-o enable_assertion_pass_hook=true"  # the verdict.py exports set it: passing asserts are probed
 
 
-def _str(s):
-    """A JSON string, by str methods alone (the json module's helpers are module globals anyone can replace)."""
-    out = []
-    for ch in s:
-        o = ord(ch)
-        if o > 0xFFFF:
-            o -= 0x10000
-            out.append("\\u%04x\\u%04x" % (0xD800 + (o >> 10), 0xDC00 + (o & 0x3FF)))
-        else:
-            out.append("\\u%04x" % o if o < 32 or ch in '"\\' or o > 126 else ch)
-    return '"' + "".join(out) + '"'
+def _sibling(name):
+    """A module of the channel uploaded beside this one (`_sbv_<name>.py`), loaded from its file: nothing
+    of the workdir, which comes first on sys.path, can stand in for it."""
+    import importlib.util as iu
+    spec = iu.spec_from_file_location("%s_%s" % (_name, name), os.path.join(_here, "_sbv_%s.py" % name))
+    mod = iu.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
-def _dumps(v):
-    if v is True or v is False or v is None:
-        return {True: "true", False: "false", None: "null"}[v]
-    if _isinstance(v, int):
-        return "%d" % v
-    if _isinstance(v, (list, tuple)):
-        return "[" + ",".join(_dumps(x) for x in v) + "]"
-    if _isinstance(v, dict):
-        return "{" + ",".join(_str(k) + ":" + _dumps(v[k]) for k in _sorted(v)) + "}"
-    return _str("%s" % (v,))
-
-
-def _strip_env():
-    """Leave nothing of the channel to the processes this one starts (pytest runs inside tests)."""
-    parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and os.path.abspath(p) != _here]
-    if parts:
-        os.environ["PYTHONPATH"] = os.pathsep.join(parts)
-    else:
-        os.environ.pop("PYTHONPATH", None)
-    addopts = os.environ.get("PYTEST_ADDOPTS", "").replace("-p " + _name, "").strip()
-    if addopts:
-        os.environ["PYTEST_ADDOPTS"] = addopts
-    else:
-        os.environ.pop("PYTEST_ADDOPTS", None)
-    sys.path[:] = [p for p in sys.path if not p or os.path.abspath(p) != _here]
-
-
-def _claim():
-    """One of the keys beside this file, taken by renaming it (atomic: each pytest process the test
-    command starts gets its own), read and deleted: (its number, the key)."""
-    for name in sorted(n for n in os.listdir(_here) if n.startswith("key.")):
-        mine = os.path.join(_here, "taken.%s.%d" % (name[4:], os.getpid()))
-        try:
-            os.rename(os.path.join(_here, name), mine)
-        except OSError:
-            continue  # another process took it first
-        with open(mine, "rb") as fh:
-            key = fh.read().strip()
-        os.unlink(mine)  # the code under test finds none left of the keys in use
-        return name[4:], key
-    raise LookupError("no key left")
-
-
-class _Channel(object):
-    def __init__(self):
-        number, key = _claim()
-        # HMAC-SHA256 by hand from hashlib's C objects, whose methods no code can replace
-        key = bytearray(_sha256(key).digest() + b"\0" * 32)
-        self._inner = _sha256(bytes(bytearray(b ^ 0x36 for b in key)))
-        self._outer = _sha256(bytes(bytearray(b ^ 0x5C for b in key)))
-        key[:] = b"\0" * len(key)
-        self._prev = ""
-        self._seq = 0
-        path = os.path.join(_here, "verdict.%s.jsonl" % number)
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-
-    def write(self, rec):
-        rec["i"] = self._seq
-        body = _dumps(rec)
-        inner = self._inner.copy()
-        inner.update((self._prev + body).encode("utf-8"))
-        outer = self._outer.copy()
-        outer.update(inner.digest())
-        self._prev = outer.hexdigest()
-        self._seq += 1
-        _write(self._fd, (_dumps({"r": body, "m": self._prev}) + "\n").encode("utf-8"))
-
-
-_channel = None
-try:
-    _strip_env()
-    _channel = _Channel()
-except Exception:  # no key left (more pytest processes than keys) or no file: no verdict from here
-    _channel = None
-
-
-def _emit(rec):
-    if _channel is not None:
-        try:
-            _channel.write(rec)
-        except Exception:  # a closed or replaced descriptor: the end record is missing, the run is not verdicted
-            pass
+_checks_mod = _sibling("checks")
+_channel, _emit = _sibling("channel").open_channel(_here, "-p %s %s" % (_name, PASS_HOOK))
+_checks = _checks_mod.Checks(_checks_mod.read_conf(_here), _emit)
 
 
 # --- the objects pytest builds outcomes with -------------------------------------------------
@@ -178,45 +101,7 @@ _WATCHED = (
 )
 
 
-def _owner(path):
-    """A loaded module or a class inside one (nothing is imported here)."""
-    parts = path.split(".")
-    for i in range(len(parts), 0, -1):
-        mod = sys.modules.get(".".join(parts[:i]))
-        if mod is not None:
-            obj = mod
-            for attr in parts[i:]:
-                obj = _getattr(obj, attr, None)
-                if obj is None:
-                    return None
-            return obj
-    return None
-
-
-def _raw(owner, attr):
-    """The attribute as stored (a class's own __dict__ entry, not a bound method), and its code."""
-    d = _getattr(owner, "__dict__", None)
-    obj = d.get(attr) if _isinstance(owner, type) and d is not None else _getattr(owner, attr, None)
-    if obj is None and _isinstance(owner, type):
-        obj = _getattr(owner, attr, None)
-    if _getattr(obj, "__self__", None) is not None:
-        obj = _getattr(obj, "__func__", obj)  # a bound method is made anew on each access
-    fn = _getattr(obj, "__func__", obj)
-    fn = _getattr(fn, "fget", fn)
-    return obj, _getattr(fn, "__code__", None)
-
-
-def _snapshot():
-    out = {}
-    for path, attrs in _WATCHED:
-        owner = _owner(path)
-        if owner is None:
-            continue
-        for attr in attrs:  # also those absent: one added later (a class property over an attribute) counts
-            obj, code = _raw(owner, attr)
-            out[path + "." + attr] = (owner, attr, obj, code)
-    return out
-
+_raw = _checks_mod.raw
 
 
 # --- recording the raw call ------------------------------------------------------------------
@@ -260,6 +145,21 @@ def _record(item, when, excinfo):
     _emit(rec)
 
 
+def _judge(item, after=False):
+    """Before a test's call: it is the code its file compiles to; before and after: no trace function
+    of the code under test is set (verdict_checks)."""
+    test = _getattr(item, "nodeid", "?")
+    try:
+        if not after:
+            name = _getattr(item, "originalname", None) or _getattr(item, "name", "").split("[")[0]
+            _checks.verify(test, _getattr(item, "module", None), _getattr(item, "cls", None), name,
+                           _getattr(item, "obj", None))
+        _checks.hooks(test)
+    except Exception:
+        pass
+    _checks.test_ends()
+
+
 def _install():
     runner = sys.modules.get("_pytest.runner")
     if runner is None:
@@ -280,10 +180,15 @@ def _install():
         bound = orig_from_call.__get__(None, info)
 
         def from_call(cls, func, when, *args, **kwds):
+            item = _stack[-1][0] if _stack and when == "call" and _stack[-1][1] == when else None
+            if item is not None:
+                _judge(item)
             call = bound(func, when, *args, **kwds) if cls is info else orig_from_call.__get__(None, cls)(
                 func, when, *args, **kwds)
             if _stack and when in ("setup", "call") and _stack[-1][1] == when:
                 _record(_stack[-1][0], when, call.excinfo)
+            if item is not None:
+                _judge(item, after=True)
             return call
 
         info.from_call = classmethod(from_call)
@@ -315,7 +220,14 @@ try:
     _installed = _install()
 except Exception:
     _installed = False
-_start = _snapshot()
+_checks.current = lambda: _getattr(_stack[-1][0], "nodeid", None) if _stack else None
+try:
+    _checks.install_pytest()
+    _checks.install_unittest()
+except Exception:
+    pass
+_start = _checks_mod.snapshot(_WATCHED)
+_assertions = _checks_mod.snapshot(_checks_mod.ASSERTIONS)
 _emit({"start": True, "pytest": _getattr(sys.modules.get("pytest"), "__version__", "?"),
        "python": sys.version.split()[0], "supported": bool(_installed)})
 
@@ -329,6 +241,8 @@ _late = []  # plugin objects registered once collection began: by code the tests
 @_hookimpl(tryfirst=True)
 def pytest_configure(config):
     _config.append(config)
+    if len(_config) == 1:
+        _checks.rewrite_config = config  # test modules are rewritten with the session's options
 
 
 @_hookimpl(trylast=True)
@@ -368,4 +282,5 @@ def pytest_unconfigure(config):
         if now is not obj or now_code is not code:
             changed.append(name)
     root = _getattr(config, "rootpath", None) or _getattr(config, "rootdir", None) or ""
-    _emit({"end": True, "changed": changed, "added": _late, "rootdir": "%s" % (root,)})
+    _emit({"end": True, "changed": changed, "added": _late, "rootdir": "%s" % (root,),
+           "asserts": _checks_mod.changed(_assertions)})

@@ -83,6 +83,49 @@ class SandboxGone(SandboxError):
         super().__init__(message, "sandbox_gone")
 
 
+# POSIX sh builtins and /proc only (the sandbox's own tools are not to be trusted): three rounds of
+# SIGSTOP then SIGKILL to every pid but this shell and its ancestors (the provider's agent), pid 1, and
+# the image's entrypoint with what it started: the first-started child of pid 1 that is no ancestor
+# (an agent's orphans are reparented to pid 1 later) and its descendants
+STOP_PROCESSES = r"""
+keep=" 1 $$ "; p=$$
+while [ "$p" -gt 1 ] && read -r line < /proc/$p/stat; do
+  set -- ${line##*) }; p=$2; keep="$keep$p "
+done
+first=; at=
+for d in /proc/[0-9]*; do
+  pid=${d#/proc/}
+  read -r line < $d/stat 2>/dev/null || continue
+  set -- ${line##*) }
+  [ "$2" = 1 ] || continue
+  case "$keep" in *" $pid "*) continue ;; esac
+  if [ -z "$at" ] || [ "${20}" -lt "$at" ]; then first=$pid; at=${20}; fi
+done
+image=" $first "
+for level in 1 2 3 4 5; do
+  for d in /proc/[0-9]*; do
+    pid=${d#/proc/}
+    read -r line < $d/stat 2>/dev/null || continue
+    set -- ${line##*) }
+    case "$image" in *" $2 "*) case "$image" in *" $pid "*) ;; *) image="$image$pid " ;; esac ;; esac
+  done
+done
+keep="$keep$image"
+n=0
+for round in 1 2 3; do
+  hit=
+  for d in /proc/[0-9]*; do
+    pid=${d#/proc/}
+    case "$keep" in *" $pid "*) continue ;; esac
+    kill -STOP "$pid" 2>/dev/null && hit="$hit $pid"
+  done
+  for pid in $hit; do kill -KILL "$pid" 2>/dev/null && n=$((n + 1)); done
+  [ -z "$hit" ] && break
+done
+echo "$n"
+"""
+
+
 class Sandbox(abc.ABC):
     """A live sandbox. Paths are absolute paths inside the sandbox."""
 
@@ -130,6 +173,14 @@ class Sandbox(abc.ABC):
         state = await self.status()
         if state in ("gone", "stopped"):
             raise SandboxGone(f"sandbox {self.id} is {state} after {during}; its results are discarded")
+
+    async def stop_processes(self, shell: str = "") -> int:
+        """Kill every process of the sandbox but those its image started with and the command doing it
+        (and what runs that command: the provider's own agent), frozen first so none forks away: how
+        many were killed.
+        shell: a POSIX shell to run it with (default: `bash -c`, the sandbox's own)."""
+        res = await self.exec([shell, "-c", STOP_PROCESSES] if shell else STOP_PROCESSES, timeout=60)
+        return int(res.stdout.split()[-1]) if res.ok and res.stdout.split() else 0
 
     def map_path(self, path: str) -> str:
         """Where an absolute path of the task's image (/logs/verifier, /tests, the image's

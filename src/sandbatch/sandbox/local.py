@@ -184,6 +184,20 @@ class LocalSandbox(Sandbox):
     # root, so each sandbox gets its own copy under <root>/<id>/fs/.
     MAPPED_ROOTS = ("/logs", "/tests", "/solution")
 
+    async def stop_processes(self, shell: str = "") -> int:
+        """The sandbox's processes are host processes: those whose HOME is the sandbox's (every exec
+        sets it); each group is frozen, then killed."""
+        n = 0
+        for _ in range(3):
+            mine = [pid for pid in _pids() if _environ(pid).get(b"HOME") == self.tmpdir.encode()]
+            for pid in mine:
+                _signal(pid, signal.SIGSTOP)
+            for pid in mine:
+                n += _signal(pid, signal.SIGKILL)
+            if not mine:
+                break
+        return n
+
     def map_path(self, path: str) -> str:
         wd = self.spec.workdir.rstrip("/")
         if wd and (path == wd or path.startswith(wd + "/")):
@@ -241,6 +255,26 @@ class _OutputPipe(asyncio.Protocol):
         self.close_write()
         if self._transport is not None:
             self._transport.close()
+
+
+def _pids() -> list[int]:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()]
+
+
+def _environ(pid: int) -> dict[bytes, bytes]:
+    try:
+        data = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    return dict(kv.partition(b"=")[::2] for kv in data.split(b"\0") if kv)
+
+
+def _signal(pid: int, sig: int) -> int:
+    try:
+        os.kill(pid, sig)
+        return 1
+    except OSError:
+        return 0
 
 
 def _killpg(pid: int) -> None:

@@ -197,6 +197,7 @@ def check_sdk(installed: str) -> None:
 # --- the sandbox ---------------------------------------------------------------------------
 
 class OpenSandboxSandbox(Sandbox):
+
     def __init__(self, provider: "OpenSandboxProvider", sdk: SdkSandbox, spec: SandboxSpec):
         self.provider = provider
         self.sdk = sdk  # the SDK's sandbox: its execd clients run commands and move files
