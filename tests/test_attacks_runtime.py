@@ -501,11 +501,11 @@ def test_the_channel_records_raw_outcomes_of_every_kind_of_test(tmp_path):
     # what the honest log says agrees with it
     status = {"test_suite.py::test_ok": "PASSED", "test_suite.py::test_expected_failure": "XFAIL",
               "test_suite.py::Case::test_unittest_ok": "PASSED"}
-    assert verdict.compare(v, True, dict(status), set(status), lambda seen: seen) == ([], True)
+    assert verdict.compare(v, dict(status), set(status), lambda seen: seen) == ([], True)
     # a log that calls the failing ones passed does not
     lied = {**status, "test_suite.py::test_fails": "PASSED", "test_suite.py::Case::test_unittest_fails": "PASSED",
             "test_suite.py::test_skipped": "PASSED"}
-    entries, _ = verdict.compare(v, True, lied, set(lied), lambda seen: seen)
+    entries, _ = verdict.compare(v, lied, set(lied), lambda seen: seen)
     assert sorted(e["path"] for e in entries) == ["test_suite.py::Case::test_unittest_fails",
                                                   "test_suite.py::test_fails", "test_suite.py::test_skipped"]
     assert lied["test_suite.py::test_fails"] == "FAILED"
@@ -531,7 +531,7 @@ def test_an_altered_or_cut_verdict_is_no_verdict(tmp_path):
     assert verdict.merge({1: files[1]}, channel.keys, spare).state == "garbled"
     assert verdict.merge({**files, 2: data}, channel.keys, spare).state == "garbled"
     status = {"test_suite.py::test_ok": "PASSED"}
-    entries, resolvable = verdict.compare(verdict.parse(b"".join(lines[:-1]), key), True, status,
+    entries, resolvable = verdict.compare(verdict.parse(b"".join(lines[:-1]), key), status,
                                           set(status), lambda seen: seen)
     assert [e["kind"] for e in entries] == ["runner_patched"] and not resolvable and status == {
         "test_suite.py::test_ok": "FAILED"}

@@ -28,18 +28,17 @@ class Findings:
 
 
 async def settle(channel: verdict.Channel | None, sandbox: "Sandbox", log: str, status: dict[str, str],
-                 exit_code: int | None, decisive: set[str], pytest_expected: bool,
+                 exit_code: int | None, decisive: set[str],
                  as_log: Callable[[dict[str, str]], dict[str, str]]) -> Findings:
     """Check one test run; tests the verdict contradicts are set to FAILED in `status`."""
     if channel is None:
         return Findings()
     v = await channel.read(sandbox)
     verdict.check_rootdir(verdict.rootdirs(v, log), sandbox.workdir)
-    expected = pytest_expected or verdict.pytest_ran(log)
     inconsistent = consistency.check(log, status, exit_code)
-    rewritten, resolvable = verdict.compare(v, expected, status, decisive, as_log)
+    rewritten, resolvable = verdict.compare(v, status, decisive, as_log)
     return Findings(entries=rewritten + inconsistent, resolvable=resolvable and not inconsistent,
-                    verdict=v.state if v.state != "missing" or expected else "not_pytest")
+                    verdict=v.state if v.state != "missing" else "not_pytest")
 
 
 def apply(g: "GradeContext", rec: "GradeRecord", found: Findings) -> None:

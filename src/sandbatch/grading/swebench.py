@@ -28,7 +28,6 @@ TEST_PATCH_FAILED = "SANDBATCH_TEST_PATCH_FAILED"
 HEREDOC = "EOF_SANDBATCH_7d1c9"
 PARSER_MODULES = ("python", "javascript", "go", "java", "rust", "c", "php", "ruby")
 PARSER_ALIASES = {"pytest": "parse_log_pytest"}
-PYTEST_PARSERS = {"parse_log_pytest", "parse_log_pytest_options", "parse_log_pytest_v2"}
 
 
 class Unsupported(Exception):
@@ -213,7 +212,7 @@ async def grade(g: GradeContext) -> GradeRecord:
     rec.test_results = dict(status)
     checked = await defences.settle(
         channel, sandbox, test_output(out), status, rec.test_exit_code,
-        {*p.test_spec.FAIL_TO_PASS, *p.test_spec.PASS_TO_PASS}, p.parser.__name__ in PYTEST_PARSERS,
+        {*p.test_spec.FAIL_TO_PASS, *p.test_spec.PASS_TO_PASS},
         lambda seen: p.parser("\n".join(f"{s} {t}" for t, s in seen.items()), p.test_spec) if seen else {})
     status = await reports.reconcile(sandbox, runner_report, status, rec, log)
     write_log(g.log_path, log)

@@ -9,10 +9,15 @@ call of each test, then an end record (what of the runner was replaced, plugins 
 under test registered, pytest's rootdir). Here the file is read back and checked:
 
 - a test the log calls passed (or an expected failure) whose call raised, or that has no
-  verdict at all, counts as failed: tampering kind `report_rewritten`, naming the test;
+  verdict at all while its file is one the session collected, counts as failed: tampering
+  kind `report_rewritten`, naming the test (a name of no file the session collected is not
+  a test of this run: the log parser read it from output the tests print, such as the
+  sessions pytest's own suite runs inside its tests, or `[100%]`);
 - runner objects replaced during the run, plugin objects registered by workdir code, or a
-  verdict that is missing, altered or ended early while pytest ran: `runner_patched`, the
-  rollout is not resolved;
+  verdict that is altered, gone or ended early after a pytest took its key:
+  `runner_patched`, the rollout is not resolved. No key taken means no pytest loaded the
+  plugin (the test command ran none, or ran it where the exports do not reach, as tox does):
+  there is no verdict to expect;
 - a rootdir outside the workdir (a configuration above the workdir applied): an
   infrastructure error, grading_rootdir.
 """
@@ -59,6 +64,7 @@ class Verdict:
     changed: list[str] = field(default_factory=list)
     added: list[str] = field(default_factory=list)
     rootdirs: list[str] = field(default_factory=list)
+    files: set[str] = field(default_factory=set)  # the files and directories the sessions collected
     detail: str = ""
 
 
@@ -88,6 +94,7 @@ def parse(data: bytes | None, key: bytes) -> Verdict:
             v.state, v.detail = "ok", ""
             v.changed, v.added = list(rec.get("changed") or []), list(rec.get("added") or [])
             v.rootdirs = [str(rec["rootdir"])] if rec.get("rootdir") else []
+            v.files = {str(f) for f in rec.get("files") or []}
             break
         elif "t" in rec:
             test, kind = str(rec["t"]), str(rec.get("k"))
@@ -105,7 +112,7 @@ def merge(files: dict[int, bytes], keys: list[bytes], unclaimed: set[int] | None
     for a key still on disk: unclaimed), each intact; a test's outcome is its worst in any of them."""
     unclaimed = set() if unclaimed is None else unclaimed
     taken = set(range(len(keys))) - unclaimed
-    if files and set(files) != taken:
+    if set(files) != taken:
         return Verdict("garbled", detail=f"verdicts {sorted(files)} for the keys taken {sorted(taken)}")
     parts = [parse(data, keys[n]) for n, data in sorted(files.items())]
     if not parts:
@@ -125,6 +132,7 @@ def merge(files: dict[int, bytes], keys: list[bytes], unclaimed: set[int] | None
         out.changed += [c for c in p.changed if c not in out.changed]
         out.added += p.added
         out.rootdirs += p.rootdirs
+        out.files |= p.files
     return out
 
 
@@ -171,10 +179,6 @@ class Channel:
         return merge({n: "\n".join(lines).encode() for n, lines in files.items()}, self.keys, unclaimed)
 
 
-def pytest_ran(log: str) -> bool:
-    return "test session starts" in log or bool(_ROOTDIR_RE.search(log))
-
-
 def rootdirs(v: Verdict, log: str) -> list[str]:
     """pytest's rootdirs: the verdict's, or (with no verdict from a pytest that ran) the log's."""
     if v.state == "ok":
@@ -193,11 +197,11 @@ def check_rootdir(roots: list[str], workdir: str) -> None:
                          f"the workdir applies to the task's tests (see sandbox.local.root)", "grading_rootdir")
 
 
-def compare(v: Verdict | None, expected: bool, status: dict[str, str], decisive: set[str],
+def compare(v: Verdict | None, status: dict[str, str], decisive: set[str],
             as_log: Callable[[dict[str, str]], dict[str, str]]) -> tuple[list[dict[str, str]], bool]:
     """(tampering entries, whether the rollout may still be resolved). Tests the verdict contradicts
     are set to FAILED in `status`. as_log: the verdict's {nodeid: log status} in the parser's names."""
-    if v is None or v.state == "unsupported" or (v.state == "missing" and not expected):
+    if v is None or v.state in ("unsupported", "missing"):  # missing: no pytest loaded the plugin
         return [], True
     claimed = [t for t in decisive if status.get(t) in CLAIMED]
     if v.state != "ok" and not claimed:  # nothing the log claims needs the verdict (an honest crash, say)
@@ -211,6 +215,8 @@ def compare(v: Verdict | None, expected: bool, status: dict[str, str], decisive:
     out = []
     for t in sorted(claimed):
         raw = seen.get(t)
+        if raw is None and t.split("::")[0] not in v.files:
+            continue  # not a test of any file the session collected: not the runner's to answer for
         # an expected failure: the body raised pytest.xfail, or raised under an xfail marker
         ok = raw == "XFAIL" or (raw == "FAILED" and t in xfail_ok) if status[t] == "XFAIL" else raw == "PASSED"
         if not ok:

@@ -17,8 +17,9 @@ so at import this module still sees pytest's own machinery as pytest built it. I
   any report object exists;
 - keeps the objects that build, map, wrap, dispatch and summarise outcomes, and at the end
   of the run (pytest_unconfigure) writes which of them are no longer the same objects,
-  and the plugin objects registered once collection began (by code the tests import:
-  conftest files and modules named by pytest_plugins are modules, not counted).
+  the plugin objects registered once collection began (by code the tests import:
+  conftest files and modules named by pytest_plugins are modules, not counted), and the
+  files this session collected (its tests are those the verdict answers for).
 
 Every line is chained with HMAC-SHA256 under the key: a line the key did not sign, a line
 removed, or a run that never reached its end record is not a verdict. The module runs in
@@ -351,6 +352,15 @@ def pytest_collection(session):
     _collecting.append(True)
 
 
+_files = []  # the nodeids of the files and directories this session collected (or failed to)
+
+
+def pytest_collectreport(report):
+    nodeid = _getattr(report, "nodeid", "")
+    if nodeid and "::" not in nodeid:
+        _files.append(nodeid)
+
+
 def pytest_plugin_registered(plugin, manager):
     # modules: conftest files (the task's) and plugins named by pytest_plugins
     if _collecting and _type(plugin).__name__ != "module":
@@ -368,4 +378,4 @@ def pytest_unconfigure(config):
         if now is not obj or now_code is not code:
             changed.append(name)
     root = _getattr(config, "rootpath", None) or _getattr(config, "rootdir", None) or ""
-    _emit({"end": True, "changed": changed, "added": _late, "rootdir": "%s" % (root,)})
+    _emit({"end": True, "changed": changed, "added": _late, "rootdir": "%s" % (root,), "files": _files})
