@@ -11,6 +11,12 @@ Pro's stdout and stderr), beside the statuses the benchmark's own parser read fr
 - pytest exiting 0 having reported fewer tests than it collected (an early exit, or a
   session cut short), or having collected tests and printed no summary at all.
 
+pytest's counts are those of the outermost sessions: a suite that runs pytest inside its
+tests (pytester, pytest's own) prints the inner sessions' headers and summaries inside
+the outer session's output, and their failures are the outer tests' expectations. A
+session header opens a session, its `=`-fenced summary closes the innermost open one;
+what opens and closes while another session is open is nested in it.
+
 Each check reads only the runner's own fixed formats (pytest, Go, Jest/Vitest, Mocha,
 cargo, RSpec, PHPUnit summaries); a log in none of them is checked for nothing.
 """
@@ -23,7 +29,10 @@ from .verdict import entry
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # pytest: "==== 1 failed, 3 passed, 2 deselected in 0.12s ====" (also with no `=` when -q)
-_PYTEST_SUMMARY = re.compile(r"^=*\s*((?:\d+ [a-z]+(?:, )?)+) in [\d.]+s(?: \([\d:]+\))?\s*=*\s*$", re.M)
+# (pytest < 5.1 says "in 0.12 seconds"; "no tests ran" counts nothing)
+_PYTEST_SUMMARY = re.compile(
+    r"^(=*)\s*((?:\d+ [a-z]+(?:, )?)+|no tests ran) in [\d.]+ ?s(?:econds)?(?: \([\d:]+\))?\s*=*\s*$", re.M)
+_PYTEST_HEADER = re.compile(r"^=+ test session starts =+\s*$", re.M)
 _PYTEST_COLLECTED = re.compile(r"^collected (\d+) items?(?: / (\d+) deselected)?(?: / (\d+) selected)?", re.M)
 _PYTEST_LINE = re.compile(r"^(PASSED|FAILED|ERROR|XPASS|XFAIL) (\S+)(.*)$", re.M)
 _GO_LINE = re.compile(r"^\s*--- (PASS|FAIL): (\S+)", re.M)
@@ -49,6 +58,41 @@ def _counts(text: str) -> dict[str, int]:
     return out
 
 
+def _outermost(log: str) -> list[dict]:
+    """pytest's outermost sessions in the log: each {"collected": count or None, "summary": counts or None}."""
+    events = sorted([(m.start(), "header", m) for m in _PYTEST_HEADER.finditer(log)]
+                    + [(m.start(), "collected", m) for m in _PYTEST_COLLECTED.finditer(log)]
+                    + [(m.start(), "summary", m) for m in _PYTEST_SUMMARY.finditer(log)], key=lambda e: e[0])
+    top: list[dict] = []
+    stack: list[dict] = []
+    last_fenced = None
+    for at, kind, m in events:
+        if kind == "header":
+            s = {"at": at, "collected": None, "summary": None}
+            if not stack:
+                top.append(s)
+            stack.append(s)
+        elif kind == "collected":
+            n, d, sel = m.groups()
+            want = int(sel) if sel else int(n) - int(d or 0)
+            if not stack:
+                top.append({"at": at, "collected": want, "summary": None})
+            elif stack[-1]["collected"] is None:
+                stack[-1]["collected"] = want
+        else:
+            counts = _counts(m.group(2))
+            if m.group(1):  # fenced: closes the innermost open session
+                last_fenced = (at, counts)
+                if stack:
+                    stack.pop()["summary"] = counts
+                    continue
+            if not stack:  # a quiet (-q) session of its own, or a summary with no header before it
+                top.append({"at": at, "collected": None, "summary": counts})
+    if stack and stack[0]["summary"] is None and last_fenced and last_fenced[0] > stack[0]["at"]:
+        stack[0]["summary"] = last_fenced[1]  # a nested session printed no summary and took the outer one's
+    return top
+
+
 def check(log: str, status: dict[str, str], exit_code: int | None) -> list[dict[str, str]]:
     """The inconsistencies of a test log, as tampering entries."""
     log = _ANSI.sub("", log)
@@ -63,23 +107,25 @@ def check(log: str, status: dict[str, str], exit_code: int | None) -> list[dict[
     found += [(t, "reported both passed and failed") for t, words in sorted(per_test.items())
               if "PASSED" in words and "FAILED" in words]
 
-    summaries = [_counts(m) for m in _PYTEST_SUMMARY.findall(log)]
-    if summaries:
-        total = {w: sum(s.get(w, 0) for s in summaries) for w in {k for s in summaries for k in s}}
-        failures = total.get("failed", 0) + total.get("error", 0) + total.get("errors", 0)
+    summaries = [_counts(m[1]) for m in _PYTEST_SUMMARY.findall(log)]  # nested sessions' too
+    if summaries:  # the parser reads the nested sessions' lines too
+        passed = sum(s.get("passed", 0) + s.get("xpassed", 0) for s in summaries)
         parsed_passed = sum(1 for s in status.values() if s == "PASSED")
-        if parsed_passed > total.get("passed", 0) + total.get("xpassed", 0):
-            found.append(("", f"{parsed_passed} tests read as passed, the summary counts {total.get('passed', 0)}"))
-        if failures and per_test and not any(s in ("FAILED", "ERROR") for s in status.values()):
-            found.append(("", f"the summary counts {failures} failed or in error, no test reads so"))
-        if failures and exit_code == 0:
-            found.append(("", f"pytest exited 0 with {failures} failed or in error"))
-    collected = _PYTEST_COLLECTED.findall(log)
-    if collected and exit_code == 0:
-        want = sum(int(n) - int(d or 0) if not s else int(s) for n, d, s in collected)
-        ran = sum(sum(s.get(w, 0) for w in _RUN_WORDS) for s in summaries)
-        if not summaries and want:
-            found.append(("", f"pytest collected {want} tests and exited 0 without its summary"))
+        if parsed_passed > passed:
+            found.append(("", f"{parsed_passed} tests read as passed, the summary counts {passed}"))
+    sessions = _outermost(log)
+    ended = [s["summary"] for s in sessions if s["summary"] is not None]
+    failures = sum(s.get("failed", 0) + s.get("error", 0) + s.get("errors", 0) for s in ended)
+    if failures and per_test and not any(s in ("FAILED", "ERROR") for s in status.values()):
+        found.append(("", f"the summary counts {failures} failed or in error, no test reads so"))
+    if failures and exit_code == 0:
+        found.append(("", f"pytest exited 0 with {failures} failed or in error"))
+    want = sum(s["collected"] or 0 for s in sessions)
+    if want and exit_code == 0:
+        ran = sum(sum(s.get(w, 0) for w in _RUN_WORDS) for s in ended)
+        cut = [s for s in sessions if s["collected"] and s["summary"] is None]
+        if cut:
+            found.append(("", f"pytest collected {cut[0]['collected']} tests and exited 0 without its summary"))
         elif ran < want:
             found.append(("", f"pytest exited 0 having reported {ran} of the {want} tests it collected"))
     if exit_code == 0:

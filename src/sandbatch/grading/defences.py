@@ -28,14 +28,14 @@ class Findings:
 
 
 async def settle(channel: verdict.Channel | None, sandbox: "Sandbox", log: str, status: dict[str, str],
-                 exit_code: int | None, decisive: set[str], pytest_expected: bool,
+                 exit_code: int | None, decisive: set[str], expected: bool,
                  as_log: Callable[[dict[str, str]], dict[str, str]]) -> Findings:
-    """Check one test run; tests the verdict contradicts are set to FAILED in `status`."""
+    """Check one test run; tests the verdict contradicts are set to FAILED in `status`. expected: the
+    test command starts the runner the channel is loaded into (verdict.compare)."""
     if channel is None:
         return Findings()
     v = await channel.read(sandbox)
     verdict.check_rootdir(verdict.rootdirs(v, log), sandbox.workdir)
-    expected = pytest_expected or verdict.pytest_ran(log)
     inconsistent = consistency.check(log, status, exit_code)
     rewritten, resolvable = verdict.compare(v, expected, status, decisive, as_log)
     return Findings(entries=rewritten + inconsistent, resolvable=resolvable and not inconsistent,

@@ -29,7 +29,6 @@ TEST_PATCH_FAILED = "SANDBATCH_TEST_PATCH_FAILED"
 HEREDOC = "EOF_SANDBATCH_7d1c9"
 PARSER_MODULES = ("python", "javascript", "go", "java", "rust", "c", "php", "ruby")
 PARSER_ALIASES = {"pytest": "parse_log_pytest"}
-PYTEST_PARSERS = {"parse_log_pytest", "parse_log_pytest_options", "parse_log_pytest_v2"}
 
 
 class Unsupported(Exception):
@@ -134,6 +133,16 @@ def with_channel(script: str, exports: str) -> str:
     return "\n".join([*lines[:at], exports, *lines[at:]])
 
 
+def test_command(script: str) -> str:
+    """The eval script's test command: its lines between the test-output markers."""
+    from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT
+
+    lines = script.split("\n")
+    at = next((i for i, ln in enumerate(lines) if START_TEST_OUTPUT in ln), len(lines))
+    end = next((i for i, ln in enumerate(lines) if END_TEST_OUTPUT in ln and i > at), len(lines))
+    return "\n".join(lines[at + 1:end])
+
+
 def test_output(log: str) -> str:
     """The part of the log between swebench's markers (the whole log without them)."""
     from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT
@@ -222,7 +231,7 @@ async def grade(g: GradeContext) -> GradeRecord:
     checked = await defences.settle(
         channel, sandbox, test_output(out), status, rec.test_exit_code,
         {*p.test_spec.FAIL_TO_PASS, *p.test_spec.PASS_TO_PASS},
-        p.parser.__name__ in PYTEST_PARSERS or kind is unittest_verdict.UnittestChannel,
+        kind is unittest_verdict.UnittestChannel or verdict.runs_pytest(test_command(p.script)),
         lambda seen: p.parser(lines(seen), p.test_spec) if seen else {})
     status = await reports.reconcile(sandbox, runner_report, status, rec, log)
     write_log(g.log_path, log)

@@ -111,7 +111,7 @@ async def grade(g: GradeContext) -> GradeRecord:
     rec.test_results = dict(status)
     checked = await defences.settle(channel, sandbox, "\n".join(output), status, rec.test_exit_code,
                                     {*task.fail_to_pass, *task.pass_to_pass},
-                                    (task.extra or {}).get("repo_language") == "python", lambda seen: seen)
+                                    verdict.runs_pytest(task.run_script or ""), lambda seen: seen)
     rec.tests_status = compare(status, task.fail_to_pass, task.pass_to_pass)
     rec.resolved = not rec.tests_status["FAIL_TO_PASS"]["failure"] and not rec.tests_status["PASS_TO_PASS"]["failure"]
     rec.report = {"resolved": rec.resolved, "tests_status": rec.tests_status}

@@ -9,10 +9,15 @@ call of each test, then an end record (what of the runner was replaced, plugins 
 under test registered, pytest's rootdir). Here the file is read back and checked:
 
 - a test the log calls passed (or an expected failure) whose call raised, or that has no
-  verdict at all, counts as failed: tampering kind `report_rewritten`, naming the test;
+  verdict at all while its file is one the session collected, counts as failed: tampering
+  kind `report_rewritten`, naming the test (a name of no file the session collected is not
+  a test of this run: the log parser read it from output the tests print, such as the
+  sessions pytest's own suite runs inside its tests, or `[100%]`);
 - runner objects replaced during the run, plugin objects registered by workdir code, or a
-  verdict that is missing, altered or ended early while pytest ran: `runner_patched`, the
-  rollout is not resolved;
+  verdict that is altered, gone or ended early after a pytest took its key:
+  `runner_patched`, the rollout is not resolved. No key taken means no pytest loaded the
+  plugin (the test command ran none, or ran it where the exports do not reach, as tox does):
+  there is no verdict to expect;
 - a rootdir outside the workdir (a configuration above the workdir applied): an
   infrastructure error, grading_rootdir.
 """
@@ -64,6 +69,7 @@ class Verdict:
     changed: list[str] = field(default_factory=list)
     added: list[str] = field(default_factory=list)
     rootdirs: list[str] = field(default_factory=list)
+    files: set[str] = field(default_factory=set)  # the files and directories the sessions collected
     detail: str = ""
     findings: list[dict] = field(default_factory=list)  # {t, w: repl | vac, x}: verdict_checks' records
     asserts: list[str] = field(default_factory=list)  # assertion machinery replaced during the run
@@ -96,6 +102,7 @@ def parse(data: bytes | None, key: bytes) -> Verdict:
             v.changed, v.added = list(rec.get("changed") or []), list(rec.get("added") or [])
             v.rootdirs = [str(rec["rootdir"])] if rec.get("rootdir") else []
             v.asserts = [str(a) for a in rec.get("asserts") or []]
+            v.files = {str(f) for f in rec.get("files") or []}
             break
         elif rec.get("w") in integrity.KINDS:
             v.findings.append(rec)
@@ -115,7 +122,7 @@ def merge(files: dict[int, bytes], keys: list[bytes], unclaimed: set[int] | None
     for a key still on disk: unclaimed), each intact; a test's outcome is its worst in any of them."""
     unclaimed = set() if unclaimed is None else unclaimed
     taken = set(range(len(keys))) - unclaimed
-    if files and set(files) != taken:
+    if set(files) != taken:
         return Verdict("garbled", detail=f"verdicts {sorted(files)} for the keys taken {sorted(taken)}")
     parts = [parse(data, keys[n]) for n, data in sorted(files.items())]
     if not parts:
@@ -137,6 +144,7 @@ def merge(files: dict[int, bytes], keys: list[bytes], unclaimed: set[int] | None
         out.rootdirs += p.rootdirs
         out.findings += p.findings
         out.asserts += [a for a in p.asserts if a not in out.asserts]
+        out.files |= p.files
     return out
 
 
@@ -202,10 +210,6 @@ class Channel:
         return merge({n: "\n".join(lines).encode() for n, lines in files.items()}, self.keys, unclaimed)
 
 
-def pytest_ran(log: str) -> bool:
-    return "test session starts" in log or bool(_ROOTDIR_RE.search(log))
-
-
 def rootdirs(v: Verdict, log: str) -> list[str]:
     """pytest's rootdirs: the verdict's, or (with no verdict from a pytest that ran) the log's."""
     if v.state == "ok":
@@ -224,10 +228,23 @@ def check_rootdir(roots: list[str], workdir: str) -> None:
                          f"the workdir applies to the task's tests (see sandbox.local.root)", "grading_rootdir")
 
 
+_PYTEST = re.compile(r"(?:^|[\s;&|(/])(?:py\.test|pytest)(?=[\s;&|)]|$)")
+
+
+def runs_pytest(command: str) -> bool:
+    """Whether a test command starts pytest itself (`pytest ...`, `python -m pytest ...`): a run of it
+    that left no verdict had its pytest kept from loading the channel. A command that reaches
+    pytest through tox or a script of the task's may run none (a shell script printing pytest-style
+    lines): there only a pytest that took a key is expected to answer."""
+    return "tox" not in command.split() and bool(_PYTEST.search(command))
+
+
 def compare(v: Verdict | None, expected: bool, status: dict[str, str], decisive: set[str],
             as_log: Callable[[dict[str, str]], dict[str, str]]) -> tuple[list[dict[str, str]], bool]:
     """(tampering entries, whether the rollout may still be resolved). Tests the verdict contradicts
-    are set to FAILED in `status`. as_log: the verdict's {nodeid: log status} in the parser's names."""
+    are set to FAILED in `status`. as_log: the verdict's {nodeid: log status} in the parser's names.
+    expected: the test command itself starts the runner (runs_pytest), so a run that left no verdict
+    kept it from loading the channel; otherwise missing means no runner loaded it."""
     if v is None or v.state == "unsupported" or (v.state == "missing" and not expected):
         return [], True
     claimed = [t for t in decisive if status.get(t) in CLAIMED]
@@ -242,8 +259,12 @@ def compare(v: Verdict | None, expected: bool, status: dict[str, str], decisive:
     out = []
     for t in sorted(claimed):
         raw = seen.get(t)
-        # an expected failure: the body raised pytest.xfail, or raised under an xfail marker
-        ok = raw == "XFAIL" or (raw == "FAILED" and t in xfail_ok) if status[t] == "XFAIL" else raw == "PASSED"
+        if raw is None and v.files and t.split("::")[0] not in v.files:
+            continue  # not a test of any file the session collected: not the runner's to answer for
+        # an expected failure: the body raised pytest.xfail, or its setup or body raised under an xfail
+        # marker (pytest reports a setup error of an xfail-marked test as XFAIL too)
+        ok = raw == "XFAIL" or (raw in ("FAILED", "ERROR") and t in xfail_ok) if status[t] == "XFAIL" \
+            else raw == "PASSED"
         if not ok:
             why = "no raw call result for it" if raw is None else f"its raw call result reads {raw}"
             out.append(entry(t, "report_rewritten", "counted_failed", f"the log says {status[t]}, {why}"))

@@ -17,8 +17,9 @@ so at import this module still sees pytest's own machinery as pytest built it. I
   any report object exists;
 - keeps the objects that build, map, wrap, dispatch and summarise outcomes, and at the end
   of the run (pytest_unconfigure) writes which of them are no longer the same objects,
-  and the plugin objects registered once collection began (by code the tests import:
-  conftest files and modules named by pytest_plugins are modules, not counted).
+  the plugin objects registered once collection began (by code the tests import:
+  conftest files and modules named by pytest_plugins are modules, not counted), and the
+  files this session collected (its tests are those the verdict answers for).
 
 The channel's writing end (verdict_channel.py) and the checks of the tests themselves
 (verdict_checks.py: tests replaced, vacuous assertions, the assertion machinery) are uploaded
@@ -265,6 +266,15 @@ def pytest_collection(session):
     _collecting.append(True)
 
 
+_files = []  # the nodeids of the files and directories this session collected (or failed to)
+
+
+def pytest_collectreport(report):
+    nodeid = _getattr(report, "nodeid", "")
+    if nodeid and "::" not in nodeid:
+        _files.append(nodeid)
+
+
 def pytest_plugin_registered(plugin, manager):
     # modules: conftest files (the task's) and plugins named by pytest_plugins
     if _collecting and _type(plugin).__name__ != "module":
@@ -283,4 +293,4 @@ def pytest_unconfigure(config):
             changed.append(name)
     root = _getattr(config, "rootpath", None) or _getattr(config, "rootdir", None) or ""
     _emit({"end": True, "changed": changed, "added": _late, "rootdir": "%s" % (root,),
-           "asserts": _checks_mod.changed(_assertions)})
+           "asserts": _checks_mod.changed(_assertions), "files": _files})

@@ -1,0 +1,1 @@
+. /opt/miniconda3/bin/activate

@@ -1,0 +1,67 @@
+"""Building a corpus row's image: `docker build` of the row's Dockerfile FROM the local base
+image (nothing is pulled), skipped when the engine already has the tag (a hash of the
+recipe: sandbatch.corpus.Row.image).
+
+The build context is the row's directory and corpus/_common/, plus what the machine
+provides and the recipe does not pin: the spec's Python as pyenv built it (copied to the
+same prefix in the image, /root/.pyenv/versions/<X.Y.Z>, and linked as the conda
+environment /opt/miniconda3/envs/testbed that swebench's eval scripts activate), and the
+host's CA bundle for pip behind a TLS-intercepting proxy (ca.crt).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from ..errors import InfraError, UserError
+from . import COMMON, Row
+
+BASE_IMAGE = os.environ.get("SANDBATCH_BASE_IMAGE", "sandbatch/base:bookworm")
+PYENV = Path(os.environ.get("PYENV_ROOT", "/root/.pyenv")) / "versions"
+CA_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt")
+# what a pyenv prefix holds that is this machine's, not Python's
+_HOST_ONLY = shutil.ignore_patterns("_sandboxing_*", "__pycache__", "*.pyc")
+
+
+def pyenv_python(version: str) -> Path:
+    """The newest pyenv build of `version` (3.9 -> /root/.pyenv/versions/3.9.18)."""
+    found = sorted((p for p in PYENV.glob(f"{version}.*") if p.name.count(".") == 2 and (p / "bin").is_dir()),
+                   key=lambda p: [int(x) for x in p.name.split(".") if x.isdigit()])
+    if not found:
+        raise UserError(f"corpus: no pyenv Python {version} under {PYENV}; install it (`pyenv install {version}`)")
+    return found[-1]
+
+
+def exists(tag: str, docker: str = "docker") -> bool:
+    return subprocess.run([docker, "image", "inspect", tag], capture_output=True).returncode == 0
+
+
+def build(row: Row, docker: str = "docker", timeout: float = 3600, fresh: bool = False) -> tuple[str, float | None]:
+    """(tag, seconds the build took; None when the engine already had it). fresh: build it again,
+    with no cached layer (to measure a fresh machine's build)."""
+    tag = row.image()
+    if not fresh and exists(tag, docker):
+        return tag, None
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="sandbatch-corpus-") as tmp:
+        ctx = Path(tmp) / "ctx"
+        shutil.copytree(row.dir, ctx, ignore=shutil.ignore_patterns("row.json", "lists.json"))
+        shutil.copytree(COMMON, ctx / "_common")
+        args = ["--build-arg", f"BASE={BASE_IMAGE}"]
+        if row.python:
+            py = pyenv_python(row.python)
+            shutil.copytree(py, ctx / "python", symlinks=True, ignore=_HOST_ONLY)
+            args += ["--build-arg", f"PY={py.name}"]
+        ca = next((c for c in (os.environ.get("SSL_CERT_FILE"), *CA_BUNDLES) if c and os.path.isfile(c)), None)
+        (ctx / "ca.crt").write_bytes(Path(ca).read_bytes() if ca else b"")
+        proc = subprocess.run([docker, "build", *(["--no-cache"] if fresh else []), "-t", tag, *args, str(ctx)],
+                              capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise InfraError(f"corpus: building {tag} for {row.id} failed:\n{(proc.stdout + proc.stderr)[-3000:]}",
+                         "image_build")
+    return tag, time.monotonic() - start

@@ -1,0 +1,192 @@
+"""The corpus of real SWE-bench rows (corpus/README.md) graded right through the real
+workflow on Docker: every row's gold patch resolves with no tampering entry and its
+comment-only patch does not, with every defence on (the default config) and with
+`grading.tampering: log_only`, and the two agree (sandbatch.corpus.check runs the four
+real Snakemake runs).
+
+CI runs CI_ROWS, one row per runner family; `SANDBATCH_CORPUS=all` runs every row,
+`SANDBATCH_CORPUS=id,id` the rows named. Images are built by the fixture when the engine
+lacks them (a fresh machine builds them: scripts need nothing else) and reused otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from docker_fixtures import docker_base_image, docker_engine  # noqa: F401 (fixtures)
+from sandbatch import corpus
+from sandbatch.corpus.check import MODES, check
+from test_attacks_runtime import HONEST_LOG, HONEST_STATUS
+from test_benchmark_grading import SMOKE, grade, make_cfg
+
+# one row per runner family: pytest's own repository (pytest inside pytest), a plain pytest suite
+# (requests: its image builds in ~1.5 min; flask's installs its whole dev requirements, ~10)
+CI_ROWS = ["pytest-dev__pytest-5262", "psf__requests-5414"]
+
+
+def selected() -> list[str]:
+    want = os.environ.get("SANDBATCH_CORPUS", "")
+    if want == "all":
+        return [r.id for r in corpus.rows()]
+    return [i for i in want.split(",") if i] or CI_ROWS
+
+
+def test_every_row_is_complete_and_its_lists_come_from_swebench():
+    """Without Docker: each row has its provenance, a source, a Dockerfile on the local base image,
+    a no-op patch, and lists.json agrees with the lists in row.json."""
+    from swebench.harness.grading import test_passed
+
+    rows = corpus.rows()
+    assert {r.data["repo"] for r in rows} >= {"pytest-dev/pytest", "pallets/flask"}
+    for row in rows:
+        d = row.data
+        assert {"upstream", "license", "fix_commit", "row"} <= set(d["provenance"]), row.id
+        assert (row.dir / d["source"]["archive"]).is_file() if d["source"]["kind"] == "git" else True
+        assert "FROM ${BASE}" in (row.dir / "Dockerfile").read_text() and row.image().startswith("sandbatch/corpus:")
+        assert d["noop_patch"].startswith("diff --git") and d["noop_patch"] != d["patch"]
+        lists = json.loads((row.dir / "lists.json").read_text())
+        before, after = lists["before"], lists["after"]
+        assert d["FAIL_TO_PASS"] == sorted(t for t in after if test_passed(t, after) and not test_passed(t, before))
+        assert d["PASS_TO_PASS"] == sorted(t for t in after if test_passed(t, after) and test_passed(t, before))
+        assert d["FAIL_TO_PASS"] and lists["swebench"] == "4.1.0"
+
+
+# --- the false positives the real rows showed, in small --------------------------------------
+
+# pytest's own suite (pytest 4.5): an outer session whose tests run sessions inside them; their
+# headers, counts, failures and -rA lines are printed in the outer session's PASSES section
+NESTED_LOG = """============================= test session starts ==============================
+collected 3 items
+
+testing/test_x.py ...                                                    [100%]
+
+==================================== PASSES ====================================
+____________________________ test_reports_failure ____________________________
+----------------------------- Captured stdout call -----------------------------
+============================= test session starts ==============================
+collected 2 items
+
+test_reports_failure.py .F                                               [100%]
+=========================== short test summary info ============================
+PASSED test_reports_failure.py::test_ok
+FAILED test_reports_failure.py::test_bad - assert 0
+====================== 1 failed, 1 passed in 0.02 seconds ======================
+_____________________________ test_early_stop ______________________________
+----------------------------- Captured stdout call -----------------------------
+============================= test session starts ==============================
+collected 5 items
+!!!!!!!!!!!!!!!!!!!! Interrupted: 1 errors during collection !!!!!!!!!!!!!!!!!!!!
+1 passed in 0.01 seconds
+=========================== short test summary info ============================
+PASSED testing/test_x.py::test_reports_failure
+PASSED testing/test_x.py::test_early_stop
+PASSED testing/test_x.py::test_plain
+=========================== 3 passed in 0.51 seconds ===========================
+"""
+NESTED_STATUS = {"[100%]": "PASSED", "test_reports_failure.py::test_ok": "PASSED",
+                 "test_reports_failure.py::test_bad": "FAILED", "testing/test_x.py::test_reports_failure": "PASSED",
+                 "testing/test_x.py::test_early_stop": "PASSED", "testing/test_x.py::test_plain": "PASSED"}
+
+
+def test_nested_sessions_are_not_the_outer_sessions_counts():
+    from sandbatch.grading import consistency
+
+    assert consistency.check(NESTED_LOG, dict(NESTED_STATUS), 0) == []
+    # the outer session cut short is still seen, nested output or not (an inner session printed no
+    # fenced summary, so the last one before the cut stands in for the outer's: it counts too few)
+    cut = NESTED_LOG.rsplit("=========================== 3 passed", 1)[0]
+    assert any("reported 2 of the 3" in e["detail"] for e in consistency.check(cut, dict(NESTED_STATUS), 0))
+    plain_cut = HONEST_LOG.rsplit("=====", 1)[0].rsplit("\n", 2)[0]
+    assert any("without its summary" in e["detail"] for e in consistency.check(plain_cut, dict(HONEST_STATUS), 0))
+    assert any("reported 2 of the 3" in e["detail"] for e in consistency.check(
+        NESTED_LOG.replace("= 3 passed in 0.51", "= 2 passed in 0.51"), dict(NESTED_STATUS), 0))
+    # and pytest's old "in N seconds" summary is read: failures with exit 0 are caught
+    old = HONEST_LOG.replace("in 0.64s", "in 0.64 seconds")
+    assert any("exited 0 with 1 failed" in e["detail"] for e in consistency.check(old, dict(HONEST_STATUS), 0))
+
+
+def test_names_of_no_collected_file_are_not_the_runners_to_answer_for():
+    from sandbatch.grading import verdict
+
+    v = verdict.Verdict("ok", outcomes={"testing/test_x.py::test_plain": "ok",
+                                        "testing/test_x.py::test_reports_failure": "ok"},
+                        files={"testing", "testing/test_x.py"})
+    status = dict(NESTED_STATUS)
+    assert verdict.compare(v, True, status, {"[100%]", "testing/test_x.py::test_plain"}, lambda seen: seen) == ([], True)
+    # a test of a collected file with no raw call result is still counted failed (a forged line)
+    entries, _ = verdict.compare(v, True, status, {"testing/test_x.py::test_early_stop"}, lambda seen: seen)
+    assert [(e["path"], e["kind"]) for e in entries] == [("testing/test_x.py::test_early_stop", "report_rewritten")]
+    assert status["testing/test_x.py::test_early_stop"] == "FAILED"
+
+
+def test_an_xfail_test_whose_setup_raised_is_an_expected_failure():
+    """psf__requests-5414: an xfail-marked test whose fixture is missing; pytest reports XFAIL."""
+    from sandbatch.grading import verdict
+
+    t = "tests/test_requests.py::TestRequests::test_response_iter_lines_reentrant"
+    v = verdict.Verdict("ok", outcomes={t: "error", "tests/test_requests.py::test_plain": "error"},
+                        expected_failures={t}, files={"tests/test_requests.py"})
+    assert verdict.compare(v, True, {t: "XFAIL"}, {t}, lambda seen: seen) == ([], True)
+    # without the marker a raised setup is no expected failure
+    entries, _ = verdict.compare(v, True, {"tests/test_requests.py::test_plain": "XFAIL"},
+                                 {"tests/test_requests.py::test_plain"}, lambda seen: seen)
+    assert [e["kind"] for e in entries] == ["report_rewritten"]
+
+
+def test_a_test_command_without_pytest_needs_no_verdict(tmp_path):
+    """A bundled-format task whose test command prints pytest -rA style lines itself (no pytest, as
+    in an image without Python): its gold patch resolves, a wrong one does not, no tampering entry."""
+    row = json.loads(SMOKE.read_text().splitlines()[0])
+    row["repo_dir"] = str((SMOKE.parent / row["repo_dir"]).resolve())
+    row["test_cmd"] = ("for t in test_add test_subtract test_divide test_divide_by_zero; do "
+                       "if [ $t = test_divide ] && grep -q 'a // b' calc.py; then echo FAILED tests/test_calc.py::$t; "
+                       "else echo PASSED tests/test_calc.py::$t; fi; done")
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps(row) + "\n")
+    cfg_path = make_cfg(tmp_path, "smoke", tasks)
+    rec = grade(cfg_path, "smoke__calc-1", row["patch"])
+    assert rec.resolved and rec.reward == 1.0 and rec.tampering == [] and rec.report["verdict"] == "not_pytest", rec
+    rec = grade(cfg_path, "smoke__calc-1", "diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n"
+                "@@ -1 +1,2 @@\n+# a comment\n " + (SMOKE.parent / row["repo_dir"] / "calc.py").read_text()
+                .splitlines()[0] + "\n")
+    assert rec.tests_ran and not rec.resolved and rec.tampering == [], rec
+
+
+@pytest.mark.slow
+def test_corpus_rows_are_graded_right_through_the_workflow(tmp_path, docker_engine, docker_base_image):
+    ids = selected()
+    res = check(ids, tmp_path / "check")
+    assert res["wrong"] == [], "\n".join(res["wrong"])
+    for rid in ids:
+        for mode in MODES:
+            gold, noop = res["grades"][rid][mode]["gold"], res["grades"][rid][mode]["noop"]
+            assert gold["resolved"] and gold["reward"] == 1.0 and gold["tampering"] == [], (rid, mode, gold)
+            assert not noop["resolved"] and noop["reward"] == 0.0 and noop["status"] == "ok", (rid, mode, noop)
+        # with the defences on, the verdict channel answered for the pytest rows
+        assert res["grades"][rid]["neutralise"]["gold"]["verdict"] == "ok", rid
+    for run in res["runs"]:  # every sandbox of the four runs is gone
+        left = subprocess.run([docker_engine, "ps", "-aq", "--filter", f"label=sandbatch.run={run}"],
+                              capture_output=True, text=True, check=True).stdout.split()
+        assert left == [], run
+
+
+def test_a_verdict_is_expected_where_the_test_command_starts_pytest_itself():
+    """A missing verdict is runner_patched where the command starts pytest (its pytest was kept
+    from loading the channel: a pytest.py of the workdir, a forged log); not through tox or a script."""
+    from sandbatch.grading import verdict
+
+    for cmd in ("pytest -rA tests/test_x.py", "python -m pytest -rA", "cd /testbed && py.test -x",
+                "PYTHONWARNINGS=ignore /usr/bin/pytest --no-header -rA"):
+        assert verdict.runs_pytest(cmd), cmd
+    for cmd in ("tox --current-env -epy39 -v --", "./tests/runtests.py --verbosity 2", "bin/test -C",
+                "bash run_tests.sh", "echo PASSED tests/test_calc.py::test_add", "npx jest"):
+        assert not verdict.runs_pytest(cmd), cmd
+    missing = verdict.Verdict("missing")
+    status = {"tests/test_x.py::test_a": "PASSED"}
+    entries, resolvable = verdict.compare(missing, True, dict(status), set(status), lambda seen: seen)
+    assert [e["kind"] for e in entries] == ["runner_patched"] and not resolvable
+    assert verdict.compare(missing, False, dict(status), set(status), lambda seen: seen) == ([], True)
