@@ -20,11 +20,12 @@ import pytest
 from docker_fixtures import docker_base_image, docker_engine  # noqa: F401 (fixtures)
 from sandbatch import corpus
 from sandbatch.corpus.check import MODES, check
-
-pytestmark = pytest.mark.slow
+from test_attacks_runtime import HONEST_LOG, HONEST_STATUS
+from test_benchmark_grading import SMOKE, grade, make_cfg
 
 # one row per runner family: pytest's own repository (pytest inside pytest), a plain pytest suite
-CI_ROWS = ["pytest-dev__pytest-5262", "pallets__flask-5014"]
+# (requests: its image builds in ~1.5 min; flask's installs its whole dev requirements, ~10)
+CI_ROWS = ["pytest-dev__pytest-5262", "psf__requests-5414"]
 
 
 def selected() -> list[str]:
@@ -55,6 +56,108 @@ def test_every_row_is_complete_and_its_lists_come_from_swebench():
         assert d["FAIL_TO_PASS"] and (lists.get("swebench") == "4.1.0" or row.kind == "swebench_pro")
 
 
+# --- the false positives the real rows showed, in small --------------------------------------
+
+# pytest's own suite (pytest 4.5): an outer session whose tests run sessions inside them; their
+# headers, counts, failures and -rA lines are printed in the outer session's PASSES section
+NESTED_LOG = """============================= test session starts ==============================
+collected 3 items
+
+testing/test_x.py ...                                                    [100%]
+
+==================================== PASSES ====================================
+____________________________ test_reports_failure ____________________________
+----------------------------- Captured stdout call -----------------------------
+============================= test session starts ==============================
+collected 2 items
+
+test_reports_failure.py .F                                               [100%]
+=========================== short test summary info ============================
+PASSED test_reports_failure.py::test_ok
+FAILED test_reports_failure.py::test_bad - assert 0
+====================== 1 failed, 1 passed in 0.02 seconds ======================
+_____________________________ test_early_stop ______________________________
+----------------------------- Captured stdout call -----------------------------
+============================= test session starts ==============================
+collected 5 items
+!!!!!!!!!!!!!!!!!!!! Interrupted: 1 errors during collection !!!!!!!!!!!!!!!!!!!!
+1 passed in 0.01 seconds
+=========================== short test summary info ============================
+PASSED testing/test_x.py::test_reports_failure
+PASSED testing/test_x.py::test_early_stop
+PASSED testing/test_x.py::test_plain
+=========================== 3 passed in 0.51 seconds ===========================
+"""
+NESTED_STATUS = {"[100%]": "PASSED", "test_reports_failure.py::test_ok": "PASSED",
+                 "test_reports_failure.py::test_bad": "FAILED", "testing/test_x.py::test_reports_failure": "PASSED",
+                 "testing/test_x.py::test_early_stop": "PASSED", "testing/test_x.py::test_plain": "PASSED"}
+
+
+def test_nested_sessions_are_not_the_outer_sessions_counts():
+    from sandbatch.grading import consistency
+
+    assert consistency.check(NESTED_LOG, dict(NESTED_STATUS), 0) == []
+    # the outer session cut short is still seen, nested output or not (an inner session printed no
+    # fenced summary, so the last one before the cut stands in for the outer's: it counts too few)
+    cut = NESTED_LOG.rsplit("=========================== 3 passed", 1)[0]
+    assert any("reported 2 of the 3" in e["detail"] for e in consistency.check(cut, dict(NESTED_STATUS), 0))
+    plain_cut = HONEST_LOG.rsplit("=====", 1)[0].rsplit("\n", 2)[0]
+    assert any("without its summary" in e["detail"] for e in consistency.check(plain_cut, dict(HONEST_STATUS), 0))
+    assert any("reported 2 of the 3" in e["detail"] for e in consistency.check(
+        NESTED_LOG.replace("= 3 passed in 0.51", "= 2 passed in 0.51"), dict(NESTED_STATUS), 0))
+    # and pytest's old "in N seconds" summary is read: failures with exit 0 are caught
+    old = HONEST_LOG.replace("in 0.64s", "in 0.64 seconds")
+    assert any("exited 0 with 1 failed" in e["detail"] for e in consistency.check(old, dict(HONEST_STATUS), 0))
+
+
+def test_names_of_no_collected_file_are_not_the_runners_to_answer_for():
+    from sandbatch.grading import verdict
+
+    v = verdict.Verdict("ok", outcomes={"testing/test_x.py::test_plain": "ok",
+                                        "testing/test_x.py::test_reports_failure": "ok"},
+                        files={"testing", "testing/test_x.py"})
+    status = dict(NESTED_STATUS)
+    assert verdict.compare(v, status, {"[100%]", "testing/test_x.py::test_plain"}, lambda seen: seen) == ([], True)
+    # a test of a collected file with no raw call result is still counted failed (a forged line)
+    entries, _ = verdict.compare(v, status, {"testing/test_x.py::test_early_stop"}, lambda seen: seen)
+    assert [(e["path"], e["kind"]) for e in entries] == [("testing/test_x.py::test_early_stop", "report_rewritten")]
+    assert status["testing/test_x.py::test_early_stop"] == "FAILED"
+
+
+def test_an_xfail_test_whose_setup_raised_is_an_expected_failure():
+    """psf__requests-5414: an xfail-marked test whose fixture is missing; pytest reports XFAIL."""
+    from sandbatch.grading import verdict
+
+    t = "tests/test_requests.py::TestRequests::test_response_iter_lines_reentrant"
+    v = verdict.Verdict("ok", outcomes={t: "error", "tests/test_requests.py::test_plain": "error"},
+                        expected_failures={t}, files={"tests/test_requests.py"})
+    assert verdict.compare(v, {t: "XFAIL"}, {t}, lambda seen: seen) == ([], True)
+    # without the marker a raised setup is no expected failure
+    entries, _ = verdict.compare(v, {"tests/test_requests.py::test_plain": "XFAIL"},
+                                 {"tests/test_requests.py::test_plain"}, lambda seen: seen)
+    assert [e["kind"] for e in entries] == ["report_rewritten"]
+
+
+def test_a_test_command_without_pytest_needs_no_verdict(tmp_path):
+    """A bundled-format task whose test command prints pytest -rA style lines itself (no pytest, as
+    in an image without Python): its gold patch resolves, a wrong one does not, no tampering entry."""
+    row = json.loads(SMOKE.read_text().splitlines()[0])
+    row["repo_dir"] = str((SMOKE.parent / row["repo_dir"]).resolve())
+    row["test_cmd"] = ("for t in test_add test_subtract test_divide test_divide_by_zero; do "
+                       "if [ $t = test_divide ] && grep -q 'a // b' calc.py; then echo FAILED tests/test_calc.py::$t; "
+                       "else echo PASSED tests/test_calc.py::$t; fi; done")
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps(row) + "\n")
+    cfg_path = make_cfg(tmp_path, "smoke", tasks)
+    rec = grade(cfg_path, "smoke__calc-1", row["patch"])
+    assert rec.resolved and rec.reward == 1.0 and rec.tampering == [] and rec.report["verdict"] == "not_pytest", rec
+    rec = grade(cfg_path, "smoke__calc-1", "diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n"
+                "@@ -1 +1,2 @@\n+# a comment\n " + (SMOKE.parent / row["repo_dir"] / "calc.py").read_text()
+                .splitlines()[0] + "\n")
+    assert rec.tests_ran and not rec.resolved and rec.tampering == [], rec
+
+
+@pytest.mark.slow
 def test_corpus_rows_are_graded_right_through_the_workflow(tmp_path, docker_engine, docker_base_image):
     ids = selected()
     res = check(ids, tmp_path / "check")

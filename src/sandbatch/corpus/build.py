@@ -41,10 +41,11 @@ def exists(tag: str, docker: str = "docker") -> bool:
     return subprocess.run([docker, "image", "inspect", tag], capture_output=True).returncode == 0
 
 
-def build(row: Row, docker: str = "docker", timeout: float = 3600) -> tuple[str, float | None]:
-    """(tag, seconds the build took; None when the engine already had it)."""
+def build(row: Row, docker: str = "docker", timeout: float = 3600, fresh: bool = False) -> tuple[str, float | None]:
+    """(tag, seconds the build took; None when the engine already had it). fresh: build it again,
+    with no cached layer (to measure a fresh machine's build)."""
     tag = row.image()
-    if exists(tag, docker):
+    if not fresh and exists(tag, docker):
         return tag, None
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="sandbatch-corpus-") as tmp:
@@ -58,7 +59,7 @@ def build(row: Row, docker: str = "docker", timeout: float = 3600) -> tuple[str,
             args += ["--build-arg", f"PY={py.name}"]
         ca = next((c for c in (os.environ.get("SSL_CERT_FILE"), *CA_BUNDLES) if c and os.path.isfile(c)), None)
         (ctx / "ca.crt").write_bytes(Path(ca).read_bytes() if ca else b"")
-        proc = subprocess.run([docker, "build", "-t", tag, *args, str(ctx)],
+        proc = subprocess.run([docker, "build", *(["--no-cache"] if fresh else []), "-t", tag, *args, str(ctx)],
                               capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         raise InfraError(f"corpus: building {tag} for {row.id} failed:\n{(proc.stdout + proc.stderr)[-3000:]}",

@@ -217,8 +217,10 @@ def compare(v: Verdict | None, status: dict[str, str], decisive: set[str],
         raw = seen.get(t)
         if raw is None and t.split("::")[0] not in v.files:
             continue  # not a test of any file the session collected: not the runner's to answer for
-        # an expected failure: the body raised pytest.xfail, or raised under an xfail marker
-        ok = raw == "XFAIL" or (raw == "FAILED" and t in xfail_ok) if status[t] == "XFAIL" else raw == "PASSED"
+        # an expected failure: the body raised pytest.xfail, or its setup or body raised under an xfail
+        # marker (pytest reports a setup error of an xfail-marked test as XFAIL too)
+        ok = raw == "XFAIL" or (raw in ("FAILED", "ERROR") and t in xfail_ok) if status[t] == "XFAIL" \
+            else raw == "PASSED"
         if not ok:
             why = "no raw call result for it" if raw is None else f"its raw call result reads {raw}"
             out.append(entry(t, "report_rewritten", "counted_failed", f"the log says {status[t]}, {why}"))
