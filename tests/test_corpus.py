@@ -50,9 +50,10 @@ def test_every_row_is_complete_and_its_lists_come_from_swebench():
         assert d["noop_patch"].startswith("diff --git") and d["noop_patch"] != d["patch"]
         lists = json.loads((row.dir / "lists.json").read_text())
         before, after = lists["before"], lists["after"]
-        assert d["FAIL_TO_PASS"] == sorted(t for t in after if test_passed(t, after) and not test_passed(t, before))
-        assert d["PASS_TO_PASS"] == sorted(t for t in after if test_passed(t, after) and test_passed(t, before))
-        assert d["FAIL_TO_PASS"] and lists["swebench"] == "4.1.0"
+        passed = test_passed if row.kind == "swebench" else lambda t, s: s.get(t) == "PASSED"  # Pro: its parser's PASSED
+        assert d["FAIL_TO_PASS"] == sorted(t for t in after if passed(t, after) and not passed(t, before))
+        assert d["PASS_TO_PASS"] == sorted(t for t in after if passed(t, after) and passed(t, before))
+        assert d["FAIL_TO_PASS"] and (lists.get("swebench") == "4.1.0" or row.kind == "swebench_pro")
 
 
 # --- the false positives the real rows showed, in small --------------------------------------

@@ -57,3 +57,28 @@ def test_added_deleted_binary_and_excluded_files(tmp_path):
     assert (fresh / "pkg" / "new.py").read_text() == "z = 3\n"
     assert not (fresh / "pkg" / "gone.py").exists()
     assert (fresh / "notes.txt").read_text() == "no newline at end"
+
+
+def test_modes_the_checkout_was_given_are_not_in_the_patch(tmp_path):
+    """An image that `chmod -R 777`s its checkout without committing it (SWE-bench's JavaScript
+    images) leaves every tracked file's mode changed; the patch holds only the agent's edit."""
+    repo = tmp_path / "repo"
+    (repo / "__tests__").mkdir(parents=True)
+    (repo / "src.js").write_text("a = 1\n")
+    (repo / "__tests__" / "a.test.js").write_text("test('a', () => {})\n")
+
+    async def scenario():
+        provider = LocalProvider({"root": str(tmp_path / "sandboxes")})
+        sb = await provider.create(SandboxSpec())
+        base = await prepare_repo(sb, _task(repo), timeout=60)
+        wd = sb.workdir
+        assert (await sb.exec(f"cd {wd} && chmod -R 777 . && echo 'a = 2' > src.js", timeout=30)).ok
+        out = f"{sb.tmpdir}/agent.patch"
+        res = await sb.exec(diff_script(wd, base, out, []), timeout=30)
+        assert res.ok, res.stderr
+        patch = (await sb.download(out)).decode()
+        await provider.delete(sb.id)
+        return res.stdout.split(), patch
+
+    names, patch = asyncio.run(scenario())
+    assert names == ["src.js"] and "mode" not in patch and "+a = 2" in patch, patch

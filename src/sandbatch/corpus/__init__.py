@@ -47,6 +47,11 @@ class Row:
         """The spec's Python version (a pyenv build of it is copied into the build context)."""
         return (self.data.get("env") or {}).get("python")
 
+    @property
+    def kind(self) -> str:
+        """The benchmark kind the row is graded as: `swebench` (Verified, Multilingual) or `swebench_pro`."""
+        return self.data.get("kind") or "swebench"
+
     def recipe_files(self) -> list[Path]:
         own = [p for p in sorted(self.dir.rglob("*")) if p.is_file() and p.name not in NOT_BUILT]
         return own + [p for p in sorted(COMMON.rglob("*")) if p.is_file()]
@@ -62,6 +67,10 @@ class Row:
     def task(self, patch: str | None = None) -> dict:
         """The row as a SWE-bench task row on its image; `patch`: another patch for the oracle to apply
         (the row's `noop_patch`, which only adds a comment, must not resolve)."""
+        if self.kind == "swebench_pro":
+            from .pro import task
+
+            return task(self, patch)
         out = {k: self.data[k] for k in TASK_FIELDS if k in self.data}
         out["image"] = self.image()
         if patch is not None:

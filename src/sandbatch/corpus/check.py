@@ -6,8 +6,9 @@ and both modes agree.
 
     python -m sandbatch.corpus check [ROW ...] [--workdir DIR] [--cores N]
 
-Four real Snakemake runs (gold and noop, in each mode) in one working directory; each
-row's image is built first when the engine lacks it.
+Four real Snakemake runs (gold and noop, in each mode) per benchmark kind among the rows
+(`swebench`; `swebench_pro` for SWE-bench Pro rows) in one working directory; each row's
+image is built first when the engine lacks it.
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ MODES = ("neutralise", "log_only")  # the default config's grading.tampering, an
 PATCHES = ("gold", "noop")
 
 
-def _run(workdir: Path, name: str, tasks: Path, mode: str, cores: int, timeout: float) -> dict[str, dict]:
+def _run(workdir: Path, name: str, tasks: Path, mode: str, cores: int, timeout: float,
+         kind: str = "swebench") -> dict[str, dict]:
     cfg = workdir / f"{name}.json"
     settings = {"run": name, "harness": {"name": "oracle"}, "retries": 0,
-                "benchmark": {"kind": "swebench", "tasks": str(tasks)}, "sandbox": {"provider": "docker"}}
+                "benchmark": {"kind": kind, "tasks": str(tasks)}, "sandbox": {"provider": "docker"}}
     if mode != "neutralise":
         settings["grading"] = {"tampering": mode}
     cfg.write_text(json.dumps(settings))
@@ -58,17 +60,20 @@ def check(ids: list[str] | None = None, workdir: Path | None = None, cores: int 
     workdir = workdir or Path(tempfile.mkdtemp(prefix="sandbatch-corpus-check-"))
     workdir.mkdir(parents=True, exist_ok=True)
     build_s = {r.id: build(r)[1] for r in selected}
-    for which in PATCHES:
-        lines = [json.dumps(r.task(None if which == "gold" else r.data["noop_patch"])) for r in selected]
-        (workdir / f"{which}.jsonl").write_text("\n".join(lines) + "\n")
     grades: dict[str, dict] = {r.id: {m: {} for m in MODES} for r in selected}
     runs = []
-    for mode in MODES:
+    for kind in sorted({r.kind for r in selected}):
+        of_kind = [r for r in selected if r.kind == kind]
+        prefix = "" if kind == "swebench" else f"{kind}-".replace("_", "-")
         for which in PATCHES:
-            runs.append(f"{which}-{mode}".replace("_", "-"))
-            got = _run(workdir, runs[-1], workdir / f"{which}.jsonl", mode, cores, timeout)
-            for rid, g in got.items():
-                grades[rid][mode][which] = g
+            lines = [json.dumps(r.task(None if which == "gold" else r.data["noop_patch"])) for r in of_kind]
+            (workdir / f"{prefix}{which}.jsonl").write_text("\n".join(lines) + "\n")
+        for mode in MODES:
+            for which in PATCHES:
+                runs.append(f"{prefix}{which}-{mode}".replace("_", "-"))
+                got = _run(workdir, runs[-1], workdir / f"{prefix}{which}.jsonl", mode, cores, timeout, kind)
+                for rid, g in got.items():
+                    grades[rid][mode][which] = g
     wrong = []
     for rid, by_mode in grades.items():
         for mode, g in by_mode.items():

@@ -27,8 +27,14 @@ COMMENT = {".py": "#", ".pyx": "#", ".js": "//", ".ts": "//", ".jsx": "//", ".ts
 
 
 def _run(image: str, script: str, timeout: float, docker: str = "docker") -> str:
-    proc = subprocess.run([docker, "run", "--rm", "-i", "--network", "none", image, "bash", "-s"], input=script,
-                          capture_output=True, text=True, timeout=timeout)
+    # the script is a file, as the grader runs it: fed on stdin (`bash -s`), a command that reads
+    # stdin (npm run-s) would swallow the rest of the script
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "eval.sh"
+        path.write_text(script, encoding="utf-8")
+        proc = subprocess.run([docker, "run", "--rm", "--network", "none", "-v", f"{path}:/tmp/eval.sh:ro", image,
+                               "bash", "/tmp/eval.sh"], stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                              timeout=timeout)
     return proc.stdout + proc.stderr
 
 
@@ -76,6 +82,10 @@ def noop_patch(row: Row, image: str) -> str:
 
 def compute(row: Row, timeout: float = 3600) -> dict:
     """Set the row's FAIL_TO_PASS, PASS_TO_PASS and noop_patch; return what lists.json records."""
+    if row.kind == "swebench_pro":  # the Pro evaluation's own run_script and parser decide
+        from .pro import compute as compute_pro
+
+        return compute_pro(row, timeout)
     from importlib.metadata import version
 
     from swebench.harness.log_parsers import MAP_REPO_TO_PARSER

@@ -15,10 +15,12 @@ from .common import Step, timed
 
 
 def diff_script(workdir: str, base_ref: str, out: str, exclude: list[str]) -> str:
-    """Stage everything (so new files count) and diff the index against the base commit."""
+    """Stage everything (so new files count) and diff the index against the base commit. File modes are
+    not the agent's change: images that `chmod -R 777` the checkout without committing it (SWE-bench's
+    JavaScript images) would otherwise put every tracked file, tests included, in the patch."""
     specs = " ".join(shlex.quote(f":(exclude,glob){g}") for g in exclude)
     base, o = shlex.quote(base_ref), shlex.quote(out)
-    return (f"set -e; cd {shlex.quote(workdir)}; git add -A -- . {specs}; "
+    return (f"set -e; cd {shlex.quote(workdir)}; git -c core.fileMode=false add -A -- . {specs}; "
             f"git -c core.quotepath=off diff --cached --binary --full-index {base} > {o}; "
             f"git -c core.quotepath=off diff --cached --name-only {base}")
 
