@@ -22,10 +22,13 @@ from sandbatch import corpus
 from sandbatch.corpus.check import MODES, check
 from test_attacks_runtime import HONEST_LOG, HONEST_STATUS
 from test_benchmark_grading import SMOKE, grade, make_cfg
+from test_corpus_runners import RUNNERS
 
 # one row per runner family: pytest's own repository (pytest inside pytest), a plain pytest suite
-# (requests: its image builds in ~1.5 min; flask's installs its whole dev requirements, ~10)
-CI_ROWS = ["pytest-dev__pytest-5262", "psf__requests-5414"]
+# (requests: its image builds in ~1.5 min; flask's installs its whole dev requirements, ~10), and
+# the families beside pytest (test_corpus_runners.RUNNERS: Django's runner, SymPy's bin/test, tox,
+# Jest, a SWE-bench Pro row), all graded in one check (8 Snakemake runs: 4 per benchmark kind)
+CI_ROWS = ["pytest-dev__pytest-5262", "psf__requests-5414", *RUNNERS]
 
 
 def selected() -> list[str]:
@@ -160,15 +163,20 @@ def test_a_test_command_without_pytest_needs_no_verdict(tmp_path):
 @pytest.mark.slow
 def test_corpus_rows_are_graded_right_through_the_workflow(tmp_path, docker_engine, docker_base_image):
     ids = selected()
-    res = check(ids, tmp_path / "check")
+    res = check(ids, tmp_path / "check", cores=4)
+    for rid in ids:
+        on, off = res["grades"][rid]["neutralise"]["gold"], res["grades"][rid]["log_only"]["gold"]
+        print(f"{rid}: build {res['build_s'][rid]} s, tests {on['tests_s']} s (defences on) / "
+              f"{off['tests_s']} s (log_only), grade {on['grade_s']} s")
     assert res["wrong"] == [], "\n".join(res["wrong"])
     for rid in ids:
         for mode in MODES:
             gold, noop = res["grades"][rid][mode]["gold"], res["grades"][rid][mode]["noop"]
             assert gold["resolved"] and gold["reward"] == 1.0 and gold["tampering"] == [], (rid, mode, gold)
             assert not noop["resolved"] and noop["reward"] == 0.0 and noop["status"] == "ok", (rid, mode, noop)
-        # with the defences on, the verdict channel answered for the pytest rows
-        assert res["grades"][rid]["neutralise"]["gold"]["verdict"] == "ok", rid
+        # with the defences on, the verdict channel answered where a pytest ran; the other
+        # runners are graded from the log (test_corpus_runners.RUNNERS)
+        assert res["grades"][rid]["neutralise"]["gold"]["verdict"] == RUNNERS.get(rid, "ok"), rid
     for run in res["runs"]:  # every sandbox of the four runs is gone
         left = subprocess.run([docker_engine, "ps", "-aq", "--filter", f"label=sandbatch.run={run}"],
                               capture_output=True, text=True, check=True).stdout.split()
