@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 
 import pytest
 
 import test_benchmark_grading as bench
 from sandbatch.records import GRADE, INDEX, PATCH, PATCH_INFO, GradeRecord, PatchRecord, load, read_index
+from sandbatch.sandbox.base import SandboxSpec
 from sandbatch.sandbox.local import LocalProvider
 from sandbatch.steps import kept
 from sandbatch.steps.common import run_step
@@ -120,3 +122,30 @@ def test_a_command_of_a_killed_step_ends_with_its_sandbox(tmp_path):
     asyncio.run(LocalProvider({"root": str(root)}).delete(sandbox_id))
     gone, alive = psutil.wait_procs([command], timeout=10)
     assert not alive, "the sandbox's delete left its command running"
+
+
+def test_a_process_that_left_its_group_ends_with_its_sandbox(tmp_path):
+    """What a command started in a session of its own (setsid, a daemon the agent leaves) is not in
+    the command's process group; the local sandbox's delete ends it too (it has the sandbox's HOME)."""
+    import time
+
+    import psutil
+
+    root = tmp_path / "sb"
+    provider = LocalProvider({"root": str(root)})
+
+    async def start() -> str:
+        sb = await provider.create(SandboxSpec(labels={"run": "kept"}))
+        await sb.exec("setsid sh -c 'echo $$ > pid; exec sleep 300' >/dev/null 2>&1 < /dev/null &", timeout=60)
+        return sb.id
+
+    sandbox_id = asyncio.run(start())
+    pid_file = root / sandbox_id / "work" / "pid"
+    deadline = time.monotonic() + 60
+    while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    daemon = psutil.Process(int(pid_file.read_text()))
+    assert daemon.is_running() and os.getsid(daemon.pid) == daemon.pid
+    asyncio.run(provider.delete(sandbox_id))
+    gone, alive = psutil.wait_procs([daemon], timeout=10)
+    assert not alive, "the sandbox's delete left a process it started running"

@@ -187,16 +187,7 @@ class LocalSandbox(Sandbox):
     async def stop_processes(self, shell: str = "") -> int:
         """The sandbox's processes are host processes: those whose HOME is the sandbox's (every exec
         sets it); each group is frozen, then killed."""
-        n = 0
-        for _ in range(3):
-            mine = [pid for pid in _pids() if _environ(pid).get(b"HOME") == self.tmpdir.encode()]
-            for pid in mine:
-                _signal(pid, signal.SIGSTOP)
-            for pid in mine:
-                n += _signal(pid, signal.SIGKILL)
-            if not mine:
-                break
-        return n
+        return _kill_homed(self.tmpdir)
 
     def map_path(self, path: str) -> str:
         wd = self.spec.workdir.rstrip("/")
@@ -308,6 +299,21 @@ def _note_group(root: Path, pid: int) -> Path:
     return path
 
 
+def _kill_homed(home: str) -> int:
+    """Kill the processes whose HOME is `home` (every exec of the sandbox sets it), each frozen
+    first: also those that left the command's process group (setsid, a daemon)."""
+    n = 0
+    for _ in range(3):
+        mine = [pid for pid in _pids() if _environ(pid).get(b"HOME") == home.encode()]
+        for pid in mine:
+            _signal(pid, signal.SIGSTOP)
+        for pid in mine:
+            n += _signal(pid, signal.SIGKILL)
+        if not mine:
+            break
+    return n
+
+
 def _kill_groups(root: Path) -> None:
     for path in (root / GROUPS).glob("*") if (root / GROUPS).is_dir() else []:
         try:
@@ -385,6 +391,7 @@ def _remove(path: Path) -> None:
     leaves a sandbox that `list` still finds, so the reaper finishes it."""
     (path / DELETING).touch()
     _kill_groups(path)  # commands of a step that was killed while they ran
+    _kill_homed(str(path / "tmp"))  # and what they started outside their groups (LocalSandbox.tmpdir)
     for child in path.iterdir():
         if child.name not in ("meta.json", DELETING):
             if child.is_dir() and not child.is_symlink():
