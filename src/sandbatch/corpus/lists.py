@@ -66,6 +66,18 @@ def statuses(row: Row, image: str, gold: bool, timeout: float) -> tuple[dict[str
     return status, log
 
 
+def store(row: Row, before: dict[str, str], after: dict[str, str], passed, noop: str) -> tuple[list, list]:
+    """Set and save the row's FAIL_TO_PASS / PASS_TO_PASS (tests passing after the gold patch,
+    failing or passing before it, by the evaluation's own `passed(statuses, test)`) and noop_patch."""
+    f2p = sorted(t for t in after if passed(after, t) and not passed(before, t))
+    p2p = sorted(t for t in after if passed(after, t) and passed(before, t))
+    if not f2p:
+        raise InfraError(f"{row.id}: no test fails before the gold patch and passes after it", "corpus_lists")
+    row.data["FAIL_TO_PASS"], row.data["PASS_TO_PASS"], row.data["noop_patch"] = f2p, p2p, noop
+    row.save()
+    return f2p, p2p
+
+
 def noop_patch(row: Row, image: str) -> str:
     from swebench.harness.utils import get_modified_files
 
@@ -94,13 +106,7 @@ def compute(row: Row, timeout: float = 3600) -> dict:
     image, _ = build(row)
     before, log_before = statuses(row, image, False, timeout)
     after, log_after = statuses(row, image, True, timeout)
-    f2p = sorted(t for t in after if test_passed(t, after) and not test_passed(t, before))
-    p2p = sorted(t for t in after if test_passed(t, after) and test_passed(t, before))
-    if not f2p:
-        raise InfraError(f"{row.id}: no test fails before the gold patch and passes after it", "corpus_lists")
-    row.data["FAIL_TO_PASS"], row.data["PASS_TO_PASS"] = f2p, p2p
-    row.data["noop_patch"] = noop_patch(row, image)
-    row.save()
+    f2p, p2p = store(row, before, after, lambda s, t: test_passed(t, s), noop_patch(row, image))
     return {"swebench": version("swebench"), "parser": MAP_REPO_TO_PARSER[row.data["repo"]].__name__,
             "image": image, "how": __doc__.split("\n\n")[0].replace("\n", " "),
             "before": before, "after": after,

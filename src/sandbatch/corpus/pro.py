@@ -68,14 +68,10 @@ def compute(row: Row, timeout: float = 3600) -> dict:
     image, _ = build(row)
     before, _ = statuses(row, image, False, timeout)
     after, _ = statuses(row, image, True, timeout)
-    passed = lambda s, t: s.get(t) == "PASSED"  # noqa: E731 - the Pro evaluation's criterion
-    f2p = sorted(t for t in after if passed(after, t) and not passed(before, t))
-    p2p = sorted(t for t in after if passed(after, t) and passed(before, t))
-    if not f2p:
-        raise InfraError(f"{row.id}: no test fails before the gold patch and passes after it", "corpus_lists")
-    row.data["FAIL_TO_PASS"], row.data["PASS_TO_PASS"] = f2p, p2p
-    row.data["noop_patch"] = noop_patch(row, image)
-    row.save()
+    from .lists import store
+
+    # the Pro evaluation's criterion: PASSED in parser.py's output
+    f2p, p2p = store(row, before, after, lambda s, t: s.get(t) == "PASSED", noop_patch(row, image))
     return {"how": __doc__.split("\n\n")[0].replace("\n", " "), "parser": "parser.py (the instance's own)",
             "image": image, "before": before, "after": after,
             "counts": {"FAIL_TO_PASS": len(f2p), "PASS_TO_PASS": len(p2p)}}
