@@ -187,6 +187,14 @@ class Checks(object):
         self._passing = [False]
         self._rewritten = {}  # test file -> the code pytest's rewriter compiled from it as the module was imported
         self._tools = self._monitoring_tools()
+        # the modules of the workdir already imported as the checks start are the runner's own:
+        # pytest's repository tests pytest, and its pytest runs from the workdir. Nothing the
+        # patch adds loads before the checks (they load ahead of plugins, conftest and tests).
+        self._runner = set()
+        for mod in list(sys.modules.values()):
+            rel = self._rel(_getattr(mod, "__file__", None))
+            if rel is not None:
+                self._runner.add(rel)
 
     # --- where code lives -------------------------------------------------------------------
 
@@ -207,9 +215,9 @@ class Checks(object):
         return any(d in self.shallow and (i == 0 or dirs[:i] == ["src"]) for i, d in enumerate(dirs))
 
     def code_side(self, path):
-        """Whether `path` is code under test: in the workdir, not a test file."""
+        """Whether `path` is code under test: in the workdir, not a test file, not the runner's."""
         rel = self._rel(path)
-        return rel is not None and not self.test_side(rel)
+        return rel is not None and rel not in self._runner and not self.test_side(rel)
 
     def made_here(self, obj):
         """Whether the code under test defines the type of `obj` (or a class it derives from)."""
@@ -405,14 +413,36 @@ class Checks(object):
         except Exception:
             return False
 
+    def _capture_rewrites(self, r):
+        """Keep the code pytest's rewriter compiles from each test file as it is imported."""
+        orig_rewrite_test, rewritten = _getattr(r, "_rewrite_test", None), self._rewritten
+        if orig_rewrite_test is None:
+            return
+
+        def _rewrite_test(*args, **kwargs):
+            out = orig_rewrite_test(*args, **kwargs)
+            co = out[-1] if _isinstance(out, tuple) else out
+            if _getattr(co, "co_code", None) is not None:
+                # the file is the first argument from pytest 5 on, the second before (config, fn)
+                for arg in args:
+                    if ("%s" % (arg,)).endswith(".py"):
+                        rewritten[_realpath("%s" % (arg,))] = co
+                        break
+            return out
+
+        r._rewrite_test = _rewrite_test
+
     def install_pytest(self):
         """Wrap the rewritten asserts' helpers: on a passing assert, probe its comparison's operands.
         The pass branch runs only with enable_assertion_pass_hook (the grader sets it) and starts with
         _check_if_assertion_pass_impl; its explanation is not built unless a plugin of the task wants it."""
         r = sys.modules.get("_pytest.assertion.rewrite")
-        if r is None or _getattr(r, "_check_if_assertion_pass_impl", None) is None:
+        if r is None:
             return False
         self.rewrite = _getattr(r, "rewrite_asserts", None)
+        self._capture_rewrites(r)  # every pytest: the replaced-test check compares with these
+        if _getattr(r, "_check_if_assertion_pass_impl", None) is None:  # pytest < 5: no pass hook
+            return False
         orig_check, orig_crc = r._check_if_assertion_pass_impl, r._call_reprcompare
         orig_repr, orig_pass = r._saferepr, r._call_assertion_pass
         passing, me = self._passing, self
@@ -441,17 +471,6 @@ class Checks(object):
             if full:
                 orig_pass(lineno, orig, expl)
 
-        orig_rewrite_test, rewritten = _getattr(r, "_rewrite_test", None), self._rewritten
-
-        def _rewrite_test(fn, *args, **kwargs):
-            out = orig_rewrite_test(fn, *args, **kwargs)
-            co = out[-1] if _isinstance(out, tuple) else out
-            if _getattr(co, "co_code", None) is not None:
-                rewritten[_realpath("%s" % (fn,))] = co
-            return out
-
-        if orig_rewrite_test is not None:
-            r._rewrite_test = _rewrite_test
         r._check_if_assertion_pass_impl = _check_if_assertion_pass_impl
         r._saferepr, r._call_reprcompare, r._call_assertion_pass = _saferepr, _call_reprcompare, _call_assertion_pass
         return True
