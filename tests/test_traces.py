@@ -31,11 +31,16 @@ STEPS = {"sandbox", "harness", "convert", "patch", "grade"}
 
 
 def phoenix():
-    """Phoenix's client, or `missing` when its server does not answer."""
+    """Phoenix's client; a server that stopped answering is started again with the service script
+    (it is idempotent: a server that answers is kept), and `missing` when that does not help."""
     try:
         urllib.request.urlopen(f"{PHOENIX}/healthz", timeout=3).read()
     except OSError as exc:
-        missing(f"no Phoenix server at {PHOENIX} ({exc}); start it with scripts/services/phoenix.sh")
+        script = Path(__file__).resolve().parents[1] / "scripts" / "services" / "phoenix.sh"
+        started = os.geteuid() == 0 and subprocess.run(["bash", str(script)], capture_output=True,
+                                                       timeout=600).returncode == 0
+        if not started:
+            missing(f"no Phoenix server at {PHOENIX} ({exc}); start it with scripts/services/phoenix.sh")
     from phoenix.client import Client
 
     return Client(base_url=PHOENIX)
