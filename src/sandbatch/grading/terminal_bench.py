@@ -87,9 +87,12 @@ def _finite(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-async def _maybe(sandbox: Sandbox, path: str) -> bytes | None:
-    res = await sandbox.exec(f"test -f {shlex.quote(path)}", timeout=60)
-    return await sandbox.download(path) if res.ok else None
+async def _files(sandbox: Sandbox, *paths: str) -> list[bytes | None]:
+    """Each path's bytes, None where no such file: one command asks which exist."""
+    test = "; ".join(f"test -f {shlex.quote(p)} && echo {i}" for i, p in enumerate(paths))
+    res = await sandbox.exec(f"{test}; true", timeout=60)
+    found = set(res.stdout.split())
+    return [await sandbox.download(p) if str(i) in found else None for i, p in enumerate(paths)]
 
 
 async def grade(g: GradeContext) -> GradeRecord:
@@ -112,13 +115,12 @@ async def grade(g: GradeContext) -> GradeRecord:
     rec.tampering = (iso.tampering if iso else []) + rec.tampering
     tests, logs = sandbox.map_path(TESTS), sandbox.map_path(LOGS)
     # whatever the agent left there (a reward file, tests of its own) goes first
-    clean = await sandbox.exec(f"rm -rf {shlex.quote(tests)} {shlex.quote(logs)} && mkdir -p {shlex.quote(logs)}",
+    made = [logs] if iso is None else [logs, sandbox.map_path(iso.logs)]  # and the verifier's own, in one command
+    clean = await sandbox.exec(f"rm -rf {shlex.quote(tests)} {shlex.quote(logs)} && mkdir -p {shlex.join(made)}",
                                timeout=120)
     if not clean.ok:
         raise InfraError(f"cannot reset {LOGS} and {TESTS}: {clean.stderr.strip()[-200:]}", "sandbox_exec")
-    if iso is not None:
-        logs = sandbox.map_path(iso.logs)
-        await sandbox.exec(f"mkdir -p {shlex.quote(logs)}", timeout=60)
+    logs = made[-1]
     n = await upload_dir(sandbox, Path(task.task_dir or "") / "tests", TESTS, task.workdir,
                          {LOGS: iso.logs} if iso else None)
     verifier = tb_verifier.command(iso, tests + "/test.sh", wd) if iso else tamper.verifier_command(
@@ -130,8 +132,7 @@ async def grade(g: GradeContext) -> GradeRecord:
     write_log(g.log_path, log)
     if run.timed_out:
         rec.failure_class = "tests_timeout"
-    reward, details = read_reward(await _maybe(sandbox, f"{logs}/reward.json"),
-                                  await _maybe(sandbox, f"{logs}/reward.txt"))
+    reward, details = read_reward(*await _files(sandbox, f"{logs}/reward.json", f"{logs}/reward.txt"))
     rec.tests_ran = True
     rec.reward = reward
     rec.resolved = reward >= g.cfg.grading.reward_threshold
