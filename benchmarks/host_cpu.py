@@ -210,17 +210,23 @@ def ops_by_step(events: list[dict], rows: list[dict], prefix: str = "sandbatch."
 
 # --- one run ------------------------------------------------------------------------------
 
-def run_sandbatch(suite: str, c: int, n: int, tasks: Path | None, wd: Path) -> dict:
+def run_sandbatch(suite: str, c: int, n: int, tasks: Path | None, wd: Path, code_dir: Path = REPO,
+                  who: str = "sandbatch") -> dict:
+    """One run of the workflow of `code_dir` (this checkout, or another one's tree: its
+    Snakefile, profile and package, ahead of the installed one on PYTHONPATH)."""
     run = f"cpu-{suite}-{uuid.uuid4().hex[:6]}"
     cfg_path = wd / "config.json"
     cfg_path.write_text(json.dumps(config_for(suite, run, c, tasks, n)))
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(wd),
-           "--workflow-profile", str(REPO / "profiles" / "default"), "--cores", str(2 * c),
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(code_dir / "Snakefile"), "-d", str(wd),
+           "--workflow-profile", str(code_dir / "profiles" / "default"), "--cores", str(2 * c),
            "--configfile", str(cfg_path)]
+    env = dict(os.environ)
+    if code_dir != REPO:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(code_dir / "src"), env.get("PYTHONPATH")]))
     engine = Engine()
     cpu0, t0, w0 = children_cpu(), time.monotonic(), time.time()
     with open(wd / "snakemake.log", "w+") as log:
-        code = subprocess.call(cmd, cwd=wd, stdout=log, stderr=subprocess.STDOUT)
+        code = subprocess.call(cmd, cwd=wd, stdout=log, stderr=subprocess.STDOUT, env=env)
         wall, cpu, w1 = time.monotonic() - t0, children_cpu() - cpu0, time.time()
         if code != 0:
             log.seek(0)
@@ -233,7 +239,7 @@ def run_sandbatch(suite: str, c: int, n: int, tasks: Path | None, wd: Path) -> d
     spans = [_ts(r["grade"]["finished_at"]) - _ts(r["sandbox"]["started_at"]) for r in rows]
     outside = [s - float(r["harness"].get("agent_s") or 0.0) - _ph(r["grade"], "tests") for s, r in zip(spans, rows)]
     resolved = sum(1 for r in rows if r["grade"].get("resolved"))
-    return {"who": "sandbatch", "suite": suite, "c": c, "n": len(rows), "resolved": resolved, "wall": wall,
+    return {"who": who, "suite": suite, "c": c, "n": len(rows), "resolved": resolved, "wall": wall,
             "cpu": cpu, "host": host, "fixed": (first - w0, w1 - last), "span": statistics.mean(spans),
             "outside": statistics.mean(outside), "ops": ops_by_step(engine.events, rows),
             "steps": {s: statistics.median(float(r[s]["duration_s"]) for r in rows) for s in STEPS}}
@@ -301,6 +307,29 @@ def show(res: dict) -> None:
         + f"; total {sum(sum(c.values()) for c in ops.values()) / n:.1f}")
 
 
+def summary(results: list[dict], suites: tuple[str, ...], concurrencies: list[int]) -> None:
+    """Medians over the rounds, per suite, concurrency and code: the figures the targets name."""
+    print("medians over the rounds:")
+    for suite in suites:
+        for who in ("before", "sandbatch"):
+            mine = [r for r in results if r["who"] == who and r["suite"] == suite]
+            if not mine:
+                continue
+            walls = {}
+            for c in concurrencies:
+                rs = [r for r in mine if r["c"] == c]
+                med = lambda key: statistics.median(key(r) for r in rs)  # noqa: E731
+                walls[c] = med(lambda r: r["wall"])
+                engine = med(lambda r: sum(v for k, v in r["host"].items() if k != "containers") / r["n"])
+                print(f"  {who:9s} {suite:3s} C={c}: wall {walls[c]:.1f} s, fixed {med(lambda r: sum(r['fixed'])):.2f} s, "
+                      f"outside agent and tests {med(lambda r: r['outside']):.2f} s, CPU per rollout: process tree "
+                      f"{med(lambda r: r['cpu'] / r['n']):.2f} s + engine {engine:.2f} s, engine operations "
+                      f"{med(lambda r: sum(sum(x.values()) for x in r['ops'].values()) / r['n']):.1f}")
+            if len(walls) > 1:
+                lo, hi = min(walls), max(walls)
+                print(f"  {who:9s} {suite:3s} wall at C={hi} / at C={lo}: {walls[hi] / walls[lo]:.2f}")
+
+
 def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -312,6 +341,8 @@ def main() -> int:
     p.add_argument("-c", type=int, nargs="+", default=[1, 4], help="concurrencies (default 1 4)")
     p.add_argument("--rounds", type=int, default=1, help="runs of each configuration, alternated")
     p.add_argument("--harbor", help="Harbor's `harbor` command: run it on the same tb tasks, side by side")
+    p.add_argument("--before", type=Path, help="another tree of this project (e.g. `git archive REV | tar -x -C DIR`): "
+                   "its runs alternate with this checkout's, labelled `before`")
     p.add_argument("--keep", type=Path, help="keep the run directories under DIR")
     a = p.parse_args()
     root = Path(tempfile.mkdtemp(prefix="sandbatch-hostcpu-", dir=a.keep))
@@ -323,12 +354,13 @@ def main() -> int:
     for rnd in range(a.rounds):
         for c in a.c:
             for suite in suites:
-                wd = root / f"{suite}-c{c}-r{rnd}"
-                wd.mkdir()
-                res = run_sandbatch(suite, c, 5 if suite == "swe" else a.n, tasks, wd)
-                results.append(res)
-                show(res)
-                print(f"  load average after: {load()}", flush=True)
+                for code_dir, who in ([(a.before, "before")] if a.before else []) + [(REPO, "sandbatch")]:
+                    wd = root / f"{who}-{suite}-c{c}-r{rnd}"
+                    wd.mkdir()
+                    res = run_sandbatch(suite, c, 5 if suite == "swe" else a.n, tasks, wd, code_dir.resolve(), who)
+                    results.append(res)
+                    show(res)
+                    print(f"  load average after: {load()}", flush=True)
             if a.harbor and "tb" in suites:
                 wd = root / f"harbor-c{c}-r{rnd}"
                 wd.mkdir()
@@ -350,12 +382,7 @@ def main() -> int:
                 c0, c1 = statistics.median(r["cpu"] for r in ours), statistics.median(r["cpu"] for r in theirs)
                 print(f"  C={c}: wall {w0:.1f} vs Harbor {w1:.1f} s ({w1 / w0:.1f}x); process-tree CPU {c0:.1f} vs "
                       f"{c1:.1f} s ({c0 / c1:.2f} of Harbor's)")
-    for suite in suites:
-        by_c = {c: statistics.median(r["wall"] for r in results if r["who"] == "sandbatch" and r["suite"] == suite
-                                     and r["c"] == c) for c in a.c}
-        if len(by_c) > 1:
-            lo, hi = min(a.c), max(a.c)
-            print(f"{suite}: wall at C={hi} / wall at C={lo}: {by_c[hi] / by_c[lo]:.2f}")
+    summary(results, suites, a.c)
     if not a.keep:
         shutil.rmtree(root, ignore_errors=True)
     return 0

@@ -1,0 +1,94 @@
+"""How many operations the engine sees: what a sandbox's creation and Terminal-Bench's grading
+in the agent's container cost it, counted from the engine's own event stream."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import time
+from collections import Counter
+
+import pytest
+
+from docker_fixtures import docker_base_image, docker_engine, docker_run_label  # noqa: F401 (fixtures)
+from sandbatch.grading import tb_verifier
+from sandbatch.grading.terminal_bench import _files
+from sandbatch.sandbox.base import SandboxSpec
+from sandbatch.sandbox.docker import DockerProvider
+
+
+class EngineEvents:
+    """The engine's container events for one run label while the block runs."""
+
+    def __init__(self, cli: str, label: str):
+        self.cli, self.label = cli, label
+        self.seen: list[dict] = []
+
+    def __enter__(self):
+        self.proc = subprocess.Popen([self.cli, "events", "--format", "{{json .}}", "--filter", "type=container",
+                                      "--filter", f"label=sandbatch.run={self.label}"],
+                                     stdout=subprocess.PIPE, text=True)
+        time.sleep(0.5)  # subscribed before the first operation
+        return self
+
+    def __exit__(self, *exc):
+        time.sleep(0.5)  # the last events arrive
+        self.proc.terminate()
+        out, _ = self.proc.communicate()
+        self.seen = [json.loads(line) for line in out.splitlines() if line.strip()]
+
+    def count(self) -> Counter:
+        return Counter(e["Action"].split(":")[0] for e in self.seen)
+
+
+def test_create_runs_no_command_and_the_scratch_directory_is_there(docker_engine, docker_base_image,
+                                                                    docker_run_label):
+    async def go():
+        provider = DockerProvider()
+        sb = await provider.create(SandboxSpec(image=docker_base_image, labels={"run": docker_run_label},
+                                               workdir="/work/repo", ttl_seconds=300))
+        return provider, sb
+
+    with EngineEvents(docker_engine, docker_run_label) as events:
+        provider, sb = asyncio.run(go())
+    ops = events.count()
+    assert ops["create"] == 1 and ops["start"] == 1 and ops["exec_create"] == 0, ops
+    assert ops["extract-to-dir"] == 1  # the scratch directory, put in before the start
+
+    async def use():
+        res = await sb.exec(f"touch {sb.tmpdir}/x && stat -c %a {sb.tmpdir} && pwd", timeout=30)
+        await provider.delete(sb.id)
+        return res
+
+    res = asyncio.run(use())
+    assert res.ok and res.stdout.split() == ["755", "/work/repo"], res
+
+
+def test_verifier_isolation_and_reward_files_in_few_commands(docker_engine, docker_base_image, docker_run_label):
+    """The core tools' links and the agent's preload moved aside in one command; which reward
+    files exist asked in one; what each does still holds."""
+    if tb_verifier._first(tb_verifier.BUSYBOX) is None:
+        pytest.fail("busybox-static is missing on this host; run scripts/setup.sh (as root)")
+
+    async def go():
+        provider = DockerProvider()
+        sb = await provider.create(SandboxSpec(image=docker_base_image, labels={"run": docker_run_label},
+                                               workdir="/app", ttl_seconds=300))
+        try:
+            await sb.exec("mkdir -p /logs/v && echo 1 > /logs/v/reward.txt && touch /etc/ld.so.preload", timeout=30)
+            with EngineEvents(docker_engine, docker_run_label) as events:
+                iso = await tb_verifier.prepare(sb, "/logs")
+                found = await _files(sb, "/logs/v/reward.json", "/logs/v/reward.txt")
+            tools = await sb.exec(f"{iso.dir}/bin/cat /logs/v/reward.txt && test ! -e /etc/ld.so.preload", timeout=30)
+            return iso, found, tools, events.count()
+        finally:
+            await provider.delete(sb.id)
+
+    iso, found, tools, ops = asyncio.run(go())
+    assert iso.tampering == [{"path": "/etc/ld.so.preload", "kind": "runner_hook", "action": "removed"}]
+    assert found == [None, b"1\n"]
+    assert tools.ok and tools.stdout == "1\n", tools
+    # stop the processes, links and preload, which reward files: 3 commands; 2 copies in (bash,
+    # busybox) and 1 out (reward.txt)
+    assert ops["exec_create"] == 3 and ops["extract-to-dir"] == 2 and ops["archive-path"] == 1, ops
