@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from sandbatch import REPO_ROOT, config
-from sandbatch.errors import UserError
-from sandbatch.ids import path_id
+from sandbatch import REPO_ROOT
+from sandbatch.core import config
+from sandbatch.core.errors import UserError
+from sandbatch.core.ids import path_id
 from sandbatch.tasks import index, load_tasks, select_tasks
 from sandbatch.tasks import swebench as swe_loader
 from sandbatch.tasks.base import parse_list

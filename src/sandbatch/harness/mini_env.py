@@ -44,9 +44,9 @@ from minisweagent.models.litellm_model import LitellmModel  # noqa: E402
 
 litellm.suppress_debug_info = True  # no "Provider List" banner on stdout for every unpriced model call
 
-from ..errors import UserError  # noqa: E402
+from ..core.errors import UserError  # noqa: E402
 from ..sandbox import Sandbox  # noqa: E402
-from ..util import deep_merge  # noqa: E402
+from ..core.util import deep_merge  # noqa: E402
 
 SUBMIT_MARKER = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 

@@ -32,11 +32,11 @@ from typing import Any
 
 import yaml
 
-from .. import responses
-from ..errors import InfraError, UserError
-from ..records import Status
+from ..rollout import responses
+from ..core.errors import InfraError, UserError
+from ..rollout.records import Status
 from ..sandbox import Sandbox
-from ..util import deep_merge
+from ..core.util import deep_merge
 from ._process import AgentRun, install_options, run_command, sh, str_env, upload_source
 from .base import Conversion, Harness, Outcome, RunContext, keep_unknown, model_endpoint, tail
 

@@ -48,7 +48,7 @@ from typing import Any, Sequence
 
 from pydantic import BaseModel
 
-from ..errors import InfraError, UserError
+from ..core.errors import InfraError, UserError
 from .base import CA_ENV, KILLED_EXIT_CODES, ExecResult, Provider, Sandbox, SandboxError, SandboxGone, SandboxInfo, SandboxSpec, State
 
 # Mirrors the defaults of `sandbox.docker` in schemas/config.schema.yaml (a test keeps the

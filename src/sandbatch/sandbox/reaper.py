@@ -13,11 +13,11 @@ import contextlib
 import os
 from typing import TYPE_CHECKING
 
-from ..errors import UserError
+from ..core.errors import UserError
 from .base import Provider, SandboxError
 
 if TYPE_CHECKING:
-    from ..config import Config
+    from ..core.config import Config
 
 
 def reap_run(cfg: "Config", workdir: str | os.PathLike | None = None) -> list[str]:

@@ -10,14 +10,15 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from .. import metrics, plots, report, trace, view
-from ..config import Config
-from ..errors import InfraError, UserError
-from ..records import (GRADE, HARNESS, PATCH, PATCH_INFO, RESPONSE, SANDBOX, GradeRecord, HarnessRecord,
+from ..reporting import metrics, plots, report, view
+from .. import trace
+from ..core.config import Config
+from ..core.errors import InfraError, UserError
+from ..rollout.records import (GRADE, HARNESS, PATCH, PATCH_INFO, RESPONSE, SANDBOX, GradeRecord, HarnessRecord,
                        PatchRecord, SandboxRecord, load, now)
 from ..sandbox.reaper import reap_run
 from ..tasks import TaskRef, select_tasks
-from ..util import read_json, write_atomic, write_json, write_jsonl
+from ..core.util import read_json, write_atomic, write_json, write_jsonl
 
 
 def rollout_row(cfg: Config, task: TaskRef, repeat: int) -> dict[str, Any]:

@@ -6,10 +6,10 @@ import asyncio
 import getpass
 import time
 
-from ..errors import InfraError
-from ..ids import label_value
-from ..instance import ensure_instance, read_instance
-from ..records import SANDBOX, HistoryRecord, SandboxRecord
+from ..core.errors import InfraError
+from ..core.ids import label_value
+from ..core.instance import ensure_instance, read_instance
+from ..rollout.records import SANDBOX, HistoryRecord, SandboxRecord
 from ..sandbox import Sandbox, SandboxError, SandboxSpec, rewrite_image
 from ..sandbox.base import Resources
 from ..sandbox.prepare import checkout_script, prepare, read_output, strips_history

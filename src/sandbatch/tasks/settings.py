@@ -9,10 +9,10 @@ from __future__ import annotations
 import string
 from typing import TYPE_CHECKING, Any
 
-from ..errors import UserError
+from ..core.errors import UserError
 
 if TYPE_CHECKING:
-    from ..config import BenchmarkConfig, Config, Timeouts
+    from ..core.config import BenchmarkConfig, Config, Timeouts
     from .base import Task
 
 PLACEHOLDERS = ("prompt", "problem_statement", "requirements", "interface", "instance_id", "repo", "workdir")

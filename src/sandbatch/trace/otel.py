@@ -43,8 +43,8 @@ from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from .. import trace as api
-from ..errors import InfraError, UserError
-from ..util import read_json
+from ..core.errors import InfraError, UserError
+from ..core.util import read_json
 
 SCOPE = "sandbatch"
 TITLE_CHARS = 120
@@ -454,7 +454,7 @@ logging.getLogger("opentelemetry.sdk.trace.export").setLevel(logging.CRITICAL)
 @contextlib.contextmanager
 def step_span(ctx, name: str):
     """Tracing for one step attempt, and its span under the rollout's root."""
-    from ..records import GRADE, SANDBOX
+    from ..rollout.records import GRADE, SANDBOX
 
     tracing = Tracing(ctx, name)
     api._active = tracing

@@ -11,11 +11,11 @@ from html import escape
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from ..records import GRADE, MODEL_CALLS, PATCH, RESPONSE
-from ..responses import item_text
-from ..trace import TRACE_FILE, read_spans
-from ..usage import iter_calls
-from ..util import read_json
+from ...rollout.records import GRADE, MODEL_CALLS, PATCH, RESPONSE
+from ...rollout.responses import item_text
+from ...trace import TRACE_FILE, read_spans
+from ...rollout.usage import iter_calls
+from ...core.util import read_json
 from .assets import CSS
 from .waterfall import waterfall_html
 

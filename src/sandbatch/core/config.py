@@ -15,7 +15,7 @@ from typing import Any, Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-from . import SCHEMAS
+from .. import SCHEMAS
 from .errors import UserError
 
 
@@ -304,7 +304,7 @@ def _apply_env(filled: dict[str, Any]) -> None:
 
 
 def _check_benchmark(cfg: "Config") -> None:
-    from .tasks.settings import check_template
+    from ..tasks.settings import check_template
 
     check_template(cfg.benchmark.prompt_template)
     if cfg.model.tokens == "on" and not cfg.model.proxy.enabled:

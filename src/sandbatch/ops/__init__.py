@@ -1,0 +1,1 @@
+"""The run as a whole, outside the DAG."""

@@ -1,0 +1,1 @@
+"""What a rollout is turned into."""
