@@ -17,7 +17,8 @@ from sandbatch.core.ids import path_id
 from sandbatch.tasks import index, load_tasks, select_tasks
 from sandbatch.tasks import swebench as swe_loader
 from sandbatch.tasks.base import parse_list
-from sandbatch.tasks.settings import check_template, prompt_for, resources_for, timeouts_for
+from sandbatch.core.config import check_template
+from sandbatch.tasks.settings import prompt_for, resources_for, timeouts_for
 
 FIX = REPO_ROOT / "tests" / "fixtures" / "bench"
 

@@ -11,6 +11,7 @@ from typing import Any, Iterable, Protocol, TypeVar
 
 from pydantic import BaseModel, Field
 
+from ..core.config import load_schema
 from ..core.errors import UserError
 
 
@@ -163,8 +164,6 @@ def resolve_path(path: str, base_dirs: list[Path]) -> Path:
 def validator(schema: str):
     """The JSON Schema validator of a task schema under schemas/ (built once per process)."""
     import jsonschema
-
-    from ..core.config import load_schema
 
     return jsonschema.Draft202012Validator(load_schema(schema))
 
