@@ -206,7 +206,7 @@ def calls_html(path: Path) -> str:
 
 
 def render(row: Mapping[str, Any], prompt: str | None, index_href: str) -> str:
-    """The page of one rollout; `row` is its rollouts.jsonl row (steps.aggregate.rollout_row)."""
+    """The page of one rollout; `row` is its rollouts.jsonl row (rollout.rows.rollout_row)."""
     d = Path(row["dir"])
     resp = read_json(d / RESPONSE) if (d / RESPONSE).is_file() else {}
     grade = read_json(d / GRADE) if (d / GRADE).is_file() else {}
