@@ -14,6 +14,7 @@ import os
 from typing import TYPE_CHECKING
 
 from ..core.errors import UserError
+from ..core.instance import selector
 from .base import Provider, SandboxError
 
 if TYPE_CHECKING:
@@ -27,7 +28,6 @@ def reap_run(cfg: "Config", workdir: str | os.PathLike | None = None) -> list[st
     another working directory may use the same name on the same engine. The run's paths
     and provider options are relative to `workdir` (default: the current directory)."""
     from . import get_provider
-    from ..steps.sandbox import selector
 
     with contextlib.chdir(workdir or "."):
         labels = selector(cfg)

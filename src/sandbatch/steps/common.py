@@ -26,7 +26,7 @@ from ..core.errors import InfraError, UserError
 from ..rollout.records import now
 from ..sandbox import Provider, Sandbox, get_provider
 from ..tasks import Task, get_task
-from . import killpoint
+from ..core import killpoint
 
 # Called once a step's outputs are written and only deletes are left: the step server sets
 # it to report the step done at once, so the rollout's next job starts while the sandbox

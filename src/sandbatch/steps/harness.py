@@ -16,7 +16,8 @@ from ..rollout.records import EVENTS, HARNESS, MODEL_CALLS, SANDBOX, HarnessReco
 from ..sandbox import Sandbox, SandboxGone
 from ..core.util import jsonl, write_atomic, write_jsonl
 from ..tasks.settings import prompt_for
-from . import kept, killpoint
+from ..core import killpoint
+from . import kept
 from .common import Step
 from .sandbox import create_agent_sandbox, fill
 

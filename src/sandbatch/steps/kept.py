@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.util import read_json, write_atomic, write_json
-from . import killpoint
+from ..core import killpoint
 
 if TYPE_CHECKING:
     from ..rollout.records import Record

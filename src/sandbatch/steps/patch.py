@@ -10,7 +10,8 @@ from ..rollout.records import (HARNESS, PATCH, PATCH_INFO, SANDBOX, HarnessRecor
 from ..sandbox import SandboxError
 from ..tasks.settings import grades_in_agent_sandbox
 from ..core.util import write_atomic
-from . import kept, killpoint
+from ..core import killpoint
+from . import kept
 from .common import Step, timed
 
 

@@ -44,6 +44,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from .. import trace as api
 from ..core.errors import InfraError, UserError
+from ..core.instance import run_labels
 from ..core.util import read_json
 
 SCOPE = "sandbatch"
@@ -233,8 +234,6 @@ class Tracing:
     """One step attempt's tracer provider and exporters, and the rollout's ids."""
 
     def __init__(self, ctx, step: str):
-        from ..steps.sandbox import run_labels
-
         cfg = ctx.cfg
         self.ctx, self.step = ctx, step
         instance = run_labels(cfg)["instance"]
