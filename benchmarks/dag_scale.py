@@ -60,7 +60,7 @@ def main() -> int:
         print(f"ratio: wall {ours[0] / base[0]:.2f}x, RSS {ours[1] / base[1]:.2f}x (targets <= 1.3x)")
 
         # the parse path alone, in-process
-        from sandbatch.config import parse
+        from sandbatch.core.config import parse
         from sandbatch.tasks import load_tasks
 
         t0 = time.monotonic()

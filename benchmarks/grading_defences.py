@@ -32,8 +32,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from sandbatch import REPO_ROOT, config
-from sandbatch.records import GRADE, PATCH, PATCH_INFO, GradeRecord, PatchRecord, load
+from sandbatch import REPO_ROOT
+from sandbatch.core import config
+from sandbatch.rollout.records import GRADE, PATCH, PATCH_INFO, GradeRecord, PatchRecord, load
 from sandbatch.steps.common import StepContext, run_step
 from sandbatch.steps.grade import GradeStep
 

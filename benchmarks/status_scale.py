@@ -27,10 +27,10 @@ def main() -> int:
     p.add_argument("--tasks", type=int, default=1500)
     p.add_argument("--repeats", type=int, default=8)
     a = p.parse_args()
-    from sandbatch.config import parse
-    from sandbatch.ids import path_id
-    from sandbatch.records import INDEX, SUMMARY
-    from sandbatch.status import collect, render
+    from sandbatch.core.config import parse
+    from sandbatch.core.ids import path_id
+    from sandbatch.rollout.records import INDEX, SUMMARY
+    from sandbatch.ops.status import collect, render
 
     with tempfile.TemporaryDirectory(prefix="sandbatch-status-") as tmp:
         wd = Path(tmp)

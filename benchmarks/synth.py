@@ -98,7 +98,7 @@ rule aggregate:
 
 def write_bare(d: Path, tasks: Path, repeats: int, run: str) -> Path:
     """A bare Snakefile (and its config and id list) beside `tasks`; returns the Snakefile."""
-    from sandbatch.ids import path_id
+    from sandbatch.core.ids import path_id
 
     ids = d / "ids.txt"
     ids.write_text("".join(path_id(json.loads(l)["instance_id"]) + "\n" for l in open(tasks) if l.strip()))

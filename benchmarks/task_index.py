@@ -14,7 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from sandbatch import REPO_ROOT, config
+from sandbatch import REPO_ROOT
+from sandbatch.core import config
 from sandbatch import tasks as tasks_mod
 
 

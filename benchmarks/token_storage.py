@@ -27,9 +27,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from sandbatch import responses, token_join  # noqa: E402
+from sandbatch.rollout import responses, token_join  # noqa: E402
 from sandbatch.proxy.tokens import PromptLog, TokenCollector, decode_prompts  # noqa: E402
-from sandbatch.usage import iter_calls  # noqa: E402
+from sandbatch.rollout.usage import iter_calls  # noqa: E402
 
 
 def f32(x: float) -> float:

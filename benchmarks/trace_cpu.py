@@ -98,7 +98,7 @@ def in_process_us(exporters: list[str], endpoint: str | None, n: int = 5000, ste
     attributes) made, ended and exported (`exporters`) inside a step span of a real config;
     a step's set-up and end (tracer provider, exporters, its span, the flush) with no span in it."""
     from sandbatch import trace
-    from sandbatch.config import parse
+    from sandbatch.core.config import parse
     from sandbatch.steps.common import StepContext
 
     wd = Path(tempfile.mkdtemp(prefix="sandbatch-trace-cpu-spans-"))

@@ -2,7 +2,7 @@
 
 Lays out a run whose rollouts carry SWE-bench-sized records (a 40-item conversation with
 20 tool calls and 1-6 KB outputs, a 3 KB patch, 53 graded tests, 20 model calls), builds
-the viewer (`sandbatch.view.build`), and loads the index and one rollout page in headless
+the viewer (`sandbatch.reporting.view.build`), and loads the index and one rollout page in headless
 Chromium: the page's own clock (performance.now() after its scripts ran and its layout is
 computed, median of 3 loads), for the index as shipped (rows rendered 100 at a time as
 they scroll into view) and for the same index rendering every row at once.
@@ -32,7 +32,7 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--dis
 
 
 def rollout_files(d: Path, rnd: random.Random) -> None:
-    from sandbatch import responses
+    from sandbatch.rollout import responses
 
     words = "def return self value none import assert error test path line file".split()
     text = lambda k: " ".join(rnd.choice(words) for _ in range(k))  # noqa: E731
@@ -78,9 +78,9 @@ def main() -> int:
     p.add_argument("--tasks", type=int, default=250)
     p.add_argument("--repeats", type=int, default=8)
     a = p.parse_args()
-    from sandbatch.config import parse
+    from sandbatch.core.config import parse
     from sandbatch.tasks import select_tasks
-    from sandbatch.view import build
+    from sandbatch.reporting.view import build
 
     chromium = shutil.which("chromium")
     with tempfile.TemporaryDirectory(prefix="sandbatch-view-") as tmp:

@@ -41,7 +41,7 @@ def run_context(harness_name: str, tmp: Path, config: dict[str, Any] | None = No
                 model_url: str | None = "http://127.0.0.1:1234/v1", api_key: str | None = "k",
                 model_name: str = "m-1", agent_timeout: float = 60) -> Any:
     """A RunContext as the harness step builds it (merged harness config, schema defaults)."""
-    from sandbatch.config import parse
+    from sandbatch.core.config import parse
     from sandbatch.harness import RunContext, get_harness
 
     cfg = parse({"model": {"name": model_name}, "timeouts": {"agent": agent_timeout}})
@@ -198,6 +198,6 @@ def assert_gym_training_items(resps: list[dict[str, Any]]) -> None:
 
 
 def _item_text(item: dict[str, Any]) -> str:
-    from sandbatch.responses import item_text
+    from sandbatch.rollout.responses import item_text
 
     return item_text(item).strip()

@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 
 from ops_util import run
-from sandbatch import atif, responses
+from sandbatch.rollout import atif, responses
 from sandbatch.harness import get_harness
 
 FIXTURES = Path(__file__).parent / "fixtures"

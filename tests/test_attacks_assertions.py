@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbatch import config
+from sandbatch.core import config
 from sandbatch.tasks import get_task
 from test_attacks_runtime import WRONG_CALC
 from test_benchmark_grading import FIX, SMOKE, grade, make_cfg

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbatch import config
-from sandbatch.errors import InfraError
+from sandbatch.core import config
+from sandbatch.core.errors import InfraError
 from sandbatch.tasks import get_task
 from test_benchmark_grading import SMOKE, grade, make_cfg
 from test_tampering import PASS_ALL_HOOK, agent_patch

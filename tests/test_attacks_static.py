@@ -25,7 +25,8 @@ from typing import Callable
 
 import pytest
 
-from sandbatch import REPO_ROOT, config
+from sandbatch import REPO_ROOT
+from sandbatch.core import config
 from sandbatch.grading import reports, suspicion, tamper
 from sandbatch.tasks import get_task, load_tasks
 from test_benchmark_grading import FIX, SMOKE, grade, make_cfg
@@ -244,7 +245,7 @@ def test_untracked_build_output_goes_back_as_the_image_had_it(tmp_path):
                  "diff --git a/vendor/github.com/x/y/y.go b/vendor/github.com/x/y/y.go\nnew file mode 100644\n"
                  "--- /dev/null\n+++ b/vendor/github.com/x/y/y.go\n@@ -0,0 +1 @@\n+package y\n")
         from sandbatch.grading.apply import apply_patch
-        from sandbatch.records import GradeRecord
+        from sandbatch.rollout.records import GradeRecord
 
         rec = GradeRecord(log_path=str(tmp_path / "grade.log"))
         assert asyncio.run(apply_patch(sb, patch, f"{sb.tmpdir}/p.diff", rec, [], 60, cwd=wd))
@@ -424,8 +425,8 @@ def test_other_languages_scan_added_lines(path, line, flagged):
 
 
 def test_suspicious_rollouts_in_metrics_report_and_viewer(tmp_path):
-    from sandbatch import metrics, report
-    from sandbatch.view import flagged_html, page
+    from sandbatch.reporting import metrics, report
+    from sandbatch.reporting.view import flagged_html, page
 
     row = {"instance_id": "a", "task_id": "a", "repeat": 0, "reward": 0.0, "resolved": False, "status": "ok",
            "failure_class": None, "patch_empty": False, "durations": {}, "usage": {}, "tampering": [], "suspicious": []}
@@ -444,7 +445,7 @@ def test_suspicious_rollouts_in_metrics_report_and_viewer(tmp_path):
 
 
 def test_suspicious_switch_defaults_to_report():
-    from sandbatch.errors import UserError
+    from sandbatch.core.errors import UserError
 
     default = REPO_ROOT / "config" / "default.yaml"
     assert config.load([], {}, default=default).grading.suspicious == "report"

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbatch import REPO_ROOT, config
+from sandbatch import REPO_ROOT
+from sandbatch.core import config
 from sandbatch.sandbox.local import default_root
 
 FIX = REPO_ROOT / "tests" / "fixtures" / "bench"

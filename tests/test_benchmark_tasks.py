@@ -10,13 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from sandbatch import REPO_ROOT, config
-from sandbatch.errors import UserError
-from sandbatch.ids import path_id
+from sandbatch import REPO_ROOT
+from sandbatch.core import config
+from sandbatch.core.errors import UserError
+from sandbatch.core.ids import path_id
 from sandbatch.tasks import index, load_tasks, select_tasks
 from sandbatch.tasks import swebench as swe_loader
 from sandbatch.tasks.base import parse_list
-from sandbatch.tasks.settings import check_template, prompt_for, resources_for, timeouts_for
+from sandbatch.core.config import check_template
+from sandbatch.tasks.settings import prompt_for, resources_for, timeouts_for
 
 FIX = REPO_ROOT / "tests" / "fixtures" / "bench"
 

@@ -6,7 +6,7 @@ import math
 import pytest
 
 from ops_util import run, sandbatch
-from sandbatch.compare import Run, compare, mcnemar_exact, outcomes
+from sandbatch.reporting.compare import Run, compare, mcnemar_exact, outcomes
 
 
 def write_run(root, name, tasks, threshold=1.0):

@@ -1,8 +1,8 @@
 import pytest
 
 from sandbatch import REPO_ROOT
-from sandbatch.config import Config, coerce_strings, load, load_schema, parse, validate
-from sandbatch.errors import UserError
+from sandbatch.core.config import Config, coerce_strings, load, load_schema, parse, validate
+from sandbatch.core.errors import UserError
 
 DEFAULT = REPO_ROOT / "config" / "default.yaml"
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbatch.errors import InfraError
+from sandbatch.core.errors import InfraError
 from sandbatch.sandbox.base import SandboxSpec
 from sandbatch.sandbox.local import LocalProvider
 from sandbatch.steps import common

@@ -12,8 +12,8 @@ from datetime import datetime, timezone
 import pytest
 
 from docker_fixtures import docker_base_image, docker_engine, docker_run_label  # noqa: F401 (fixtures)
-from sandbatch import config
-from sandbatch.errors import InfraError, UserError
+from sandbatch.core import config
+from sandbatch.core.errors import InfraError, UserError
 from sandbatch.sandbox import get_provider, provider_class
 from sandbatch.sandbox.base import SandboxError, SandboxGone, SandboxSpec
 from sandbatch.sandbox.docker import DEFAULTS, DockerProvider, SandboxOOM, cpu_count, memory_bytes

@@ -14,7 +14,7 @@ import pytest
 
 import gym_env
 from harness_support import run_workflow, smoke_config
-from sandbatch.config import parse
+from sandbatch.core.config import parse
 from sandbatch.tasks import load_tasks
 from sandbatch.tasks.settings import prompt_for
 from workflow_util import REPO, SMOKE_TASKS, snakemake, write_config

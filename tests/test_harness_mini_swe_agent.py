@@ -22,7 +22,7 @@ from gym_env import assert_valid_responses
 from harness_support import (assert_token_data, items_of, leftover_sandboxes, rollout, run_context, run_workflow,
                              scripted_model_server, smoke_config)
 from workflow_util import snakemake
-from sandbatch.errors import UserError
+from sandbatch.core.errors import UserError
 from sandbatch.harness import get_harness
 from sandbatch.sandbox.base import SandboxSpec
 from sandbatch.sandbox.local import LocalProvider
@@ -383,7 +383,7 @@ def test_mini_and_litellm_are_fork_safe_after_import(tmp_path):
 
 
 def test_step_server_preloads_mini_only_in_host_mode():
-    from sandbatch.config import parse
+    from sandbatch.core.config import parse
     from sandbatch.steps.forkserver import preload_modules
 
     def modules(mode):

@@ -17,7 +17,7 @@ from services import need_program
 from gym_env import assert_valid_responses
 from harness_support import (OPENCODE_SCRIPT as SCRIPT, assert_token_data, items_of, leftover_sandboxes, rollout,
                              run_context, run_workflow, scripted_model_server, sleeper, smoke_config)
-from sandbatch.errors import UserError
+from sandbatch.core.errors import UserError
 from sandbatch.harness import get_harness
 from sandbatch.harness.opencode import DEFAULT_PERMISSION
 

@@ -16,7 +16,7 @@ import pytest
 from gym_env import assert_valid_responses
 from harness_support import (CALC_EDIT, SLUG_EDIT, assert_token_data, items_of, leftover_sandboxes, rollout,
                              run_context, run_workflow, scripted_model_server, smoke_config)
-from sandbatch.errors import UserError
+from sandbatch.core.errors import UserError
 from sandbatch.harness import get_harness
 from sandbatch.harness.pool import AGENT_DEFAULT
 from workflow_util import snakemake, write_config
@@ -88,7 +88,7 @@ def test_convert_pairs_results_fifo_and_keeps_what_it_does_not_know():
 
 
 def test_inline_think_folds_reasoning_into_the_next_message():
-    from sandbatch import responses
+    from sandbatch.rollout import responses
 
     items = responses.inline_think(convert(FULL_STREAM[:4]).items)
     assert [i["type"] for i in items] == ["message"]
@@ -134,7 +134,7 @@ def test_convert_failed_results_unnamed_calls_and_text_arguments():
 
 
 def test_inline_think_keeps_reasoning_after_the_last_message():
-    from sandbatch import responses
+    from sandbatch.rollout import responses
 
     items = responses.inline_think(convert([
         {"type": "reasoning", "reasoning": "first"}, {"type": "assistantMessage", "message": "Hi."},
@@ -342,7 +342,7 @@ def test_pool_rollouts_carry_the_upstreams_token_ids_and_show_drift(tmp_path, st
 
 def test_context_window_comes_from_the_endpoint_or_stops_the_run(tmp_path):
     from harness_support import scripted_model_server
-    from sandbatch.config import parse
+    from sandbatch.core.config import parse
 
     harness = get_harness("pool")
     merged = harness.merge_config({})
@@ -350,7 +350,7 @@ def test_context_window_comes_from_the_endpoint_or_stops_the_run(tmp_path):
     with scripted_model_server({"models": ["big"], "max_model_len": 200000}) as (url, _):
         model = parse({"model": {"name": "big", "base_url": url}}).model
         harness.check_model(merged, model)  # reported: fine
-        from sandbatch.served import served_context_window
+        from sandbatch.proxy.served import served_context_window
         assert served_context_window(model) == (200000, "")
         cfg = harness.agent_config(ctx(tmp_path, model_url=url), served_context_window(model)[0])
         assert cfg["memory"]["compact"]["TriggerCompressionTokenCount"] == 160000

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbatch.errors import InfraError
+from sandbatch.core.errors import InfraError
 from sandbatch.harness._process import TEXT_EVENT, json_events, run_command, sh, upload_source
 from sandbatch.sandbox.base import SandboxSpec
 from sandbatch.sandbox.local import LocalProvider
@@ -84,7 +84,7 @@ def test_failed_install_script_is_an_infra_error_with_its_output(tmp_path):
 @pytest.mark.parametrize("name, config", [("pool", {"agent_confg": {}}), ("opencode", {"permissions": {}}),
                                           ("mini-swe-agent", {"step_limits": 3}), ("oracle", {"x": 1})])
 def test_unknown_harness_config_keys_are_user_errors(name, config):
-    from sandbatch.errors import UserError
+    from sandbatch.core.errors import UserError
     from sandbatch.harness import get_harness
 
     harness = get_harness(name)

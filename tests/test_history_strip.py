@@ -16,9 +16,9 @@ import pytest
 from docker_fixtures import docker_base_image, docker_engine, docker_run_label  # noqa: F401 (fixtures)
 from leaky_repo import BUILDER, CALC, EXPECTED, assert_no_future, build_image, dirty, expected_of, look
 from real_opensandbox import real_opensandbox, reap_run, unique_run  # noqa: F401 (fixture)
-from sandbatch.config import load as load_config
-from sandbatch.errors import UserError
-from sandbatch.records import HistoryRecord
+from sandbatch.core.config import load as load_config
+from sandbatch.core.errors import UserError
+from sandbatch.rollout.records import HistoryRecord
 from sandbatch.sandbox.base import SandboxSpec
 from sandbatch.sandbox.prepare import prepare
 from sandbatch.tasks import Task
@@ -175,8 +175,9 @@ def test_the_steps_strip_the_agent_sandbox_and_its_replacement_not_the_grader(tm
     """The sandbox step strips the agent's sandbox and records it; a harness step that finds
     that sandbox used makes a replacement, stripped the same way; the grading sandbox keeps
     the image's repository (the agent never sees it)."""
-    from sandbatch import REPO_ROOT, config
-    from sandbatch.records import SANDBOX, SandboxRecord, load
+    from sandbatch import REPO_ROOT
+    from sandbatch.core import config
+    from sandbatch.rollout.records import SANDBOX, SandboxRecord, load
     from sandbatch.steps.common import StepContext, run_step
     from sandbatch.steps.harness import STARTED_MARK, HarnessStep
     from sandbatch.steps.sandbox import SandboxStep, build_spec, create_prepared

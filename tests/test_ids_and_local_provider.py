@@ -2,7 +2,7 @@ import asyncio
 import re
 import time
 
-from sandbatch.ids import label_value, path_id
+from sandbatch.core.ids import label_value, path_id
 from sandbatch.sandbox.base import SandboxSpec
 from sandbatch.sandbox.local import DELETING, LocalProvider
 from sandbatch.sandbox.reaper import reap

@@ -16,7 +16,7 @@ import pytest
 
 from docker_fixtures import docker_base_image, docker_engine, docker_run_label  # noqa: F401 (fixtures)
 from real_opensandbox import real_opensandbox  # noqa: F401 (fixture)
-from sandbatch.errors import InfraError
+from sandbatch.core.errors import InfraError
 from sandbatch.sandbox import SandboxGone, SandboxSpec
 from sandbatch.sandbox.local import LocalProvider
 

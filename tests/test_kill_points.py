@@ -1,6 +1,6 @@
 """kill -9 at every point of every step, then the same command: nothing finished is lost or redone.
 
-An uninterrupted run records every kill point its steps pass (sandbatch.steps.killpoint:
+An uninterrupted run records every kill point its steps pass (sandbatch.core.killpoint:
 after each create, prepare, command, file written and delete). Then, per kill mode, runs
 of the same command are killed at those points one after another: each run dies at the
 first point not yet fired and the next resumes it, until a run finishes; points that the
@@ -28,7 +28,7 @@ import pytest
 
 from ops_util import SNAKEMAKE, records, run, sandboxes, smoke_rows, stable_rows, write_tasks
 from sandbatch.sandbox.local import default_root
-from sandbatch.steps import killpoint
+from sandbatch.core import killpoint
 from sandbatch.steps.forkserver import DISABLE
 from docker_fixtures import docker_base_image, docker_engine  # noqa: F401 (fixtures)
 from workflow_util import REPO, rollouts

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbatch.ids import label_value
+from sandbatch.core.ids import label_value
 from sandbatch.sandbox import SandboxError, SandboxSpec
 
 from docker_fixtures import docker_base_image, docker_engine, docker_run_label  # noqa: F401 (fixtures)

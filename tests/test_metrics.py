@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from sandbatch.metrics import compute, ks_for, pass_at_k, percentile
+from sandbatch.reporting.metrics import compute, ks_for, pass_at_k, percentile
 
 
 def brute(n, c, k):

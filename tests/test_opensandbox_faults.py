@@ -18,7 +18,7 @@ import pytest
 from opensandbox_proxy import FaultProxy  # noqa: E402
 from real_opensandbox import IMAGE, os_run, real_opensandbox, with_provider  # noqa: E402,F401 (fixtures)
 
-from sandbatch.errors import InfraError  # noqa: E402
+from sandbatch.core.errors import InfraError  # noqa: E402
 from sandbatch.sandbox import SandboxSpec  # noqa: E402
 from sandbatch.sandbox.base import SandboxError, SandboxGone  # noqa: E402
 from sandbatch.sandbox.reaper import reap  # noqa: E402

@@ -20,9 +20,9 @@ import pytest
 from docker_fixtures import docker_engine  # noqa: E402,F401 (fixture)
 from real_opensandbox import IMAGE, os_run, real_opensandbox, with_provider  # noqa: E402,F401 (fixtures)
 
-from sandbatch.config import validate  # noqa: E402
-from sandbatch.errors import UserError  # noqa: E402
-from sandbatch.ids import label_value  # noqa: E402
+from sandbatch.core.config import validate  # noqa: E402
+from sandbatch.core.errors import UserError  # noqa: E402
+from sandbatch.core.ids import label_value  # noqa: E402
 from sandbatch.sandbox import SandboxSpec  # noqa: E402
 from sandbatch.sandbox.base import SandboxError, SandboxGone  # noqa: E402
 from sandbatch.sandbox.opensandbox import CREATE_LABEL  # noqa: E402
@@ -254,7 +254,7 @@ def test_only_the_provider_module_imports_the_sdk():
     import subprocess
     import sys
 
-    code = ("import sys, sandbatch.sandbox, sandbatch.sandbox.admission, sandbatch.sandbox.reaper, sandbatch.config; "
+    code = ("import sys, sandbatch.sandbox, sandbatch.sandbox.admission, sandbatch.sandbox.reaper, sandbatch.core.config; "
             "print('opensandbox' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

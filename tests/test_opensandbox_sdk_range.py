@@ -19,7 +19,7 @@ from packaging.requirements import Requirement
 
 from real_opensandbox import IMAGE, KEY_ENV, real_opensandbox, reap_run, unique_run  # noqa: E402,F401 (fixture)
 
-from sandbatch.errors import UserError  # noqa: E402
+from sandbatch.core.errors import UserError  # noqa: E402
 from sandbatch.sandbox.opensandbox import SDK_VERSIONS, check_sdk  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""Owner records, stale-lock and interrupted-job recovery (sandbatch.owners), without Snakemake."""
+"""Owner records, stale-lock and interrupted-job recovery (sandbatch.ops.owners), without Snakemake."""
 
 import base64
 import json
@@ -7,8 +7,8 @@ import socket
 import subprocess
 import sys
 
-from sandbatch import owners
-from sandbatch.owners import INCOMPLETE_DIR, LOCKS_DIR, OWNERS_DIR, locked, recover
+from sandbatch.ops import owners
+from sandbatch.ops.owners import INCOMPLETE_DIR, LOCKS_DIR, OWNERS_DIR, locked, recover
 
 
 def _lock(wd):

@@ -15,16 +15,16 @@ import httpx
 import pytest
 from aiohttp import web
 
-from sandbatch.config import parse
+from sandbatch.core.config import parse
 from services import need_program
 from sandbatch.proxy import ModelProxy, drop_cache_control, proxy_hosts, split_path
 from sandbatch.proxy.core import retry_after
 from sandbatch.proxy import server as http_server
 from sandbatch.proxy.server import ServerThread, catch_all
 from sandbatch.testing.scripted_model import Script, ScriptedModel, assistant_turns
-from sandbatch.errors import InfraError, UserError
-from sandbatch.usage import normalize_usage, summarize, summarize_usage
-from sandbatch.util import backoff_delay, iter_jsonl
+from sandbatch.core.errors import InfraError, UserError
+from sandbatch.rollout.usage import normalize_usage, summarize, summarize_usage
+from sandbatch.core.util import backoff_delay, iter_jsonl
 
 SCRIPT = {
     "tasks": {

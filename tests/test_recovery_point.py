@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from base64 import urlsafe_b64encode
 
-from sandbatch.owners import INCOMPLETE_DIR, LOCKS_DIR
+from sandbatch.ops.owners import INCOMPLETE_DIR, LOCKS_DIR
 from workflow_util import snakemake
 
 

@@ -1,7 +1,7 @@
 """A run SIGKILLed at any point resumes with the same command and ends with the same results.
 
 After the kill the stale `.snakemake/locks` are cleared by the next run itself (see
-sandbatch.owners), `rerun-incomplete` (profile) redoes the killed jobs, a step that had
+sandbatch.ops.owners), `rerun-incomplete` (profile) redoes the killed jobs, a step that had
 finished is not done again, an interrupted agent sandbox is replaced instead of reused,
 and the leftover sandboxes of the killed jobs are reaped by the aggregate.
 """
@@ -16,9 +16,9 @@ import pytest
 
 from ops_util import (fake_git, kill_group, records, run, sandbatch, sandboxes, smoke_rows, stable_rows, start,
                       wait_for, write_tasks)
-from sandbatch.owners import LOCKS_DIR, locked, scan
-from sandbatch.stop import kill_tree
-from sandbatch.status import incomplete_outputs
+from sandbatch.ops.owners import LOCKS_DIR, locked, scan
+from sandbatch.ops.stop import kill_tree
+from sandbatch.ops.status import incomplete_outputs
 from sandbatch.sandbox.local import default_root
 from workflow_util import REPO, rollouts
 

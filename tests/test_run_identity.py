@@ -22,7 +22,7 @@ import pytest
 from docker_fixtures import docker_base_image, docker_engine  # noqa: F401 (fixtures)
 from ops_util import smoke_rows, start, wait_for, write_tasks
 from real_opensandbox import real_opensandbox  # noqa: F401 (fixture)
-from sandbatch.instance import INSTANCE_FILE, claim, ensure_instance, read_instance
+from sandbatch.core.instance import INSTANCE_FILE, claim, ensure_instance, read_instance
 from sandbatch.sandbox import SandboxSpec, get_provider
 from sandbatch.sandbox.local import default_root
 from workflow_util import REPO, rollouts, snakemake, write_config
@@ -73,7 +73,7 @@ def _sandbox_settings(kind: str, image: str, server) -> dict:
 
 def _sandbox_config(workdir: Path, run: str):
     """The sandbox settings a run was started with (schema defaults filled in)."""
-    from sandbatch.config import Config
+    from sandbatch.core.config import Config
 
     return Config.model_validate_json((workdir / "results" / run / "_settings" / "run.json").read_text()).sandbox
 

@@ -1,13 +1,13 @@
-"""model.name left to the endpoint (sandbatch.served), against the scripted model server."""
+"""model.name left to the endpoint (sandbatch.proxy.served), against the scripted model server."""
 
 import socket
 
 import pytest
 
 from harness_support import scripted_model_server
-from sandbatch.config import parse
-from sandbatch.errors import UserError
-from sandbatch.served import resolve_model_name
+from sandbatch.core.config import parse
+from sandbatch.core.errors import UserError
+from sandbatch.proxy.served import resolve_model_name
 
 
 def unset_name(url: str, **model):

@@ -7,8 +7,8 @@ import time
 import pytest
 
 from ops_util import run, sandbatch, sandboxes, smoke_rows, start, wait_for, write_tasks
-from sandbatch.instance import read_instance
-from sandbatch.owners import LOCKS_DIR, locked, scan
+from sandbatch.core.instance import read_instance
+from sandbatch.ops.owners import LOCKS_DIR, locked, scan
 from sandbatch.sandbox.local import default_root
 
 pytestmark = pytest.mark.slow

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbatch import REPO_ROOT, config
+from sandbatch import REPO_ROOT
+from sandbatch.core import config
 from sandbatch.grading import tamper
 from sandbatch.tasks import get_task, load_tasks
 from docker_fixtures import docker_base_image, docker_engine  # noqa: F401 (fixtures)
@@ -343,7 +344,7 @@ def test_touched_paths_reads_every_header():
 
 
 def test_tampering_rate_in_metrics_and_report():
-    from sandbatch import metrics, report
+    from sandbatch.reporting import metrics, report
 
     row = {"instance_id": "a", "reward": 0.0, "resolved": False, "status": "ok", "failure_class": None,
            "patch_empty": False, "durations": {}, "usage": {}, "tampering": []}
@@ -507,7 +508,7 @@ def test_restores_the_images_own_state_not_the_base_commit(calc, tmp_path):
 
 
 def test_tampering_switch_defaults_to_neutralise_and_rejects_other_values():
-    from sandbatch.errors import UserError
+    from sandbatch.core.errors import UserError
 
     default = REPO_ROOT / "config" / "default.yaml"
     assert config.load([], {}, default=default).grading.tampering == "neutralise"

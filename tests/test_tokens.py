@@ -13,12 +13,12 @@ import json
 import openai
 import pytest
 
-from sandbatch import responses, token_join
+from sandbatch.rollout import responses, token_join
 from sandbatch.proxy import ModelProxy
 from sandbatch.proxy.restream import responses_stream
 from sandbatch.proxy.tokens import PromptLog, TokenCollector, decode_prompts
 from sandbatch.testing.scripted_model import Script, ScriptedModel, logprob
-from sandbatch.util import iter_jsonl
+from sandbatch.core.util import iter_jsonl
 
 SCRIPT = {"tasks": {"inst-1": [
     {"reasoning_content": "Look around first.", "content": "Listing files.",
@@ -277,7 +277,7 @@ def test_atif_step_metrics_carry_the_joined_turns_tokens():
     import jsonschema
     from pathlib import Path
 
-    from sandbatch import atif
+    from sandbatch.rollout import atif
 
     items = [responses.message("Looking."), responses.function_call("c1", "bash", '{"command": "ls"}'),
              responses.function_call_output("c1", "a.py"), responses.message("Done.")]
@@ -306,8 +306,8 @@ def test_items_without_a_call_are_counted():
 # --- the setting ---------------------------------------------------------------------------------
 
 def test_model_tokens_setting(tmp_path):
-    from sandbatch.config import load
-    from sandbatch.errors import UserError
+    from sandbatch.core.config import load
+    from sandbatch.core.errors import UserError
 
     path = tmp_path / "run.yaml"
     path.write_text("model:\n  tokens: on\n")  # YAML 1.1 reads an unquoted on as true

@@ -268,7 +268,7 @@ with trace.step(ctx, "harness"):
 
 
 def _settings(tmp_path: Path, traces: dict) -> Path:
-    from sandbatch.config import parse
+    from sandbatch.core.config import parse
 
     cfg = parse(smoke_config(tmp_path, {"name": "oracle"}, TASKS[:1], traces=traces, results_dir=str(
         tmp_path / "results")))

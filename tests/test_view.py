@@ -17,7 +17,7 @@ import pytest
 from ops_util import run, sandbatch
 from services import need_program
 from sandbatch.harness import get_harness
-from sandbatch.view import COLUMNS, page, write_index
+from sandbatch.reporting.view import COLUMNS, page, write_index
 
 CHROMIUM = shutil.which("chromium")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 from . import REPO_ROOT
-from .errors import InfraError, UserError
+from .core.errors import InfraError, UserError
 
 
 def _overrides(pairs: list[str]) -> dict:
@@ -26,10 +26,10 @@ def _overrides(pairs: list[str]) -> dict:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from .config import load
+    from .core.config import load
     from .harness import get_harness
     from .tasks import load_tasks
-    from .workflow import check_images, check_registries, resolve_model
+    from .ops.workflow import check_images, check_registries, resolve_model
 
     default = REPO_ROOT / "config" / "default.yaml"
     cfg = load(args.configfile, _overrides(args.config), default=default if not args.no_default else None)
@@ -50,7 +50,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_fetch_tasks(args: argparse.Namespace) -> int:
-    from .fetch import fetch_tasks
+    from .tasks.fetch import fetch_tasks
 
     path, n = fetch_tasks(args.benchmark, args.out, dataset=args.dataset, split=args.split, revision=args.revision,
                           git=args.git, git_ref=args.git_ref, force=args.force)
@@ -59,7 +59,7 @@ def cmd_fetch_tasks(args: argparse.Namespace) -> int:
 
 
 def cmd_reap(args: argparse.Namespace) -> int:
-    from .config import run_config
+    from .core.config import run_config
     from .sandbox.reaper import reap_run
 
     cfg = run_config(args.run, args.results_dir)
@@ -72,7 +72,7 @@ def cmd_reap(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     import json
 
-    from .status import collect, render
+    from .ops.status import collect, render
 
     st = collect(args.run, args.results_dir, args.directory)
     if args.json:
@@ -83,7 +83,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    from .stop import stop
+    from .ops.stop import stop
 
     rep = stop(args.run, args.results_dir, args.directory, grace=args.grace, reap=not args.no_reap)
     for note in rep.notes:
@@ -101,7 +101,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 
 def cmd_rerun_errors(args: argparse.Namespace) -> int:
-    from .rerun import rerun_errors
+    from .ops.rerun import rerun_errors
 
     items = rerun_errors(args.run, args.results_dir, args.directory, args.failure_class or None, args.dry_run)
     verb = "would redo" if args.dry_run else "will redo"
@@ -114,8 +114,8 @@ def cmd_rerun_errors(args: argparse.Namespace) -> int:
 
 
 def cmd_view(args: argparse.Namespace) -> int:
-    from .config import run_config
-    from .view import build, finished_rows
+    from .core.config import run_config
+    from .reporting.view import build, finished_rows
 
     out = (args.output or Path(args.directory) / args.results_dir / args.run / "view").resolve()
     os.chdir(args.directory)  # the run's config names paths relative to its working directory
@@ -129,12 +129,12 @@ def cmd_view(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     import json
 
-    from .compare import compare, html, load_run, render
+    from .reporting.compare import compare, html, load_run, render
 
     base = Path(args.directory) / args.results_dir
     c = compare(load_run(base / args.run_a), load_run(base / args.run_b), args.bootstrap, args.seed)
     if args.html:
-        from .util import write_atomic
+        from .core.util import write_atomic
 
         write_atomic(args.html, html(c))
     if args.json:
@@ -145,9 +145,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from .config import run_config
-    from .export import export
-    from .util import iter_jsonl
+    from .core.config import run_config
+    from .rollout.export import export
+    from .core.util import iter_jsonl
 
     os.chdir(args.directory)  # the run's config names paths relative to its working directory
     cfg = run_config(args.run, args.results_dir)

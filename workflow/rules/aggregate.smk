@@ -1,4 +1,4 @@
-from sandbatch.export import GYM_DIR, GYM_FILES
+from sandbatch.rollout.export import GYM_DIR, GYM_FILES
 
 # Outputs marked report(...) make up `snakemake --report report.html` (captions in workflow/report/).
 rule aggregate:

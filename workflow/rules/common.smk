@@ -3,9 +3,9 @@ import atexit
 import shlex
 import sys
 
-from sandbatch.owners import register as register_owner, unregister as unregister_owner
+from sandbatch.ops.owners import register as register_owner, unregister as unregister_owner
 from sandbatch.steps.forkserver import StepServer, executor_on_command_line
-from sandbatch.workflow import check_model_endpoint_or_exit, load_run, recover_before_run, sandboxes_at_once, stamps
+from sandbatch.ops.workflow import check_model_endpoint_or_exit, load_run, recover_before_run, sandboxes_at_once, stamps
 
 CFG, CFG_RAW, TASKS = load_run(workflow, config)
 STEP_SERVER = StepServer()
@@ -28,7 +28,7 @@ SCRIPTS = os.path.join(workflow.basedir, "workflow", "scripts")
 
 # `concurrency` x `nodes` caps the jobs that hold a sandbox, locally and on Slurm
 # (--resources sandboxes=N on the command line wins); lowered to what this host's open-files
-# and process limits hold (sandbatch.capacity): more rollouts wait, none fails
+# and process limits hold (sandbatch.ops.capacity): more rollouts wait, none fails
 if "sandboxes" not in workflow.global_resources:
     workflow.register_resource("sandboxes", sandboxes_at_once(CFG, spawned=workflow.remote_exec
                                                               or workflow.subprocess_exec))
@@ -56,7 +56,7 @@ def get_final_outputs():
 
 def final_outputs_after_recovery(wildcards):
     """Input function of the default target `all`, and the explicit recovery point after a crash
-    (stale locks, half-written outputs; see sandbatch.workflow.recover_before_run): only a run
+    (stale locks, half-written outputs; see sandbatch.ops.workflow.recover_before_run): only a run
     that executes jobs gets there, never `-n`, `--touch`, `--unlock` or `--report`."""
     recover_before_run(workflow)
     return get_final_outputs()
@@ -105,7 +105,7 @@ def reap_at_exit():
 def claim_instance():
     """The run instance's identity (sandbatch.instance), made once per working directory and run
     before any job starts: its sandboxes carry it, and reaping selects by it."""
-    from sandbatch.instance import claim
+    from sandbatch.core.instance import claim
 
     _, note = claim(RUN_DIR)
     if note:
@@ -120,7 +120,7 @@ def finish_run():
 
 
 # A real run first asks the model endpoint what the config leaves to it (pool's context
-# window); a plan (-n) does not. Owner record of a real run (see sandbatch.owners): `sandbatch stop` and `sandbatch status`
+# window); a plan (-n) does not. Owner record of a real run (see sandbatch.ops.owners): `sandbatch stop` and `sandbatch status`
 # find the run's Snakemake by it, and the next run tells stale locks from live ones.
 # Local runs get a step server (sandbatch.steps.forkserver): each step job then costs a
 # fork instead of a Python start-up with every import.

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import REPO_ROOT
-from ..errors import UserError
+from ..core.errors import UserError
 
 ROOT = REPO_ROOT / "corpus"
 COMMON = ROOT / "_common"  # files every build context gets (the conda stand-in)

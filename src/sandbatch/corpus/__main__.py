@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from ..errors import SandbatchError
+from ..core.errors import SandbatchError
 from . import rows
 
 

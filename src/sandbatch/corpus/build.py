@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from ..errors import InfraError, UserError
+from ..core.errors import InfraError, UserError
 from . import COMMON, Row
 
 BASE_IMAGE = os.environ.get("SANDBATCH_BASE_IMAGE", "sandbatch/base:bookworm")

@@ -18,7 +18,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from ..errors import InfraError
+from ..core.errors import InfraError
 from . import Row
 from .build import build
 

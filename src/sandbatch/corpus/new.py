@@ -12,7 +12,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from ..errors import UserError
+from ..core.errors import UserError
 from . import ROOT, Row
 
 ARCHIVE = "source.git.tar.xz"

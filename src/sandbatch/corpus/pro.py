@@ -12,7 +12,7 @@ import base64
 import shlex
 import subprocess
 
-from ..errors import InfraError
+from ..core.errors import InfraError
 from ..grading.swebench_pro import last_command, parse_output
 from . import Row
 from .build import build

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..config import Config
-    from ..records import GradeRecord
+    from ..core.config import Config
+    from ..rollout.records import GradeRecord
     from ..sandbox import Sandbox
     from ..tasks import Task
 
@@ -59,6 +59,6 @@ async def grade_task(g: GradeContext) -> "GradeRecord":
 
 
 def write_log(path: str, parts: list[str]) -> None:
-    from ..util import write_atomic
+    from ..core.util import write_atomic
 
     write_atomic(path, "\n".join(p for p in parts if p) + "\n")

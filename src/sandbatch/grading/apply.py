@@ -9,7 +9,7 @@ from . import write_log
 
 if TYPE_CHECKING:
     from . import GradeContext
-    from ..records import GradeRecord
+    from ..rollout.records import GradeRecord
     from ..sandbox import Sandbox
 
 # tried in order; the first that succeeds wins

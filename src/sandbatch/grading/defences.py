@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Callable
 from . import consistency, verdict
 
 if TYPE_CHECKING:
-    from ..records import GradeRecord
+    from ..rollout.records import GradeRecord
     from ..sandbox import Sandbox
     from . import GradeContext
 

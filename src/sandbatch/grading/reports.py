@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
-    from ..records import GradeRecord
+    from ..rollout.records import GradeRecord
     from ..sandbox import Sandbox
 
 KIND = "report_rewritten"

@@ -18,7 +18,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..records import GradeRecord
+from ..rollout.records import GradeRecord
 from .. import trace
 from . import GradeContext, defences, reports, tamper, unittest_verdict, verdict, write_log
 from .apply import apply_patch, keep_code_only

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import shlex
 
-from ..records import GradeRecord
+from ..rollout.records import GradeRecord
 from . import GradeContext, defences, verdict, write_log
 from .apply import apply_patch, keep_code_only
 

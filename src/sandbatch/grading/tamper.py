@@ -414,7 +414,7 @@ async def restore(sandbox: "Sandbox", findings: list[Finding], snap: str, cwd: s
         f.action = done.get(str(i), "")
     missing = [f.path for f in findings if not f.action]
     if missing:
-        from ..errors import InfraError
+        from ..core.errors import InfraError
 
         raise InfraError(f"could not restore {', '.join(missing[:5])}: {res.stderr.strip()[-200:]}",
                          "tamper_restore_failed")

@@ -22,8 +22,8 @@ import re
 import shlex
 from pathlib import Path
 
-from ..errors import InfraError
-from ..records import GradeRecord
+from ..core.errors import InfraError
+from ..rollout.records import GradeRecord
 from ..sandbox import Sandbox
 from . import GradeContext, tamper, tb_verifier, write_log
 from .apply import apply_patch, keep_code_only

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Callable
 
-from ..errors import InfraError
+from ..core.errors import InfraError
 from . import integrity
 
 if TYPE_CHECKING:

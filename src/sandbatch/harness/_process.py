@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..errors import InfraError, UserError
+from ..core.errors import InfraError, UserError
 from ..sandbox import Sandbox, SandboxError
 
 # A provider that does not stop a command at its timeout gets this much longer before the

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..config import ModelConfig, Timeouts
-from ..errors import UserError
-from ..records import Status
+from ..core.config import ModelConfig, Timeouts
+from ..core.errors import UserError
+from ..rollout.records import Status
 from ..sandbox import Sandbox
 from ..tasks import Task
-from ..util import deep_merge
+from ..core.util import deep_merge
 
 
 @dataclass

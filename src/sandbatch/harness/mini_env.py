@@ -44,9 +44,10 @@ from minisweagent.models.litellm_model import LitellmModel  # noqa: E402
 
 litellm.suppress_debug_info = True  # no "Provider List" banner on stdout for every unpriced model call
 
-from ..errors import UserError  # noqa: E402
+from ..core.errors import UserError  # noqa: E402
 from ..sandbox import Sandbox  # noqa: E402
-from ..util import deep_merge  # noqa: E402
+from ..core.util import deep_merge  # noqa: E402
+from .mini_defaults import BASE_CONFIG  # noqa: E402
 
 SUBMIT_MARKER = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 
@@ -182,9 +183,7 @@ def warm_up() -> list[str]:
             os._exit(code)
     os.close(write)
     with contextlib.suppress(OSError, ValueError):
-        from .mini_swe_agent import MiniSweAgentHarness
-
-        _base_config(MiniSweAgentHarness.default_config["config_file"])
+        _base_config(BASE_CONFIG)
     with os.fdopen(read) as fh:
         names = fh.read().split()
     os.waitpid(pid, 0)

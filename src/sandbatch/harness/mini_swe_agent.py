@@ -32,12 +32,13 @@ from typing import Any
 
 import yaml
 
-from .. import responses
-from ..errors import InfraError, UserError
-from ..records import Status
+from ..rollout import responses
+from ..core.errors import InfraError, UserError
+from ..rollout.records import Status
 from ..sandbox import Sandbox
-from ..util import deep_merge
+from ..core.util import deep_merge
 from ._process import AgentRun, install_options, run_command, sh, str_env, upload_source
+from .mini_defaults import BASE_CONFIG
 from .base import Conversion, Harness, Outcome, RunContext, keep_unknown, model_endpoint, tail
 
 INSTALL_METHODS = ("pip", "upload", "path")
@@ -68,7 +69,7 @@ class MiniSweAgentHarness(Harness):
             "path": None,  # path: the `mini` executable inside the image
             "env": {},  # extra environment of the install (UV_CACHE_DIR, PIP_INDEX_URL, ...)
         },
-        "config_file": "mini.yaml",  # mini's base config: a built-in name, or a path (host: here; sandbox: in it)
+        "config_file": BASE_CONFIG,
         "step_limit": 250,
         "cost_limit": 0,  # 0 = none (cost is unknown for most self-hosted models)
         "wall_time_limit_seconds": None,  # null: 95 % of timeouts.agent, so mini stops and saves itself

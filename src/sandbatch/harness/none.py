@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from .. import responses
+from ..rollout import responses
 from .base import Conversion, Harness, Outcome, RunContext, hold
 
 

@@ -14,10 +14,10 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from .. import responses
-from ..errors import UserError
+from ..rollout import responses
+from ..core.errors import UserError
 from ..sandbox import Sandbox
-from ..util import deep_merge
+from ..core.util import deep_merge
 from ._process import install_options, json_events, run_command, sh, str_env, upload_source
 from .base import Conversion, Harness, Outcome, RunContext, keep_unknown, model_endpoint
 

@@ -11,7 +11,7 @@ import shlex
 import time
 from pathlib import Path
 
-from .. import responses
+from ..rollout import responses
 from ..grading.apply import applied_method, apply_script
 from .base import Conversion, Harness, Outcome, RunContext, hold, tail
 

@@ -17,12 +17,12 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from .. import responses
-from ..config import ModelConfig
-from ..errors import InfraError, UserError
+from ..rollout import responses
+from ..core.config import ModelConfig
+from ..core.errors import InfraError, UserError
 from ..sandbox import Sandbox
-from ..served import served_context_window
-from ..util import deep_merge
+from ..proxy.served import served_context_window
+from ..core.util import deep_merge
 from ._process import install_options, json_events, run_command, sh, str_env, upload_source
 from .base import Conversion, Harness, Outcome, RunContext, keep_unknown, model_endpoint
 

@@ -49,16 +49,16 @@ import aiohttp
 from aiohttp import web
 
 from .. import trace
-from ..errors import InfraError, UserError
-from ..usage import MODEL_ENDPOINTS, usage_of
-from ..util import backoff_delay
+from ..core.errors import InfraError, UserError
+from ..rollout.usage import MODEL_ENDPOINTS, usage_of
+from ..core.util import backoff_delay
 from . import tokens as token_data
 from .restream import chat_stream, responses_stream
 from .rewrite import rewrite_request
 from .server import ServerThread, catch_all
 
 if TYPE_CHECKING:
-    from ..config import ModelConfig, ProxyConfig
+    from ..core.config import ModelConfig, ProxyConfig
 
 # sandbox provider -> (bind host, advertised host) when model.proxy leaves them null
 PROVIDER_HOSTS: dict[str, tuple[str, str | None]] = {
@@ -84,7 +84,7 @@ _ENDPOINTS = {"/chat/completions": "chat", "/responses": "responses", "/completi
 
 def proxy_settings(values: "ProxyConfig | Mapping[str, Any] | None" = None) -> "ProxyConfig":
     """A ProxyConfig from a partial mapping; missing keys take the schema's defaults."""
-    from ..config import ProxyConfig, load_schema
+    from ..core.config import ProxyConfig, load_schema
 
     if isinstance(values, ProxyConfig):
         return values

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from .base import ExecResult, Provider, Sandbox, SandboxError, SandboxGone, SandboxInfo, SandboxSpec
 
 if TYPE_CHECKING:
-    from ..config import SandboxConfig
+    from ..core.config import SandboxConfig
 
 # name -> "module:class"; imported lazily so a local run never imports a cloud SDK
 PROVIDERS: dict[str, str] = {

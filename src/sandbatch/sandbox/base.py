@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal, Sequence
 from pydantic import BaseModel, Field
 
 from .. import trace
-from ..errors import InfraError
+from ..core.errors import InfraError
 
 if TYPE_CHECKING:
     from .admission import CreateAdmission

@@ -75,10 +75,10 @@ from opensandbox.models.sandboxes import NetworkPolicy, SandboxFilter, SandboxIm
 from opensandbox.transport import RetryAsyncTransport, RetryPolicy  # noqa: E402
 
 from .. import trace  # noqa: E402
-from ..config import load_schema  # noqa: E402
-from ..errors import UserError  # noqa: E402
-from ..ids import LABEL_MAX, label_value  # noqa: E402
-from ..util import backoff_delay, deep_merge  # noqa: E402
+from ..core.config import load_schema  # noqa: E402
+from ..core.errors import UserError  # noqa: E402
+from ..core.ids import LABEL_MAX, label_value  # noqa: E402
+from ..core.util import backoff_delay, deep_merge  # noqa: E402
 from .base import (  # noqa: E402
     KILLED_EXIT_CODES,
     ExecResult,
@@ -136,7 +136,7 @@ def default_options() -> dict[str, Any]:
 def metadata_for(labels: dict[str, str]) -> dict[str, str]:
     """Labels as OpenSandbox metadata: Kubernetes label rules, `opensandbox.io/` reserved.
 
-    Values are normally sanitised already (sandbatch.ids.label_value); an invalid one is
+    Values are normally sanitised already (sandbatch.core.ids.label_value); an invalid one is
     sanitised the same way here, so create and list always agree on it. Keys come from
     code and config, so a bad key is an error.
     """

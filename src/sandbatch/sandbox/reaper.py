@@ -13,11 +13,12 @@ import contextlib
 import os
 from typing import TYPE_CHECKING
 
-from ..errors import UserError
+from ..core.errors import UserError
+from ..core.instance import selector
 from .base import Provider, SandboxError
 
 if TYPE_CHECKING:
-    from ..config import Config
+    from ..core.config import Config
 
 
 def reap_run(cfg: "Config", workdir: str | os.PathLike | None = None) -> list[str]:
@@ -27,7 +28,6 @@ def reap_run(cfg: "Config", workdir: str | os.PathLike | None = None) -> list[st
     another working directory may use the same name on the same engine. The run's paths
     and provider options are relative to `workdir` (default: the current directory)."""
     from . import get_provider
-    from ..steps.sandbox import selector
 
     with contextlib.chdir(workdir or "."):
         labels = selector(cfg)

@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Callable
 
 from .. import trace
-from ..config import Config, Timeouts
-from ..errors import InfraError, UserError
-from ..records import now
+from ..core.config import Config, Timeouts
+from ..core.errors import InfraError, UserError
+from ..rollout.records import now
 from ..sandbox import Provider, Sandbox, get_provider
 from ..tasks import Task, get_task
-from . import killpoint
+from ..core import killpoint
 
 # Called once a step's outputs are written and only deletes are left: the step server sets
 # it to report the step done at once, so the rollout's next job starts while the sandbox

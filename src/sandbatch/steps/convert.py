@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from .. import atif, responses, token_join, usage
-from ..errors import InfraError
+from ..rollout import atif, responses, token_join, usage
+from ..core.errors import InfraError
 from ..harness import Conversion, get_harness
-from ..records import EVENTS, HARNESS, MODEL_CALLS, RESPONSE, TRAJECTORY, HarnessRecord, load
+from ..rollout.records import EVENTS, HARNESS, MODEL_CALLS, RESPONSE, TRAJECTORY, HarnessRecord, load
 from ..tasks.settings import prompt_for
-from ..util import iter_jsonl, write_json
+from ..core.util import iter_jsonl, write_json
 from .common import Step
 
 _RESPONSE_STATUS = {"ok": "completed", "agent_error": "failed", "timeout": "incomplete", "infra_error": "failed"}

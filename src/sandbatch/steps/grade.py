@@ -9,12 +9,13 @@ from __future__ import annotations
 import asyncio
 
 from .. import trace
-from ..errors import InfraError
+from ..core.errors import InfraError
 from ..grading import GradeContext, grade_task, grader_for
-from ..records import GRADE, PATCH, PATCH_INFO, SANDBOX, GradeRecord, PatchRecord, SandboxRecord, load
+from ..rollout.records import GRADE, PATCH, PATCH_INFO, SANDBOX, GradeRecord, PatchRecord, SandboxRecord, load
 from ..sandbox import Sandbox, SandboxGone
 from ..tasks.settings import grades_in_agent_sandbox
-from . import kept, killpoint
+from ..core import killpoint
+from . import kept
 from .common import Step, timed
 from .sandbox import build_spec, create_prepared
 

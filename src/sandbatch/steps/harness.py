@@ -10,13 +10,14 @@ import sys
 import time
 
 from .. import trace
-from ..errors import InfraError
+from ..core.errors import InfraError
 from ..harness import Harness, Outcome, RunContext, get_harness
-from ..records import EVENTS, HARNESS, MODEL_CALLS, SANDBOX, HarnessRecord, SandboxRecord, agent_handle, load
+from ..rollout.records import EVENTS, HARNESS, MODEL_CALLS, SANDBOX, HarnessRecord, SandboxRecord, agent_handle, load
 from ..sandbox import Sandbox, SandboxGone
-from ..util import jsonl, write_atomic, write_jsonl
+from ..core.util import jsonl, write_atomic, write_jsonl
 from ..tasks.settings import prompt_for
-from . import kept, killpoint
+from ..core import killpoint
+from . import kept
 from .common import Step
 from .sandbox import create_agent_sandbox, fill
 

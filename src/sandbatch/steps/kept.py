@@ -1,7 +1,7 @@
 """What a step keeps of its own work outside its declared outputs, so that its rerun after a
 `kill -9` finds it again.
 
-Snakemake (after a failed job) and recovery (sandbatch.owners.recover, after a run killed
+Snakemake (after a failed job) and recovery (sandbatch.ops.owners.recover, after a run killed
 mid-job) delete a job's declared outputs, and only those: a step killed after writing its
 outputs but before Snakemake recorded the job finished loses them, while the sandbox it
 consumed may already be gone. So, under `<rollout>/.kept/<step>/`, a step keeps:
@@ -25,11 +25,11 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..util import read_json, write_atomic, write_json
-from . import killpoint
+from ..core.util import read_json, write_atomic, write_json
+from ..core import killpoint
 
 if TYPE_CHECKING:
-    from ..records import Record
+    from ..rollout.records import Record
 
 DIR = ".kept"
 MANIFEST = "manifest.json"
@@ -104,7 +104,7 @@ def find(rollout: Path, step: str, key: dict[str, Any]) -> Path | None:
 
 def restore(rollout: Path, step: str, found: Path) -> list[str]:
     """Put a capture (from `find`) back as the step's outputs; the names restored."""
-    from ..records import append_index, read_index
+    from ..rollout.records import append_index, read_index
 
     names = list(read_json(found / MANIFEST)["files"])
     for name in names:

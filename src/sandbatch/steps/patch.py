@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import shlex
 
-from ..errors import InfraError
-from ..records import (HARNESS, PATCH, PATCH_INFO, SANDBOX, HarnessRecord, PatchRecord, SandboxRecord, agent_handle,
+from ..core.errors import InfraError
+from ..rollout.records import (HARNESS, PATCH, PATCH_INFO, SANDBOX, HarnessRecord, PatchRecord, SandboxRecord, agent_handle,
                        load)
 from ..sandbox import SandboxError
 from ..tasks.settings import grades_in_agent_sandbox
-from ..util import write_atomic
-from . import kept, killpoint
+from ..core.util import write_atomic
+from ..core import killpoint
+from . import kept
 from .common import Step, timed
 
 

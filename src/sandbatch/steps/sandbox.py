@@ -3,36 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-import getpass
 import time
 
-from ..errors import InfraError
-from ..ids import label_value
-from ..instance import ensure_instance, read_instance
-from ..records import SANDBOX, HistoryRecord, SandboxRecord
+from ..core.errors import InfraError
+from ..core.ids import label_value
+from ..core.instance import run_labels
+from ..rollout.records import SANDBOX, HistoryRecord, SandboxRecord
 from ..sandbox import Sandbox, SandboxError, SandboxSpec, rewrite_image
 from ..sandbox.base import Resources
 from ..sandbox.prepare import checkout_script, prepare, read_output, strips_history
 from ..tasks.settings import resources_for
-from . import kept, killpoint
+from ..core import killpoint
+from . import kept
 from .common import Step, StepContext, timed
-
-
-def run_labels(cfg, instance: str | None = None) -> dict[str, str]:
-    """The labels every sandbox of this run instance carries (providers may prefix the keys).
-
-    `instance` (sandbatch.instance) is what selects them: `run` and `owner` repeat across
-    working directories. Steps make the id if the run has none yet (started by hand).
-    """
-    return {"run": label_value(cfg.run), "owner": label_value(cfg.sandbox.owner or getpass.getuser()),
-            "instance": instance or ensure_instance(cfg.run_dir)}
-
-
-def selector(cfg) -> dict[str, str] | None:
-    """The labels that select exactly this run instance's sandboxes; None when it never
-    started here (it has no id, so no sandbox can be its)."""
-    instance = read_instance(cfg.run_dir)
-    return None if instance is None else {"run": label_value(cfg.run), "instance": instance}
 
 
 def build_spec(ctx: StepContext, role: str) -> SandboxSpec:

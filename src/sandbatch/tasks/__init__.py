@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import REPO_ROOT, SCHEMAS
-from ..errors import UserError
+from ..core.errors import UserError
 from .base import Task, check_unique, resolve_path, select
 
 if TYPE_CHECKING:
-    from ..config import BenchmarkConfig
+    from ..core.config import BenchmarkConfig
 
 # benchmark.kind -> module with scan(path) -> [(Task, locator)] and read(path, locator) -> Task
 BENCHMARKS: dict[str, str] = {
@@ -76,7 +76,7 @@ def _index(kind: str, path: Path, fingerprint: str) -> tuple[TaskRef, ...]:
     refs = tuple(TaskRef(t.id, t.instance_id, t.repo, loc) for t, loc in _module(kind).scan(path))
     check_unique(refs, str(path))
     try:
-        from ..util import write_atomic
+        from ..core.util import write_atomic
 
         write_atomic(cache, json.dumps({"fingerprint": fingerprint, "tasks": [list(r) for r in refs]}))
     except OSError:

@@ -11,13 +11,14 @@ from typing import Any, Iterable, Protocol, TypeVar
 
 from pydantic import BaseModel, Field
 
-from ..errors import UserError
+from ..core.config import load_schema
+from ..core.errors import UserError
 
 
 class Task(BaseModel):
     """One benchmark task, normalised across formats."""
 
-    id: str  # path- and wildcard-safe (sandbatch.ids.path_id)
+    id: str  # path- and wildcard-safe (sandbatch.core.ids.path_id)
     instance_id: str  # the benchmark's own id
     family: str = "swebench"  # grader family: swebench | swebench_pro | terminal_bench
     repo: str = ""
@@ -163,8 +164,6 @@ def resolve_path(path: str, base_dirs: list[Path]) -> Path:
 def validator(schema: str):
     """The JSON Schema validator of a task schema under schemas/ (built once per process)."""
     import jsonschema
-
-    from ..config import load_schema
 
     return jsonschema.Draft202012Validator(load_schema(schema))
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ..errors import UserError
+from ..core.errors import UserError
 from .base import Task, schema_error, validator
 
 # (row, task file, "<file>:<line>" for messages) -> Task; the row has passed the schema

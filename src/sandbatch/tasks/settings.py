@@ -6,31 +6,11 @@ task.toml), then the config's per-repo overrides (benchmark.repo_resources).
 
 from __future__ import annotations
 
-import string
 from typing import TYPE_CHECKING, Any
 
-from ..errors import UserError
-
 if TYPE_CHECKING:
-    from ..config import BenchmarkConfig, Config, Timeouts
+    from ..core.config import BenchmarkConfig, Config, Timeouts
     from .base import Task
-
-PLACEHOLDERS = ("prompt", "problem_statement", "requirements", "interface", "instance_id", "repo", "workdir")
-
-
-def check_template(template: str | None) -> None:
-    """UserError for a prompt template that names an unknown placeholder or is malformed."""
-    if template is None:
-        return
-    try:
-        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
-    except ValueError as exc:
-        raise UserError(f"benchmark.prompt_template: {exc}; write literal braces as {{{{ and }}}}") from None
-    for field in fields:
-        if field not in PLACEHOLDERS:
-            raise UserError(f"benchmark.prompt_template: unknown placeholder {{{field}}}; "
-                            f"use one of: {', '.join('{' + p + '}' for p in PLACEHOLDERS)}")
-
 
 def prompt_for(task: "Task", bench: "BenchmarkConfig") -> str:
     """The prompt the agent gets: the family's default, or the configured template filled in."""

@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..errors import UserError
-from ..ids import path_id
+from ..core.errors import UserError
+from ..core.ids import path_id
 from .base import Task, gym_prompt, parse_list
 from .jsonl import resolve_repo_dir, scan_tasks, task_at
 

@@ -14,8 +14,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from ..errors import UserError
-from ..ids import path_id
+from ..core.errors import UserError
+from ..core.ids import path_id
 from .base import Task, schema_error, validator
 
 SCHEMA = "tasks/terminal_bench.schema.yaml"

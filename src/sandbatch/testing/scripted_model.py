@@ -64,7 +64,7 @@ from typing import Any, Iterable
 import yaml
 from aiohttp import web
 
-from ..errors import UserError
+from ..core.errors import UserError
 from ..proxy.core import split_path
 from ..proxy.server import ServerThread, catch_all, listen
 

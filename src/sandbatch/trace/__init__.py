@@ -131,7 +131,7 @@ def dropped_spans(rollout_dir) -> int:
     """Spans of this rollout a collector did not take (DROPPED_FILE), over all step attempts."""
     from pathlib import Path
 
-    from ..usage import iter_calls
+    from ..rollout.usage import iter_calls
 
     return sum(int(row.get("dropped") or 0) for row in iter_calls(Path(rollout_dir) / DROPPED_FILE))
 

@@ -43,8 +43,9 @@ from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from .. import trace as api
-from ..errors import InfraError, UserError
-from ..util import read_json
+from ..core.errors import InfraError, UserError
+from ..core.instance import run_labels
+from ..core.util import read_json
 
 SCOPE = "sandbatch"
 TITLE_CHARS = 120
@@ -233,8 +234,6 @@ class Tracing:
     """One step attempt's tracer provider and exporters, and the rollout's ids."""
 
     def __init__(self, ctx, step: str):
-        from ..steps.sandbox import run_labels
-
         cfg = ctx.cfg
         self.ctx, self.step = ctx, step
         instance = run_labels(cfg)["instance"]
@@ -454,7 +453,7 @@ logging.getLogger("opentelemetry.sdk.trace.export").setLevel(logging.CRITICAL)
 @contextlib.contextmanager
 def step_span(ctx, name: str):
     """Tracing for one step attempt, and its span under the rollout's root."""
-    from ..records import GRADE, SANDBOX
+    from ..rollout.records import GRADE, SANDBOX
 
     tracing = Tracing(ctx, name)
     api._active = tracing

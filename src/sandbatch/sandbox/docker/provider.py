@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 from docker.types import Mount
 
-from ...errors import InfraError, UserError
+from ...core.errors import InfraError, UserError
 from ..base import CA_ENV, Provider, SandboxError, SandboxInfo, SandboxSpec
 from . import images
 from .engine import Engine, EngineError, NotFound

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ...errors import UserError
+from ...core.errors import UserError
 from ..base import SandboxError, SandboxGone, State
 
 # an engine's words for a container that is not there, or not running (any call on it)

@@ -45,7 +45,7 @@ PHASES = ("sandbox", "install", "agent", "harness", "patch", "grade")
 
 
 def compute(rollouts: Iterable[Mapping[str, Any]], threshold: float) -> dict[str, Any]:
-    """Metrics over rollout rows (see steps.aggregate.rollout_row)."""
+    """Metrics over rollout rows (see rollout.rows.rollout_row)."""
     rows = list(rollouts)
     by_task: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for r in rows:

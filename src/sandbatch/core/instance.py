@@ -14,12 +14,15 @@ touches the original's sandboxes.
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import secrets
 import socket
 import time
 from pathlib import Path
+
+from .ids import label_value
 
 INSTANCE_FILE = "_instance.json"
 
@@ -82,3 +85,20 @@ def claim(run_dir: str | os.PathLike) -> tuple[str, str | None]:
         return read_instance(rd), (f"sandbatch: {rd} was made in {recorded}; this working directory gets a "
                                    f"sandbox identity of its own (sandboxes left there are not touched)")
     return ensure_instance(rd), None
+
+
+def run_labels(cfg, instance: str | None = None) -> dict[str, str]:
+    """The labels every sandbox of this run instance carries (providers may prefix the keys).
+
+    `instance` (sandbatch.instance) is what selects them: `run` and `owner` repeat across
+    working directories. Steps make the id if the run has none yet (started by hand).
+    """
+    return {"run": label_value(cfg.run), "owner": label_value(cfg.sandbox.owner or getpass.getuser()),
+            "instance": instance or ensure_instance(cfg.run_dir)}
+
+
+def selector(cfg) -> dict[str, str] | None:
+    """The labels that select exactly this run instance's sandboxes; None when it never
+    started here (it has no id, so no sandbox can be its)."""
+    instance = read_instance(cfg.run_dir)
+    return None if instance is None else {"run": label_value(cfg.run), "instance": instance}

@@ -11,7 +11,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any, Mapping
 
-from ..trace import KINDS, kind_of
+from ...trace import KINDS, kind_of
 
 MAX_ROWS = 2000  # a longer trace shows its first spans and says how many were left out
 

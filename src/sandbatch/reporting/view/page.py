@@ -11,11 +11,11 @@ from html import escape
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from ..records import GRADE, MODEL_CALLS, PATCH, RESPONSE
-from ..responses import item_text
-from ..trace import TRACE_FILE, read_spans
-from ..usage import iter_calls
-from ..util import read_json
+from ...rollout.records import GRADE, MODEL_CALLS, PATCH, RESPONSE
+from ...rollout.responses import item_text
+from ...trace import TRACE_FILE, read_spans
+from ...rollout.usage import iter_calls
+from ...core.util import read_json
 from .assets import CSS
 from .waterfall import waterfall_html
 
@@ -206,7 +206,7 @@ def calls_html(path: Path) -> str:
 
 
 def render(row: Mapping[str, Any], prompt: str | None, index_href: str) -> str:
-    """The page of one rollout; `row` is its rollouts.jsonl row (steps.aggregate.rollout_row)."""
+    """The page of one rollout; `row` is its rollouts.jsonl row (rollout.rows.rollout_row)."""
     d = Path(row["dir"])
     resp = read_json(d / RESPONSE) if (d / RESPONSE).is_file() else {}
     grade = read_json(d / GRADE) if (d / GRADE).is_file() else {}

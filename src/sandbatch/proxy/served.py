@@ -13,8 +13,8 @@ import os
 import urllib.request
 from typing import Any
 
-from .config import Config, ModelConfig
-from .errors import UserError
+from ..core.config import Config, ModelConfig
+from ..core.errors import UserError
 
 NO_MODEL = "none"  # model.name of a run whose harness talks to no model
 

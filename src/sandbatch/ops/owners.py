@@ -11,7 +11,7 @@ Snakemake's lock files (`.snakemake/locks/`) name files, not processes: after a 
   time; besides the records, the process table is scanned for `snakemake` processes whose
   working directory is this one (that covers the seconds between taking the locks and
   `onstart`, and runs started without sandbatch);
-- when a run that executes jobs builds its DAG (sandbatch.workflow.recover_before_run; never
+- when a run that executes jobs builds its DAG (sandbatch.ops.workflow.recover_before_run; never
   a dry run), if no Snakemake but this one works here and no record names another host,
   `recover` removes the locks and
   the outputs of interrupted jobs (see there). A record from another host (shared

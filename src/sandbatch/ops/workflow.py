@@ -7,9 +7,9 @@ import os
 import sys
 from typing import Any, Callable, Iterable
 
-from .config import Config, parse, run_config, workflow_sources
-from .errors import UserError
-from .tasks import Task, TaskRef, read_task, select_tasks
+from ..core.config import Config, parse, run_config, workflow_sources
+from ..core.errors import UserError
+from ..tasks import Task, TaskRef, read_task, select_tasks
 
 
 def executes_jobs(workflow) -> bool:
@@ -21,7 +21,7 @@ def executes_jobs(workflow) -> bool:
 
 
 def recover_before_run(workflow) -> None:
-    """The one point where a run repairs what a killed run left behind (sandbatch.owners.recover:
+    """The one point where a run repairs what a killed run left behind (sandbatch.ops.owners.recover:
     stale locks, outputs of interrupted jobs). Called from the input function of the default
     target `all` (workflow/rules/common.smk): Snakemake evaluates it while it builds the DAG,
     after it knows whether it executes and before it checks outputs and takes its locks.
@@ -60,8 +60,8 @@ def check_registries(cfg: Config) -> None:
     model endpoint, its key and the proxy address, and the sandbox service's address and
     key must all be there. Variables are named as the config names them.
     """
-    from .harness import HARNESSES, get_harness
-    from .sandbox import PROVIDERS
+    from ..harness import HARNESSES, get_harness
+    from ..sandbox import PROVIDERS
 
     if cfg.harness.name not in HARNESSES:
         raise UserError(f"harness.name: {cfg.harness.name!r} is not known; choose one of: {', '.join(HARNESSES)}")
@@ -75,10 +75,10 @@ def check_registries(cfg: Config) -> None:
 
 
 def resolve_model(cfg: Config, started: bool = False) -> tuple[Config, str]:
-    """model.name resolved (sandbatch.served.resolve_model_name); started: a run that already has
+    """model.name resolved (sandbatch.proxy.served.resolve_model_name); started: a run that already has
     settings keeps the name it was started with when the endpoint does not answer."""
-    from .harness import get_harness
-    from .served import resolve_model_name
+    from ..harness import get_harness
+    from ..proxy.served import resolve_model_name
 
     before = None
     if started and not cfg.model.name:
@@ -103,7 +103,7 @@ def _check_model(cfg: Config, on_host: bool = False) -> None:
         raise UserError(f"model.api_key_env: the environment variable {model.api_key_env} is not set; export it "
                         "with the model endpoint's API key, or set model.api_key_env: null for an endpoint without one")
     if model.proxy.enabled and not on_host:  # an agent on this host needs no address the sandboxes reach
-        from .proxy import proxy_hosts
+        from ..proxy import proxy_hosts
 
         proxy_hosts(cfg.sandbox.provider, model.proxy, cfg.sandbox.service())
 
@@ -135,7 +135,7 @@ def check_images(cfg: Config, tasks: Callable[[], Iterable[Task]]) -> None:
 
 def check_model_endpoint(cfg: Config) -> None:
     """What the harness needs to know from the model endpoint (pool: its context window)."""
-    from .harness import get_harness
+    from ..harness import get_harness
 
     harness = get_harness(cfg.harness.name)
     harness.check_model(harness.merge_config(cfg.harness.config), cfg.model)

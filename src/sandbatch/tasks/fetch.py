@@ -17,7 +17,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import UserError
+from ..core.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ def _check(benchmark: str, staged: Path) -> int:
     """Load what was written with the benchmark's loader (errors name the file and row)."""
     import importlib
 
-    from .tasks import BENCHMARKS
+    from . import BENCHMARKS
 
     tasks = importlib.import_module(BENCHMARKS[benchmark]).scan(staged)
     if not tasks:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from .proxy.tokens import arguments_digest, decode_prompts, digest
+from ..proxy.tokens import arguments_digest, decode_prompts, digest
 from .responses import item_text
 
 ASSISTANT_ITEMS = ("message", "reasoning", "function_call")

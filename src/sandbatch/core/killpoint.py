@@ -1,7 +1,7 @@
 """Deterministic kill points, for testing that every step is safe to rerun after `kill -9`.
 
 Steps call `reached(point)` right after each side effect: a sandbox created, prepared or
-deleted, a command run, a file written (`sandbatch.util.write_atomic` calls it with
+deleted, a command run, a file written (`sandbatch.core.util.write_atomic` calls it with
 `wrote-<file name>`). Unless the environment asks for it, that is one dictionary lookup.
 
     SANDBATCH_KILL_AT=patch:wrote-patch.json[,grade:deleted...]   # <step>:<point>, or <step>:*

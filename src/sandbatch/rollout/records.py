@@ -15,8 +15,8 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field
 
-from .sandbox.base import SandboxSpec
-from .util import write_json
+from ..sandbox.base import SandboxSpec
+from ..core.util import write_json
 
 # tampered: grade only, the patch changed what grades it and grading.tampering is "fail" (or its code
 # reaches into the test runner and grading.suspicious is "fail")
@@ -28,7 +28,7 @@ EVENTS = "events.jsonl"
 HARNESS = "harness.json"
 MODEL_CALLS = "model_calls.jsonl"
 RESPONSE = "response.json"
-TRAJECTORY = "trajectory.json"  # the same conversation in Harbor's ATIF (sandbatch.atif)
+TRAJECTORY = "trajectory.json"  # the same conversation in Harbor's ATIF (sandbatch.rollout.atif)
 PATCH = "patch.diff"
 PATCH_INFO = "patch.json"
 GRADE = "grade.json"

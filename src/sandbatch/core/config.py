@@ -10,12 +10,13 @@ from __future__ import annotations
 import copy
 import functools
 import os
+import string
 from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-from . import SCHEMAS
+from .. import SCHEMAS
 from .errors import UserError
 
 
@@ -303,9 +304,24 @@ def _apply_env(filled: dict[str, Any]) -> None:
         conn["domain"] = value.rstrip("/")
 
 
-def _check_benchmark(cfg: "Config") -> None:
-    from .tasks.settings import check_template
+PLACEHOLDERS = ("prompt", "problem_statement", "requirements", "interface", "instance_id", "repo", "workdir")
 
+
+def check_template(template: str | None) -> None:
+    """UserError for a prompt template that names an unknown placeholder or is malformed."""
+    if template is None:
+        return
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+    except ValueError as exc:
+        raise UserError(f"benchmark.prompt_template: {exc}; write literal braces as {{{{ and }}}}") from None
+    for field in fields:
+        if field not in PLACEHOLDERS:
+            raise UserError(f"benchmark.prompt_template: unknown placeholder {{{field}}}; "
+                            f"use one of: {', '.join('{' + p + '}' for p in PLACEHOLDERS)}")
+
+
+def _check_benchmark(cfg: "Config") -> None:
     check_template(cfg.benchmark.prompt_template)
     if cfg.model.tokens == "on" and not cfg.model.proxy.enabled:
         raise UserError("model.tokens: 'on' needs the model proxy, which asks the upstream for token ids; "

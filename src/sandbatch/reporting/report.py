@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import Config
+from ..core.config import Config
 
 
 def _pct(rate: dict[str, Any]) -> str:

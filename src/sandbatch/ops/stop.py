@@ -156,8 +156,8 @@ def stop(run: str, results_dir: str = "results", workdir: str | os.PathLike = ".
     elif found:
         rep.notes.append("another Snakemake works in this directory: its locks were left alone")
     if reap:
-        from .config import run_config
-        from .sandbox.reaper import reap_run
+        from ..core.config import run_config
+        from ..sandbox.reaper import reap_run
 
         rep.sandboxes_deleted = reap_run(run_config(run, results_dir, wd), wd)
     rep.seconds = round(time.monotonic() - t0, 2)

@@ -4,7 +4,7 @@ A step is done when its record exists and Snakemake has no incomplete marker for
 a marker it is running (a live Snakemake works here) or interrupted (none does: the next
 run redoes it). Otherwise it is pending. A rollout is done when grade.json and
 response.json are. The counted fields come from the rollout's record index
-(sandbatch.records.INDEX, a few short lines), so a 100 KB grade.json with thousands of
+(sandbatch.rollout.records.INDEX, a few short lines), so a 100 KB grade.json with thousands of
 test results is never parsed.
 """
 
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .records import GRADE, HARNESS, PATCH_INFO, RESPONSE, SANDBOX, read_index, summary
+from ..rollout.records import GRADE, HARNESS, PATCH_INFO, RESPONSE, SANDBOX, read_index, summary
 
 # step -> the record that marks it done (in chain order)
 STEPS: dict[str, str] = {"sandbox": SANDBOX, "harness": HARNESS, "convert": RESPONSE, "patch": PATCH_INFO,
@@ -68,9 +68,9 @@ class RunStatus:
 
 
 def collect(run: str, results_dir: str = "results", workdir: str | os.PathLike = ".") -> RunStatus:
-    from .config import run_config
+    from ..core.config import run_config
     from .owners import owners
-    from .tasks import load_tasks
+    from ..tasks import load_tasks
 
     wd = Path(workdir).resolve()
     run_dir = wd / results_dir / run

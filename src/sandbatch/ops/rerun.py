@@ -17,8 +17,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import UserError
-from .records import EVENTS, GRADE, HARNESS, MODEL_CALLS, PATCH, PATCH_INFO, RESPONSE, SANDBOX, TRAJECTORY, read_index, summary
+from ..core.errors import UserError
+from ..rollout.records import EVENTS, GRADE, HARNESS, MODEL_CALLS, PATCH, PATCH_INFO, RESPONSE, SANDBOX, TRAJECTORY, read_index, summary
 
 # phase -> the files that phase writes
 WRITES: dict[str, tuple[str, ...]] = {

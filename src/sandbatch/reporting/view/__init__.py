@@ -15,11 +15,12 @@ from html import escape
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from ..config import Config
-from ..records import GRADE
-from ..tasks import read_task, select_tasks
-from ..tasks.settings import prompt_for
-from ..util import write_atomic
+from ...core.config import Config
+from ...rollout.records import GRADE
+from ...rollout.rows import rollout_row
+from ...tasks import read_task, select_tasks
+from ...tasks.settings import prompt_for
+from ...core.util import write_atomic
 from . import page
 from .assets import CSS, INDEX_JS
 
@@ -90,8 +91,6 @@ def _prompts(cfg: Config) -> dict[str, str | None]:
 
 def finished_rows(cfg: Config) -> list[dict[str, Any]]:
     """rollouts.jsonl rows of every rollout graded so far (the viewer works during a run too)."""
-    from ..steps.aggregate import rollout_row
-
     return [rollout_row(cfg, t, r) for t in select_tasks(cfg.benchmark) for r in range(cfg.repeats)
             if (cfg.run_dir / t.id / str(r) / GRADE).is_file()]
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from .errors import UserError
+from ..core.errors import UserError
 from .metrics import ks_for, pass_at_k
 
 BOOTSTRAP = 2000

@@ -1,0 +1,46 @@
+"""The rollouts.jsonl row of one rollout: its step records summed up in one flat dict.
+
+The aggregate writes these rows; the metrics, the report, the plots and the viewer read them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import trace
+from ..core.config import Config
+from ..core.util import read_json
+from ..tasks import TaskRef
+from .records import (GRADE, HARNESS, PATCH_INFO, RESPONSE, SANDBOX, GradeRecord, HarnessRecord, PatchRecord,
+                      SandboxRecord, load)
+
+
+def rollout_row(cfg: Config, task: TaskRef, repeat: int) -> dict[str, Any]:
+    d = cfg.run_dir / task.id / str(repeat)
+    sb = load(SandboxRecord, d / SANDBOX)
+    hr = load(HarnessRecord, d / HARNESS)
+    pr = load(PatchRecord, d / PATCH_INFO)
+    gr = load(GradeRecord, d / GRADE)
+    resp = read_json(d / RESPONSE)
+    status, failure_class, failed_phase = hr.status, hr.failure_class or gr.failure_class, None
+    for phase, rec in (("sandbox", sb), ("harness", hr), ("patch", pr), ("grade", gr)):
+        if rec.status == "infra_error":
+            status, failure_class, failed_phase = "infra_error", rec.failure_class, phase
+            break
+    if gr.status == "tampered":  # grading.tampering: fail
+        status, failure_class, failed_phase = "tampered", gr.failure_class, "grade"
+    durations = {"sandbox": sb.duration_s, "install": hr.install_s, "agent": hr.agent_s, "harness": hr.duration_s,
+                 "patch": pr.duration_s, "grade": gr.duration_s}
+    return {
+        "run": cfg.run, "task_id": task.id, "instance_id": task.instance_id, "repo": task.repo, "repeat": repeat,
+        "status": status, "failure_class": failure_class, "failed_phase": failed_phase,
+        "reward": gr.reward, "resolved": gr.resolved, "patch_empty": pr.empty, "patch_bytes": pr.bytes,
+        "patch_applied": gr.patch_applied, "tests_ran": gr.tests_ran,
+        "harness": hr.harness, "harness_status": hr.status, "exit_code": hr.exit_code,
+        "usage": resp.get("usage", {}), "durations": durations, "tests_status": gr.tests_status,
+        "tampering": gr.tampering, "suspicious": gr.suspicious,
+        "token_join": (resp.get("sandbatch") or {}).get("token_join") or {},
+        "traces_dropped": trace.dropped_spans(d),
+        "time_by_kind": trace.time_by_kind(trace.read_spans(d / trace.TRACE_FILE)),  # {} without a trace file
+        "started_at": sb.started_at, "finished_at": gr.finished_at, "dir": str(d),
+    }
