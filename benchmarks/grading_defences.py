@@ -1,7 +1,8 @@
 """Grading time the tampering defences add per rollout, on the bundled smoke tasks.
 
     python benchmarks/grading_defences.py [--repeats 5] [--keep DIR]
-    python benchmarks/grading_defences.py --suite DIR [--repeats 3] [-- PYTEST_ARGS...]
+    python benchmarks/grading_defences.py --suite DIR [--python PY] [--repeats 3] [-- PYTEST_ARGS...]
+    python benchmarks/grading_defences.py --corpus ROW [ROW ...] [--repeats 3]
 
 Grades each smoke task's gold patch with the real grade step on the local provider, with
 the defences on (grading.tampering: neutralise: path neutralisation, the verdict channel,
@@ -19,6 +20,14 @@ the verdict channel's plugin loaded as the grader loads it (its keys, conf.json 
 the workdir, the assertion-pass hook), alternating; prints the CPU time of the test command
 (the pytest process) per mode and the share the channel and its checks add, and checks that
 every run's verdict is intact and reports nothing (no test replaced, no vacuous assertion).
+--python: the interpreter that runs the suite (a venv with the suite's package installed from
+DIR, so that its code is the code under test the checks see); the benchmark's own by default.
+
+With --corpus: rows of the real-row corpus (corpus/README.md; their images built first,
+`python -m sandbatch.corpus build ROW`), each gold patch graded by the real grade step on
+Docker with every defence on and with log_only, alternating; prints the `tests` phase per row
+and mode (in log_only it is the test run itself: the patch applied, the eval script, the log
+parsed) and the share the defences add, with the load average before and after.
 """
 
 from __future__ import annotations
@@ -42,10 +51,11 @@ SMOKE = REPO_ROOT / "data" / "smoke" / "tasks.jsonl"
 TARGET = 0.05
 
 
-def settings(work: Path, mode: str) -> Path:
+def settings(work: Path, mode: str, kind: str = "smoke", tasks: Path = SMOKE, provider: str = "local") -> Path:
+    sandbox = {"provider": provider, **({"local": {"root": str(work / "sb")}} if provider == "local" else {})}
     cfg = config.load([], {"run": f"bench-{mode}", "results_dir": str(work / "results"), "retries": 0,
-                           "benchmark": {"kind": "smoke", "tasks": str(SMOKE)}, "grading": {"tampering": mode},
-                           "sandbox": {"provider": "local", "local": {"root": str(work / "sb")}}},
+                           "benchmark": {"kind": kind, "tasks": str(tasks)}, "grading": {"tampering": mode},
+                           "sandbox": sandbox},
                       default=REPO_ROOT / "config" / "default.yaml")
     path = work / f"run-{mode}.json"
     path.write_text(cfg.model_dump_json(), encoding="utf-8")
@@ -68,7 +78,7 @@ def grade_once(cfg_path: Path, task_id: str, patch: str, repeat: int) -> tuple[G
     return load(GradeRecord, ctx.path(GRADE)), cpu() - start
 
 
-def suite(directory: Path, pytest_args: list[str], repeats: int) -> int:
+def suite(directory: Path, pytest_args: list[str], repeats: int, python: str = sys.executable) -> int:
     import os
     import subprocess
 
@@ -84,9 +94,9 @@ def suite(directory: Path, pytest_args: list[str], repeats: int) -> int:
                 Path(channel.dir, name).write_bytes(data)
             for n, key in enumerate(channel.keys):
                 Path(channel.dir, f"key.{n}").write_bytes(key)
-            env.update(PYTHONPATH=channel.dir, PYTEST_ADDOPTS=f"-p {channel.module} {verdict.PASS_HOOK}")
+            env.update(PYTHONPATH=channel.dir, PYTEST_ADDOPTS=channel.addopts())
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args], cwd=directory,
+        subprocess.run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args], cwd=directory,
                        env=env, capture_output=True)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         took = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
@@ -110,8 +120,57 @@ def suite(directory: Path, pytest_args: list[str], repeats: int) -> int:
                 print(f"verdict: {v.state}, {len(v.outcomes)} tests, findings {len(v.findings)}")
     off, on = statistics.median(times[False]), statistics.median(times[True])
     print(f"test command CPU, median of {repeats}: without the channel {off:.2f} s, with it {on:.2f} s: "
-          f"{(on - off) / off:+.1%} (target < {TARGET:.0%})")
+          f"{(on - off) / off:+.1%} (target < {TARGET:.0%}); load average {loadavg()}")
     return failed(bad, "runs with a verdict that is not clean")
+
+
+def corpus(ids: list[str], repeats: int) -> int:
+    """The real rows' gold patches, graded on Docker with the defences on and off, alternating."""
+    import os
+    import subprocess
+
+    from sandbatch.corpus import rows
+
+    selected = rows(ids)
+    missing = [r.image() for r in selected
+               if subprocess.run(["docker", "image", "inspect", r.image()], capture_output=True).returncode]
+    if missing:
+        print(f"images missing: {', '.join(missing)}; build them with python -m sandbatch.corpus build ROW",
+              file=sys.stderr)
+        return 2
+    work = Path(tempfile.mkdtemp(prefix="grading-defences-corpus-"))
+    tasks = work / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps(r.task()) + "\n" for r in selected), encoding="utf-8")
+    modes = ("neutralise", "log_only")
+    cfgs = {m: settings(work, m, "swebench", tasks, "docker") for m in modes}
+    phase = {r.id: {m: [] for m in modes} for r in selected}
+    bad = []
+    print(f"load average before: {loadavg()}")
+    for i in range(repeats):
+        for r in selected:
+            for mode in modes if i % 2 == 0 else modes[::-1]:
+                rec, _ = grade_once(cfgs[mode], r.id, r.data["patch"], i)
+                if not rec.resolved or rec.tampering:
+                    bad.append((r.id, mode, rec.status, rec.failure_class, rec.tampering))
+                phase[r.id][mode].append(rec.phases["tests"])
+    print(f"gold grades on Docker, `tests` phase wall-clock, median of {repeats} (seconds)")
+    print(f"{'row':32} {'off':>7} {'on':>7} {'added':>8}")
+    sums = dict.fromkeys(modes, 0.0)
+    for rid, by_mode in phase.items():
+        on, off = statistics.median(by_mode["neutralise"]), statistics.median(by_mode["log_only"])
+        sums["neutralise"], sums["log_only"] = sums["neutralise"] + on, sums["log_only"] + off
+        print(f"{rid:32} {off:7.2f} {on:7.2f} {(on - off) / off:+8.1%}   runs: on {by_mode['neutralise']}, "
+              f"off {by_mode['log_only']}")
+    share = (sums["neutralise"] - sums["log_only"]) / sums["log_only"]
+    print(f"all rows: {sums['log_only']:.2f} s without the defences, {sums['neutralise']:.2f} s with them: {share:+.1%} "
+          f"(target < {TARGET:.0%}); load average after: {loadavg()}; {os.cpu_count()} cores")
+    return failed(bad, "gold grades did not resolve cleanly")
+
+
+def loadavg() -> str:
+    import os
+
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def failed(bad: list, what: str) -> int:
@@ -126,10 +185,14 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--keep", type=Path, help="grade under this directory and keep it (default: a temporary one)")
     ap.add_argument("--suite", type=Path, help="a test suite's checkout: time the channel on it (see above)")
+    ap.add_argument("--python", default=sys.executable, help="with --suite: the interpreter that runs it")
+    ap.add_argument("--corpus", nargs="+", metavar="ROW", help="grade these corpus rows' gold patches (see above)")
     ap.add_argument("pytest_args", nargs="*", help="with --suite: pytest's arguments (after --)")
     args = ap.parse_args()
+    if args.corpus:
+        return corpus(args.corpus, args.repeats)
     if args.suite:
-        return suite(args.suite.resolve(), args.pytest_args, args.repeats)
+        return suite(args.suite.resolve(), args.pytest_args, args.repeats, args.python)
     work = args.keep or Path(tempfile.mkdtemp(prefix="grading-defences-"))
     work.mkdir(parents=True, exist_ok=True)
     cfgs = {mode: settings(work, mode) for mode in ("neutralise", "log_only")}

@@ -478,7 +478,7 @@ def run_with_channel(tmp_path, runs: int = 1):
         Path(channel.dir, name).write_bytes(data)
     for n, key in enumerate(channel.keys):
         Path(channel.dir, f"key.{n}").write_bytes(key)
-    env = {**os.environ, "PYTHONPATH": channel.dir, "PYTEST_ADDOPTS": f"-p {channel.module} {verdict.PASS_HOOK}"}
+    env = {**os.environ, "PYTHONPATH": channel.dir, "PYTEST_ADDOPTS": channel.addopts()}
     for _ in range(runs):
         proc = subprocess.run([sys.executable, "-m", "pytest", "-rA", "-p", "no:cacheprovider", "test_suite.py"],
                               cwd=work, env=env, capture_output=True, text=True)

@@ -45,7 +45,6 @@ PLUGIN_SOURCE = Path(__file__).with_name("verdict_plugin.py")
 # uploaded beside every runner plugin as _sbv_<name>.py, loaded by it from its file
 SIBLINGS = {"channel": Path(__file__).with_name("verdict_channel.py"),
             "checks": Path(__file__).with_name("verdict_checks.py")}
-PASS_HOOK = "-o enable_assertion_pass_hook=true"  # passing asserts reach the plugin's probe (verdict_checks)
 KEYS = 8  # pytest processes a test command may start that each get a verdict of their own
 _FILE_RE = re.compile(r"^== verdict\.(\d+)\.jsonl$")
 _KEY_RE = re.compile(r"^== key\.(\d+)$")
@@ -183,7 +182,11 @@ class Channel:
     def exports(self) -> str:
         """Shell lines that load the plugin into every pytest the test command starts."""
         return (f"{self.manifest()}\n{self.pythonpath()}\n"
-                f'export PYTEST_ADDOPTS="-p {self.module} {PASS_HOOK} ${{PYTEST_ADDOPTS:-}}"')
+                f'export PYTEST_ADDOPTS="{self.addopts()} ${{PYTEST_ADDOPTS:-}}"')
+
+    def addopts(self) -> str:
+        """What PYTEST_ADDOPTS gets: the plugin, loaded by its module name."""
+        return f"-p {self.module}"
 
     def pythonpath(self) -> str:
         return f'export PYTHONPATH={shlex.quote(self.dir)}"${{PYTHONPATH:+:$PYTHONPATH}}"'

@@ -81,7 +81,7 @@ ASSERTIONS = (
     ("_pytest.assertion.rewrite", (
         "rewrite_asserts", "AssertionRewriter", "AssertionRewritingHook", "_call_reprcompare", "_format_explanation",
         "_saferepr", "_format_assertmsg", "_should_repr_global_name", "_format_boolop", "_call_assertion_pass",
-        "_check_if_assertion_pass_impl", "_rewrite_test", "_read_pyc")),
+        "_check_if_assertion_pass_impl", "_rewrite_test", "_read_pyc", "_write_pyc", "_sbv_probe_compare", "PYC_TAIL")),
     ("_pytest.assertion.rewrite.AssertionRewritingHook", ("exec_module", "find_spec", "_should_rewrite")),
     ("_pytest.assertion.rewrite.AssertionRewriter", ("run", "visit_Assert", "visit_Compare")),
     ("pytest", ("raises", "approx", "warns", "fail", "skip", "xfail", "deprecated_call")),
@@ -184,8 +184,8 @@ class Checks(object):
         self._good = {}  # (file, qualname) -> (object, code) found genuine
         self._made = {}  # type -> defined by the code under test
         self._said = set()
-        self._passing = [False]
         self._rewritten = {}  # test file -> the code pytest's rewriter compiled from it as the module was imported
+        self._hooked = []  # non-empty while pytest's _rewrite_test (its import hook's) or the checks rewrite a file
         self._tools = self._monitoring_tools()
         # the modules of the workdir already imported as the checks start are the runner's own:
         # pytest's repository tests pytest, and its pytest runs from the workdir. Nothing the
@@ -247,43 +247,57 @@ class Checks(object):
 
     # --- the tests that run are the tests the grader placed ----------------------------------------
 
-    def _compile(self, path, module):
+    def _read(self, path):
+        """The test file's bytes, or what is wrong with it: unreadable, or not what the grader placed."""
         try:
             with open(path, "rb") as fh:
                 data = fh.read()
         except (OSError, IOError):
-            return "its file %s cannot be read" % path
+            return None, "its file %s cannot be read" % path
         want = self.manifest.get(_realpath(path))
         if want is not None and hashlib.sha256(data).hexdigest() != want:
-            return "its file %s changed on disk since the grader placed it" % self._rel(path)
-        variants = []
-        try:
-            variants.append(compile(data, path, "exec", dont_inherit=True))
-        except Exception:
-            return None
-        if "@pytest_ar" in _getattr(module, "__dict__", {}):  # a module pytest's rewriter compiled
-            co = self._rewritten.get(_realpath(path))
-            if co is not None:
-                variants.append(co)
-            elif self.rewrite is not None:  # loaded from pytest's cache: rewrite it here, as pytest would
+            return None, "its file %s changed on disk since the grader placed it" % self._rel(path)
+        return data, None
+
+    def _codes(self, path, module, data, every_variant):
+        """(codes by qualname, every code) the file compiles to: as pytest's rewriter compiled it at import
+        (a module it rewrote) or plainly; every_variant: both, and the rewriter run here when pytest's
+        own result was not seen. None: the file does not compile."""
+        rewritten = "@pytest_ar" in _getattr(module, "__dict__", {})  # a module pytest's rewriter compiled
+        seen = self._rewritten.get(_realpath(path)) if rewritten else None
+        variants = [seen] if seen is not None else []
+        if every_variant or not variants:
+            try:
+                variants.append(compile(data, path, "exec", dont_inherit=True))
+            except Exception:
+                return None
+        if rewritten and seen is None and self.rewrite is not None:  # rewrite it here, as pytest would
+            try:
+                tree = ast.parse(data, filename=path)
+                self._hooked.append(True)
                 try:
-                    tree = ast.parse(data, filename=path)
-                    try:
-                        self.rewrite(tree, data, path, self.rewrite_config)
-                    except TypeError:  # pytest < 5: rewrite_asserts(mod, module_path, config)
-                        self.rewrite(tree, path, self.rewrite_config)
-                    variants.append(compile(tree, path, "exec", dont_inherit=True))
-                except Exception:
-                    pass
+                    self.rewrite(tree, data, path, self.rewrite_config)
+                except TypeError:  # pytest < 5: rewrite_asserts(mod, module_path, config)
+                    self.rewrite(tree, path, self.rewrite_config)
+                finally:
+                    self._hooked.pop()
+                variants.append(compile(tree, path, "exec", dont_inherit=True))
+            except Exception:
+                pass
         codes, every = {}, []
         for co in variants:
             _walk_code(co, "", codes, every)
+        return codes, every
+
+    def _compile(self, path, module, data):
+        """(codes by qualname, decorated qualnames, every code) of every way the file compiles, or None."""
+        found = self._codes(path, module, data, True)
         decorated = set()
         try:
             _walk_ast(ast.parse(data, filename=path).body, "", decorated)
         except Exception:
             return None
-        return codes, decorated, every
+        return None if found is None else (found[0], decorated, found[1])
 
     def verify(self, test, module, cls, name, called):
         """The test about to run (its module, class or None, function name, the function called)."""
@@ -315,13 +329,24 @@ class Checks(object):
                 raw_fn, "__code__", None):
             return
         if path not in self._files:
-            self._files[path] = self._compile(path, home)
+            data, problem = self._read(path)
+            self._files[path] = problem or [data, self._codes(path, home, data, False), None]
         info = self._files[path]
-        if info is None:
-            return
         if _isinstance(info, str):
             return self._say(test, "repl", info)
-        codes, decorated, every = info
+        data, quick, full = info
+        # the usual case, at the cost of one compile pytest already made: the function bound and the one
+        # called are the code compiled from the file. Only otherwise is the file parsed, and compiled
+        # every way it may have been (a decorated test is judged by what its wrappers reach)
+        if quick is not None and qual in quick[0] and _judge(qual, raw_fn, called_fn, quick[0], (), quick[1],
+                                                               path) is None:
+            self._good[(path, qual)] = (raw_fn, called_fn, _getattr(raw_fn, "__code__", None))
+            return
+        if full is None:
+            full = info[2] = self._compile(path, home, data) or ()
+        if not full:
+            return
+        codes, decorated, every = full
         if qual not in codes:
             return  # made at run time by the test file itself: nothing in the source to compare with
         problem = _judge(qual, raw_fn, called_fn, codes, decorated, every, path)
@@ -415,12 +440,16 @@ class Checks(object):
 
     def _capture_rewrites(self, r):
         """Keep the code pytest's rewriter compiles from each test file as it is imported."""
-        orig_rewrite_test, rewritten = _getattr(r, "_rewrite_test", None), self._rewritten
+        orig_rewrite_test, rewritten, hooked = _getattr(r, "_rewrite_test", None), self._rewritten, self._hooked
         if orig_rewrite_test is None:
             return
 
         def _rewrite_test(*args, **kwargs):
-            out = orig_rewrite_test(*args, **kwargs)
+            hooked.append(True)
+            try:
+                out = orig_rewrite_test(*args, **kwargs)
+            finally:
+                hooked.pop()
             co = out[-1] if _isinstance(out, tuple) else out
             if _getattr(co, "co_code", None) is not None:
                 # the file is the first argument from pytest 5 on, the second before (config, fn)
@@ -433,50 +462,46 @@ class Checks(object):
         r._rewrite_test = _rewrite_test
 
     def install_pytest(self):
-        """Wrap the rewritten asserts' helpers: on a passing assert, probe its comparison's operands.
-        The pass branch runs only with enable_assertion_pass_hook (the grader sets it) and starts with
-        _check_if_assertion_pass_impl; its explanation is not built unless a plugin of the task wants it."""
+        """Probe every comparison a rewritten assert found true: pytest's rewriter compiles each test module
+        (rewrite_asserts, called by _rewrite_test from its import hook), and the tree it made gets, for
+        each assert, a branch taken when the assert holds that hands the comparisons' operands (the ones
+        its failure branch would explain) to the probe. No pass hook of pytest's is needed (every
+        pytest >= 3 rewrites this way) and nothing is built for a passing assert's explanation. The
+        bytecode pytest caches for test modules gets a name of its own (PYC_TAIL): a module cached
+        without the probes is not read, one cached with them is read by no run without the plugin."""
         r = sys.modules.get("_pytest.assertion.rewrite")
         if r is None:
             return False
-        self.rewrite = _getattr(r, "rewrite_asserts", None)
         self._capture_rewrites(r)  # every pytest: the replaced-test check compares with these
-        if _getattr(r, "_check_if_assertion_pass_impl", None) is None:  # pytest < 5: no pass hook
+        orig_rewrite, me, hooked = _getattr(r, "rewrite_asserts", None), self, self._hooked
+        if orig_rewrite is None or _getattr(r, "_call_reprcompare", None) is None:
             return False
-        orig_check, orig_crc = r._check_if_assertion_pass_impl, r._call_reprcompare
-        orig_repr, orig_pass = r._saferepr, r._call_assertion_pass
-        passing, me = self._passing, self
 
-        def _check_if_assertion_pass_impl():
-            passing[0] = "cheap" if not orig_check() else "full"
-            return True
+        def _probe_compare(ops, results, each_obj):
+            try:
+                if all(results):
+                    test = me.current()
+                    for i, op in enumerate(ops):
+                        me.probe(test, op, each_obj[i], each_obj[i + 1])
+            except Exception:
+                pass
 
-        def _saferepr(obj):
-            return "" if passing[0] == "cheap" else orig_repr(obj)
-
-        def _call_reprcompare(ops, results, expls, each_obj):
-            if passing[0]:
+        def rewrite_asserts(mod, *args, **kwargs):
+            out = orig_rewrite(mod, *args, **kwargs)
+            if hooked:  # the import hook's rewrite (a test of the rewriter calling it gets pytest's own)
                 try:
-                    if all(results):
-                        for i, op in enumerate(ops):
-                            me.probe(me.current(), op, each_obj[i], each_obj[i + 1])
+                    _add_probes(mod)
                 except Exception:
                     pass
-                if passing[0] == "cheap":
-                    return expls[0]
-            return orig_crc(ops, results, expls, each_obj)
+            return out
 
-        def _call_assertion_pass(lineno, orig, expl):
-            full, passing[0] = passing[0] == "full", False
-            if full:
-                orig_pass(lineno, orig, expl)
-
-        r._check_if_assertion_pass_impl = _check_if_assertion_pass_impl
-        r._saferepr, r._call_reprcompare, r._call_assertion_pass = _saferepr, _call_reprcompare, _call_assertion_pass
+        rewrite_asserts.__doc__ = orig_rewrite.__doc__
+        r._sbv_probe_compare, r.rewrite_asserts = _probe_compare, rewrite_asserts
+        self.rewrite = rewrite_asserts  # a module loaded from elsewhere is compiled here as pytest compiled it
+        tail = _getattr(r, "PYC_TAIL", None)
+        if _isinstance(tail, str) and tail.startswith("."):
+            r.PYC_TAIL = ".sbv-" + tail[1:]
         return True
-
-    def test_ends(self):
-        self._passing[0] = False
 
     def install_unittest(self):
         """Wrap unittest's comparing asserts: once one passes, probe its operands."""
@@ -487,6 +512,68 @@ class Checks(object):
             if orig is None:
                 continue
             setattr(tc, name, _wrap_assert(orig, op, me))
+
+
+def _is_assert_if(node):
+    """The `if not <test>: ... raise AssertionError(_format_explanation(...))` an assert is rewritten into."""
+    if not _isinstance(node, ast.If) or not node.body or not _isinstance(node.body[-1], ast.Raise):
+        return False
+    exc = node.body[-1].exc
+    if not _isinstance(exc, ast.Call) or not _isinstance(exc.func, ast.Name) or exc.func.id != "AssertionError":
+        return False
+    arg = exc.args[0] if exc.args else None
+    return _isinstance(arg, ast.Call) and _helper(arg, "_format_explanation")
+
+
+def _helper(call, name):
+    f = call.func
+    return _isinstance(f, ast.Attribute) and f.attr == name and _isinstance(f.value, ast.Name) and \
+        f.value.id == "@pytest_ar"
+
+
+def _add_probes(tree):
+    """In pytest's rewritten tree: after each assert that holds, the probe gets the operands of each
+    comparison its failure branch would explain (`@py_format = _call_reprcompare(ops, results, expls,
+    each_obj) % {...}`), inside a try (a comparison a boolean operator skipped has no operands bound).
+    Only statements are walked: an assert is one, and so is each explanation its failure branch builds."""
+    for node in _statements(tree.body):
+        if not _is_assert_if(node):
+            continue
+        for c in _reprcompares(node.body):
+            probe = _at(node, ast.Call(_at(node, ast.Attribute(_at(node, ast.Name("@pytest_ar", ast.Load())),
+                                                               "_sbv_probe_compare", ast.Load())),
+                                       [c.args[0], c.args[1], c.args[3]], []))
+            handler = _at(node, ast.ExceptHandler(_at(node, ast.Name("Exception", ast.Load())), None,
+                                                  [_at(node, ast.Pass())]))
+            node.orelse.append(_at(node, ast.Try([_at(node, ast.Expr(probe))], [handler], [], [])))
+
+
+def _statements(body):
+    for node in body:
+        yield node
+        for attr in ("body", "orelse", "finalbody"):
+            sub = _getattr(node, attr, None)
+            if _isinstance(sub, list):
+                for n in _statements(sub):
+                    yield n
+        for h in list(_getattr(node, "handlers", None) or ()) + list(_getattr(node, "cases", None) or ()):
+            for n in _statements(h.body):
+                yield n
+
+
+def _reprcompares(body):
+    for node in _statements(body):
+        value = _getattr(node, "value", None) if _isinstance(node, ast.Assign) else None
+        call = value.left if _isinstance(value, ast.BinOp) else value
+        if _isinstance(call, ast.Call) and _helper(call, "_call_reprcompare") and len(call.args) == 4:
+            yield call
+
+
+def _at(where, node):
+    for attr in ("lineno", "col_offset", "end_lineno", "end_col_offset"):
+        if attr in node._attributes and hasattr(where, attr):
+            setattr(node, attr, _getattr(where, attr))
+    return node
 
 
 def _wrap_assert(orig, op, checks):

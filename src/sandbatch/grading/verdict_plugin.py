@@ -24,8 +24,8 @@ so at import this module still sees pytest's own machinery as pytest built it. I
 The channel's writing end (verdict_channel.py) and the checks of the tests themselves
 (verdict_checks.py: tests replaced, vacuous assertions, the assertion machinery) are uploaded
 beside it as _sbv_channel.py and _sbv_checks.py and loaded from those files; each test's call
-is checked before it runs, and `-o enable_assertion_pass_hook=true` (set with the `-p`) lets
-passing asserts reach the probe.
+is checked before it runs, and every comparison a rewritten assert finds true reaches the
+probe.
 
 Every line is chained with HMAC-SHA256 under the key: a line the key did not sign, a line
 removed, or a run that never reached its end record is not a verdict. The module runs in
@@ -45,7 +45,6 @@ _here = os.path.dirname(os.path.abspath(__file__))
 _name = __name__
 _isinstance, _getattr, _type, _sorted = isinstance, getattr, type, sorted
 _hookimpl = pytest.hookimpl
-PASS_HOOK = "-o enable_assertion_pass_hook=true"  # the verdict.py exports set it: passing asserts are probed
 
 
 def _sibling(name):
@@ -59,7 +58,7 @@ def _sibling(name):
 
 
 _checks_mod = _sibling("checks")
-_channel, _emit = _sibling("channel").open_channel(_here, "-p %s %s" % (_name, PASS_HOOK))
+_channel, _emit = _sibling("channel").open_channel(_here, "-p %s" % _name)
 _checks = _checks_mod.Checks(_checks_mod.read_conf(_here), _emit)
 
 
@@ -158,7 +157,6 @@ def _judge(item, after=False):
         _checks.hooks(test)
     except Exception:
         pass
-    _checks.test_ends()
 
 
 def _install():
