@@ -19,6 +19,8 @@ import tempfile
 from pathlib import Path
 
 from ..core.errors import InfraError
+from ..grading.swebench import HEREDOC, plan
+from ..tasks.swebench import _task as make_task
 from . import Row, store
 from .build import build
 from .pro import compute as compute_pro
@@ -40,16 +42,12 @@ def _run(image: str, script: str, timeout: float, docker: str = "docker") -> str
 
 
 def _task(row: Row):
-    from ..tasks.swebench import _task as make_task
-
     return make_task(row.task(), row.dir / "row.json", str(row.dir / "row.json"))
 
 
 def statuses(row: Row, image: str, gold: bool, timeout: float) -> tuple[dict[str, str], str]:
     """(the parser's status per test, the log) of one run of the eval script, with or without the gold patch."""
     from swebench.harness.grading import get_logs_eval
-
-    from ..grading.swebench import HEREDOC, plan
 
     p = plan(_task(row), "/testbed", row.data["base_commit"])
     script = p.script

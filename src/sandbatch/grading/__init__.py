@@ -10,6 +10,8 @@ import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..core.util import write_atomic
+
 if TYPE_CHECKING:
     from ..core.config import Config
     from ..rollout.records import GradeRecord
@@ -59,6 +61,4 @@ async def grade_task(g: GradeContext) -> "GradeRecord":
 
 
 def write_log(path: str, parts: list[str]) -> None:
-    from ..core.util import write_atomic
-
     write_atomic(path, "\n".join(p for p in parts if p) + "\n")
