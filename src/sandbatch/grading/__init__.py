@@ -1,4 +1,5 @@
-"""Graders per benchmark family (a registry), and what every grader gets.
+"""Graders: one per benchmark family (a registry), what every grader gets, and the defences of a
+grade. May import core, tasks, trace, sandbox, proxy and rollout; never a harness or above.
 
 Heavy grading libraries (swebench) are imported inside the grader functions only, so a
 process that does not grade never pays for them.

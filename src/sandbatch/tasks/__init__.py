@@ -1,4 +1,5 @@
-"""Benchmarks: task loading and selection. Adding a format = one module + one registry line.
+"""The benchmarks' task rows: one loader per family (a registry), per-task settings, fetch-tasks,
+selection. May import core only.
 
 Every spawned Snakemake job re-reads the task table, so the Snakefile reads only a small
 index (id, instance_id, repo and where the row lives), cached under
