@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 def reap_run(cfg: "Config", workdir: str | os.PathLike | None = None) -> list[str]:
     """Ids of the run instance's sandboxes deleted; idempotent.
 
-    Selects by the run instance's identity (sandbatch.instance), never by run name alone:
+    Selects by the run instance's identity (sandbatch.core.instance), never by run name alone:
     another working directory may use the same name on the same engine. The run's paths
     and provider options are relative to `workdir` (default: the current directory)."""
     with contextlib.chdir(workdir or "."):
