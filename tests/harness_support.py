@@ -128,7 +128,7 @@ def assert_token_data(run_dir: Path, tasks: list[str], model: Any, drifted: dict
     the turn's last item carries the prompt ids, generated ids and logprobs that reply was
     sent with, id for id; so do the trajectory's step metrics. `drifted`: turns per task whose
     prompt does not extend the previous turn's (default none)."""
-    from sandbatch.testing.scripted_model import logprob
+    from sandbatch.testing.template import logprob
 
     replies = [model.reply(r["body"]) for r in model.requests
                if r["method"] == "POST" and r["path"].endswith(("/chat/completions", "/responses"))]

@@ -18,12 +18,14 @@ from aiohttp import web
 from sandbatch.core.config import parse
 from services import need_program
 from sandbatch.proxy import ModelProxy, drop_cache_control, proxy_hosts, split_path
-from sandbatch.proxy.core import retry_after
+from sandbatch.proxy.upstream import retry_after
 from sandbatch.proxy import server as http_server
 from sandbatch.proxy.server import ServerThread, catch_all
-from sandbatch.testing.scripted_model import Script, ScriptedModel, assistant_turns
+from sandbatch.testing.scripted_model import Script, ScriptedModel
+from sandbatch.testing.template import assistant_turns
 from sandbatch.core.errors import InfraError, UserError
-from sandbatch.rollout.usage import normalize_usage, summarize, summarize_usage
+from sandbatch.core.model_calls import normalize_usage
+from sandbatch.rollout.usage import summarize, summarize_usage
 from sandbatch.core.util import backoff_delay, iter_jsonl
 
 SCRIPT = {
@@ -438,7 +440,7 @@ def test_requests_without_the_agent_key_are_refused(scripted, out):
 
 
 def test_env_proxy_is_looked_up_once_and_honours_no_proxy(monkeypatch):
-    from sandbatch.proxy.core import _env_proxy
+    from sandbatch.proxy.upstream import env_proxy as _env_proxy
 
     monkeypatch.setenv("http_proxy", "http://egress.example:3128")
     monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")

@@ -17,7 +17,8 @@ from sandbatch.rollout import responses, token_join
 from sandbatch.proxy import ModelProxy
 from sandbatch.proxy.restream import responses_stream
 from sandbatch.proxy.tokens import PromptLog, TokenCollector, decode_prompts
-from sandbatch.testing.scripted_model import Script, ScriptedModel, logprob
+from sandbatch.testing.scripted_model import Script, ScriptedModel
+from sandbatch.testing.template import logprob
 from sandbatch.core.util import iter_jsonl
 
 SCRIPT = {"tasks": {"inst-1": [

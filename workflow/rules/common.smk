@@ -103,7 +103,7 @@ def reap_at_exit():
 
 
 def claim_instance():
-    """The run instance's identity (sandbatch.instance), made once per working directory and run
+    """The run instance's identity (sandbatch.core.instance), made once per working directory and run
     before any job starts: its sandboxes carry it, and reaping selects by it."""
     from sandbatch.core.instance import claim
 

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict
 
 from .. import SCHEMAS
 from .errors import UserError
+from .util import deep_merge
 
 
 class _Model(BaseModel):
@@ -359,8 +360,6 @@ def load(
     default: str | os.PathLike | None = None,
 ) -> Config:
     """Merge like Snakemake does (default file, then each --configfile, then --config)."""
-    from .util import deep_merge
-
     sources: list[tuple[str, Mapping[str, Any]]] = []
     merged: dict[str, Any] = {}
     for path in ([default] if default else []) + list(configfiles):

@@ -1,5 +1,7 @@
-"""The corpus of real SWE-bench rows (corpus/ at the repository root, corpus/README.md):
-one directory per row, holding
+"""The real SWE-bench rows rebuilt from public history (corpus/ at the repository root,
+corpus/README.md), and their checks. May import core, tasks and grading; no run code imports it.
+
+One directory per row, holding
 
 - `row.json`: the row as SWE-bench has it (instance_id, repo, base_commit, version, patch,
   test_patch, FAIL_TO_PASS, PASS_TO_PASS, ...) plus `provenance` (where every part came from)
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import REPO_ROOT
-from ..core.errors import UserError
+from ..core.errors import InfraError, UserError
 
 ROOT = REPO_ROOT / "corpus"
 COMMON = ROOT / "_common"  # files every build context gets (the conda stand-in)
@@ -68,14 +70,28 @@ class Row:
         """The row as a SWE-bench task row on its image; `patch`: another patch for the oracle to apply
         (the row's `noop_patch`, which only adds a comment, must not resolve)."""
         if self.kind == "swebench_pro":
-            from .pro import task
-
-            return task(self, patch)
+            return self._pro_task(patch)
         out = {k: self.data[k] for k in TASK_FIELDS if k in self.data}
         out["image"] = self.image()
         if patch is not None:
             out["patch"] = patch
         return out
+
+    def _pro_task(self, patch: str | None) -> dict:
+        """The row in the Pro dataset's columns, with its scripts inline and its image."""
+        d = self.data
+        return {"instance_id": d["instance_id"], "repo": d["repo"], "repo_language": d.get("repo_language", ""),
+                "base_commit": d["base_commit"], "problem_statement": d["problem_statement"],
+                "requirements": d.get("requirements", ""), "interface": d.get("interface", ""),
+                "patch": d["patch"] if patch is None else patch, "test_patch": d["test_patch"],
+                "fail_to_pass": d["FAIL_TO_PASS"], "pass_to_pass": d["PASS_TO_PASS"],
+                "selected_test_files_to_run": d["selected_test_files_to_run"],
+                "before_repo_set_cmd": d["before_repo_set_cmd"], "image": self.image(),
+                "run_script": self.file("run_script.sh"), "parser_script": self.file("parser.py")}
+
+    def file(self, name: str) -> str:
+        """A file of the row's directory (run_script.sh, parser.py of a Pro row)."""
+        return (self.dir / name).read_text(encoding="utf-8")
 
     def save(self) -> None:
         (self.dir / "row.json").write_text(json.dumps(self.data, indent=1, ensure_ascii=False) + "\n",
@@ -106,3 +122,15 @@ def rows(ids: list[str] | None = None) -> list[Row]:
     if unknown:
         raise UserError(f"corpus: no row {unknown[0]!r} under {ROOT} (rows: {', '.join(every)})")
     return [load(every[i]) for i in (ids or list(every))]
+
+
+def store(row: Row, before: dict[str, str], after: dict[str, str], passed, noop: str) -> tuple[list, list]:
+    """Set and save the row's FAIL_TO_PASS / PASS_TO_PASS (tests passing after the gold patch,
+    failing or passing before it, by the evaluation's own `passed(statuses, test)`) and noop_patch."""
+    f2p = sorted(t for t in after if passed(after, t) and not passed(before, t))
+    p2p = sorted(t for t in after if passed(after, t) and passed(before, t))
+    if not f2p:
+        raise InfraError(f"{row.id}: no test fails before the gold patch and passes after it", "corpus_lists")
+    row.data["FAIL_TO_PASS"], row.data["PASS_TO_PASS"], row.data["noop_patch"] = f2p, p2p, noop
+    row.save()
+    return f2p, p2p

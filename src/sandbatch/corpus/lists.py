@@ -19,8 +19,11 @@ import tempfile
 from pathlib import Path
 
 from ..core.errors import InfraError
-from . import Row
+from ..grading.swebench import HEREDOC, plan
+from ..tasks.swebench import _task as make_task
+from . import Row, store
 from .build import build
+from .pro import compute as compute_pro
 
 COMMENT = {".py": "#", ".pyx": "#", ".js": "//", ".ts": "//", ".jsx": "//", ".tsx": "//", ".go": "//",
            ".rs": "//", ".java": "//", ".c": "//", ".h": "//", ".cpp": "//", ".php": "//", ".rb": "#"}
@@ -39,16 +42,12 @@ def _run(image: str, script: str, timeout: float, docker: str = "docker") -> str
 
 
 def _task(row: Row):
-    from ..tasks.swebench import _task as make_task
-
     return make_task(row.task(), row.dir / "row.json", str(row.dir / "row.json"))
 
 
 def statuses(row: Row, image: str, gold: bool, timeout: float) -> tuple[dict[str, str], str]:
     """(the parser's status per test, the log) of one run of the eval script, with or without the gold patch."""
     from swebench.harness.grading import get_logs_eval
-
-    from ..grading.swebench import HEREDOC, plan
 
     p = plan(_task(row), "/testbed", row.data["base_commit"])
     script = p.script
@@ -64,18 +63,6 @@ def statuses(row: Row, image: str, gold: bool, timeout: float) -> tuple[dict[str
         raise InfraError(f"{row.id}: swebench's get_logs_eval found no test output "
                          f"({'gold' if gold else 'base'} run):\n{log[-2000:]}", "corpus_lists")
     return status, log
-
-
-def store(row: Row, before: dict[str, str], after: dict[str, str], passed, noop: str) -> tuple[list, list]:
-    """Set and save the row's FAIL_TO_PASS / PASS_TO_PASS (tests passing after the gold patch,
-    failing or passing before it, by the evaluation's own `passed(statuses, test)`) and noop_patch."""
-    f2p = sorted(t for t in after if passed(after, t) and not passed(before, t))
-    p2p = sorted(t for t in after if passed(after, t) and passed(before, t))
-    if not f2p:
-        raise InfraError(f"{row.id}: no test fails before the gold patch and passes after it", "corpus_lists")
-    row.data["FAIL_TO_PASS"], row.data["PASS_TO_PASS"], row.data["noop_patch"] = f2p, p2p, noop
-    row.save()
-    return f2p, p2p
 
 
 def noop_patch(row: Row, image: str) -> str:
@@ -95,8 +82,6 @@ def noop_patch(row: Row, image: str) -> str:
 def compute(row: Row, timeout: float = 3600) -> dict:
     """Set the row's FAIL_TO_PASS, PASS_TO_PASS and noop_patch; return what lists.json records."""
     if row.kind == "swebench_pro":  # the Pro evaluation's own run_script and parser decide
-        from .pro import compute as compute_pro
-
         return compute_pro(row, timeout)
     from importlib.metadata import version
 

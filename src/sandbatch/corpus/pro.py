@@ -4,6 +4,9 @@ the last line of before_repo_set_cmd (it puts the graded test files in place), t
 instance's own `run_script.sh <selected test files>` and `parser.py`, once on the base commit
 and once with the gold patch applied. A test PASSED after and not before is FAIL_TO_PASS, one
 PASSED in both is PASS_TO_PASS.
+
+(The first paragraph is what lists.json records as `how`. The row as a Pro task is
+`Row.task`, corpus/__init__.py.)
 """
 
 from __future__ import annotations
@@ -14,27 +17,10 @@ import subprocess
 
 from ..core.errors import InfraError
 from ..grading.swebench_pro import last_command, parse_output
-from . import Row
+from . import Row, store
 from .build import build
 
 WORKDIR = "/app"
-
-
-def _file(row: Row, name: str) -> str:
-    return (row.dir / name).read_text(encoding="utf-8")
-
-
-def task(row: Row, patch: str | None = None) -> dict:
-    """The row in the Pro dataset's columns, with its scripts inline and its image."""
-    d = row.data
-    return {"instance_id": d["instance_id"], "repo": d["repo"], "repo_language": d.get("repo_language", ""),
-            "base_commit": d["base_commit"], "problem_statement": d["problem_statement"],
-            "requirements": d.get("requirements", ""), "interface": d.get("interface", ""),
-            "patch": d["patch"] if patch is None else patch, "test_patch": d["test_patch"],
-            "fail_to_pass": d["FAIL_TO_PASS"], "pass_to_pass": d["PASS_TO_PASS"],
-            "selected_test_files_to_run": d["selected_test_files_to_run"],
-            "before_repo_set_cmd": d["before_repo_set_cmd"], "image": row.image(),
-            "run_script": _file(row, "run_script.sh"), "parser_script": _file(row, "parser.py")}
 
 
 def _b64(text: str) -> str:
@@ -48,8 +34,8 @@ def statuses(row: Row, image: str, gold: bool, timeout: float, docker: str = "do
         steps.append(f"printf %s {_b64(d['patch'])} | base64 -d | git apply -v -")
     files = shlex.quote(",".join(d["selected_test_files_to_run"]))
     steps += [last_command(d["before_repo_set_cmd"]),
-              f"printf %s {_b64(_file(row, 'run_script.sh'))} | base64 -d > /tmp/run_script.sh",
-              f"printf %s {_b64(_file(row, 'parser.py'))} | base64 -d > /tmp/parser.py",
+              f"printf %s {_b64(row.file('run_script.sh'))} | base64 -d > /tmp/run_script.sh",
+              f"printf %s {_b64(row.file('parser.py'))} | base64 -d > /tmp/parser.py",
               f"bash /tmp/run_script.sh {files} > /tmp/stdout.log 2> /tmp/stderr.log",
               "python /tmp/parser.py /tmp/stdout.log /tmp/stderr.log /tmp/output.json >&2",
               "cat /tmp/stdout.log >&2", "echo @@OUTPUT@@", "cat /tmp/output.json"]
@@ -68,8 +54,6 @@ def compute(row: Row, timeout: float = 3600) -> dict:
     image, _ = build(row)
     before, _ = statuses(row, image, False, timeout)
     after, _ = statuses(row, image, True, timeout)
-    from .lists import store
-
     # the Pro evaluation's criterion: PASSED in parser.py's output
     f2p, p2p = store(row, before, after, lambda s, t: s.get(t) == "PASSED", noop_patch(row, image))
     return {"how": __doc__.split("\n\n")[0].replace("\n", " "), "parser": "parser.py (the instance's own)",

@@ -1,4 +1,5 @@
-"""Graders per benchmark family (a registry), and what every grader gets.
+"""Graders: one per benchmark family (a registry), what every grader gets, and the defences of a
+grade. May import core, tasks, trace, sandbox, proxy and rollout; never a harness or above.
 
 Heavy grading libraries (swebench) are imported inside the grader functions only, so a
 process that does not grade never pays for them.
@@ -9,6 +10,8 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from ..core.util import write_atomic
 
 if TYPE_CHECKING:
     from ..core.config import Config
@@ -59,6 +62,4 @@ async def grade_task(g: GradeContext) -> "GradeRecord":
 
 
 def write_log(path: str, parts: list[str]) -> None:
-    from ..core.util import write_atomic
-
     write_atomic(path, "\n".join(p for p in parts if p) + "\n")

@@ -5,7 +5,9 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING
 
-from . import write_log
+from . import tamper, write_log
+from .suspicion import find
+from .tamper import save_untracked, untracked_backup
 
 if TYPE_CHECKING:
     from . import GradeContext
@@ -53,8 +55,6 @@ async def apply_patch(sandbox: "Sandbox", patch: str, path: str, rec: "GradeReco
     Sets rec.apply_method and rec.patch_applied. When no method applies: failure_class
     patch_apply_failed and the log so far is written to rec.log_path; the grader returns rec.
     """
-    from .tamper import save_untracked, untracked_backup
-
     await sandbox.upload(path, patch.encode("utf-8", "surrogateescape"))
     save = save_untracked(patch, untracked_backup(sandbox))  # what restore puts back of the image's own files
     applied = await sandbox.exec(save + " " + apply_script(path), timeout=timeout, cwd=cwd)
@@ -73,8 +73,6 @@ async def keep_code_only(g: "GradeContext", rec: "GradeRecord", log: list[str], 
     before) has it, listed in rec.tampering, and list the code that reaches into the test runner in
     rec.suspicious; False when grading stops here (grading.tampering or grading.suspicious: fail, rec
     is then final). tools_only: only what stands in for the test tools (Terminal-Bench), no scan."""
-    from . import tamper
-
     if g.cfg.grading.tampering == "log_only":  # graded as the benchmark's own harness would
         return True
     cwd = cwd or g.sandbox.workdir
@@ -89,8 +87,6 @@ async def keep_code_only(g: "GradeContext", rec: "GradeRecord", log: list[str], 
         return False
     if tools_only:  # Terminal-Bench: the workdir is the answer, whatever its code does
         return True
-    from .suspicion import find
-
     rec.suspicious = await find(g.sandbox, g.patch, cwd, tamper.task_test_files(g.task),
                                 frozenset(f.path for f in findings))
     if rec.suspicious:

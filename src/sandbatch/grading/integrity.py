@@ -16,12 +16,10 @@ Each makes the rollout not resolved; the tests named count as failed.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from . import tamper
-
-if TYPE_CHECKING:
-    from .verdict import Verdict
+from .verdict_record import Verdict
 
 KINDS = {"repl": "tests_replaced", "vac": "vacuous_assertion", "asrt": "assertions_patched"}  # verdict record "w" -> tampering kind
 
@@ -32,7 +30,7 @@ def conf(workdir: str) -> bytes:
                        "shallow_test_dirs": sorted(tamper.TEST_DIRS_SHALLOW)}).encode()
 
 
-def compare(v: "Verdict", claimed: list[str], status: dict[str, str],
+def compare(v: Verdict, claimed: list[str], status: dict[str, str],
             as_log: Callable[[dict[str, str]], dict[str, str]]) -> tuple[list[dict[str, str]], bool]:
     """(entries, whether the rollout may still be resolved); the tests named are set to FAILED in `status`."""
     out: list[dict[str, str]] = []

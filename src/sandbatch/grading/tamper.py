@@ -43,6 +43,8 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Callable
 
+from ..core.errors import InfraError
+
 if TYPE_CHECKING:
     from ..sandbox import Sandbox
 
@@ -414,8 +416,6 @@ async def restore(sandbox: "Sandbox", findings: list[Finding], snap: str, cwd: s
         f.action = done.get(str(i), "")
     missing = [f.path for f in findings if not f.action]
     if missing:
-        from ..core.errors import InfraError
-
         raise InfraError(f"could not restore {', '.join(missing[:5])}: {res.stderr.strip()[-200:]}",
                          "tamper_restore_failed")
 

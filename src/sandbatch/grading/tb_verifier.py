@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .tamper import verifier_command
+
 if TYPE_CHECKING:
     from ..sandbox import Sandbox
 
@@ -83,7 +85,5 @@ async def prepare(sandbox: "Sandbox", logs_root: str) -> Isolation:
 
 def command(iso: Isolation, script: str, workdir: str) -> str:
     """The verifier's command: its shell, its tools first on a PATH cleaned as for every verifier."""
-    from .tamper import verifier_command
-
     return "unset LD_PRELOAD LD_LIBRARY_PATH LD_AUDIT; " + verifier_command(
         script, workdir, True, shell=iso.shell, tools=f"{iso.dir}/bin")

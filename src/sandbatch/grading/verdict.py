@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Callable
 
 from ..core.errors import InfraError
 from . import integrity
+from .verdict_record import Verdict
 
 if TYPE_CHECKING:
     from ..sandbox import Sandbox
@@ -58,20 +59,6 @@ _ROOTDIR_RE = re.compile(r"^rootdir: (.+?)(?:, (?:configfile|inifile|testpaths|p
 
 def entry(path: str, kind: str, action: str, detail: str) -> dict[str, str]:
     return {"path": path, "kind": kind, "action": action, "detail": detail}
-
-
-@dataclass
-class Verdict:
-    state: str  # ok | missing | garbled | incomplete | unsupported
-    outcomes: dict[str, str] = field(default_factory=dict)  # nodeid -> ok | raised | error | skipped | xfailed
-    expected_failures: set[str] = field(default_factory=set)  # tests marked xfail
-    changed: list[str] = field(default_factory=list)
-    added: list[str] = field(default_factory=list)
-    rootdirs: list[str] = field(default_factory=list)
-    files: set[str] = field(default_factory=set)  # the files and directories the sessions collected
-    detail: str = ""
-    findings: list[dict] = field(default_factory=list)  # {t, w: repl | vac, x}: verdict_checks' records
-    asserts: list[str] = field(default_factory=list)  # assertion machinery replaced during the run
 
 
 def _mac(key: bytes, prev: str, body: str) -> str:

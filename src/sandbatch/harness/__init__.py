@@ -1,4 +1,5 @@
-"""Agent harnesses. Adding one = one module + one line in HARNESSES."""
+"""Agent harnesses: the harness interface (base.py) and one module per harness, registered in
+HARNESSES. May import core, tasks, trace, sandbox, proxy, rollout and grading; never a step."""
 
 from __future__ import annotations
 

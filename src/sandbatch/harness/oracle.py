@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..rollout import responses
 from ..grading.apply import applied_method, apply_script
+from ..grading.terminal_bench import upload_dir
 from .base import Conversion, Harness, Outcome, RunContext, hold, tail
 
 
@@ -42,8 +43,6 @@ class OracleHarness(Harness):
                        agent_s=time.monotonic() - start)
 
     async def _solve(self, sandbox, ctx: RunContext) -> Outcome:
-        from ..grading.terminal_bench import upload_dir
-
         solution = Path(ctx.task.task_dir) / "solution"
         if not (solution / "solve.sh").is_file():
             return Outcome(events=[{"type": "error", "error": f"{solution}/solve.sh not found"}], exit_code=None,

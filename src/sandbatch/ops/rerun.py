@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.errors import UserError
-from ..rollout.records import EVENTS, GRADE, HARNESS, MODEL_CALLS, PATCH, PATCH_INFO, RESPONSE, SANDBOX, TRAJECTORY, read_index, summary
+from ..rollout.records import (EVENTS, GRADE, HARNESS, MODEL_CALLS, PATCH, PATCH_INFO, RESPONSE, SANDBOX, TRAJECTORY,
+                               read_index, summary)
 
 # phase -> the files that phase writes
 WRITES: dict[str, tuple[str, ...]] = {

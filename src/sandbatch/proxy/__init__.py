@@ -1,7 +1,9 @@
-"""The per-rollout model proxy (see core.py for the API), served with aiohttp.web (server.py)."""
+"""The model endpoint: the per-rollout model proxy (model_proxy.py; its settings, upstream side
+and call records beside it), token records, what /models serves. May import core, tasks, trace."""
 
-from .core import PROVIDER_HOSTS, ModelProxy, proxy_hosts, proxy_settings, split_path
+from .model_proxy import ModelProxy
 from .rewrite import apply_sampling, drop_cache_control, rewrite_request
+from .settings import PROVIDER_HOSTS, proxy_hosts, proxy_settings, split_path
 
 __all__ = [
     "PROVIDER_HOSTS", "ModelProxy", "apply_sampling", "drop_cache_control",

@@ -15,26 +15,17 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field
 
-from ..sandbox.base import SandboxSpec
+# the record files' names, named to every step from here
+from ..core.files import (EVENTS, GRADE, HARNESS, INDEX, MODEL_CALLS, PATCH, PATCH_INFO,  # noqa: F401
+                          RESPONSE, SANDBOX, TRAJECTORY)
 from ..core.util import write_json
+from ..sandbox.base import SandboxSpec
 
 # tampered: grade only, the patch changed what grades it and grading.tampering is "fail" (or its code
 # reaches into the test runner and grading.suspicious is "fail")
 Status = Literal["ok", "agent_error", "timeout", "infra_error", "tampered"]
 
-# file names inside results/<run>/<task>/<repeat>/
-SANDBOX = "sandbox.json"
-EVENTS = "events.jsonl"
-HARNESS = "harness.json"
-MODEL_CALLS = "model_calls.jsonl"
-RESPONSE = "response.json"
-TRAJECTORY = "trajectory.json"  # the same conversation in Harbor's ATIF (sandbatch.rollout.atif)
-PATCH = "patch.diff"
-PATCH_INFO = "patch.json"
-GRADE = "grade.json"
-# one JSON line per record saved, with the fields `sandbatch status` counts (SUMMARY): it
-# reads this small file instead of a 100 KB grade.json; for a record saved twice the last line wins
-INDEX = "records.jsonl"
+# the fields of an INDEX line (core/files.py)
 SUMMARY = ("status", "failure_class", "duration_s", "resolved")
 
 

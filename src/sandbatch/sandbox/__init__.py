@@ -1,4 +1,5 @@
-"""Sandbox providers. Adding one = one module + one line in PROVIDERS."""
+"""Where a rollout runs: the provider-neutral API (base.py) and one module per provider, registered
+in PROVIDERS. May import core, tasks and trace; never rollout, a harness, a grader or a step."""
 
 from __future__ import annotations
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from ..core.errors import UserError
 from ..core.instance import selector
+from . import get_provider
 from .base import Provider, SandboxError
 
 if TYPE_CHECKING:
@@ -24,11 +25,9 @@ if TYPE_CHECKING:
 def reap_run(cfg: "Config", workdir: str | os.PathLike | None = None) -> list[str]:
     """Ids of the run instance's sandboxes deleted; idempotent.
 
-    Selects by the run instance's identity (sandbatch.instance), never by run name alone:
+    Selects by the run instance's identity (sandbatch.core.instance), never by run name alone:
     another working directory may use the same name on the same engine. The run's paths
     and provider options are relative to `workdir` (default: the current directory)."""
-    from . import get_provider
-
     with contextlib.chdir(workdir or "."):
         labels = selector(cfg)
         if labels is None:

@@ -1,4 +1,5 @@
-"""One module per workflow step; each is called by a thin script in workflow/scripts/.
+"""The DAG's steps: one module per step, each called by a thin script in workflow/scripts/, and
+the step server. May import every part package, rollout and reporting; never ops or cli.
 
 Kept free of imports: the step scripts import this package first, and a script whose work
 goes to the step server (sandbatch.steps.forkserver) must start in milliseconds.

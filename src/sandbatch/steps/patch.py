@@ -5,8 +5,8 @@ from __future__ import annotations
 import shlex
 
 from ..core.errors import InfraError
-from ..rollout.records import (HARNESS, PATCH, PATCH_INFO, SANDBOX, HarnessRecord, PatchRecord, SandboxRecord, agent_handle,
-                       load)
+from ..rollout.records import (HARNESS, PATCH, PATCH_INFO, SANDBOX, HarnessRecord, PatchRecord, SandboxRecord,
+                               agent_handle, load)
 from ..sandbox import SandboxError
 from ..tasks.settings import grades_in_agent_sandbox
 from ..core.util import write_atomic

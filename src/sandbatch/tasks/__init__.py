@@ -1,4 +1,5 @@
-"""Benchmarks: task loading and selection. Adding a format = one module + one registry line.
+"""The benchmarks' task rows: one loader per family (a registry), per-task settings, fetch-tasks,
+selection. May import core only.
 
 Every spawned Snakemake job re-reads the task table, so the Snakefile reads only a small
 index (id, instance_id, repo and where the row lives), cached under
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import REPO_ROOT, SCHEMAS
 from ..core.errors import UserError
+from ..core.util import write_atomic
 from .base import Task, check_unique, resolve_path, select
 
 if TYPE_CHECKING:
@@ -76,8 +78,6 @@ def _index(kind: str, path: Path, fingerprint: str) -> tuple[TaskRef, ...]:
     refs = tuple(TaskRef(t.id, t.instance_id, t.repo, loc) for t, loc in _module(kind).scan(path))
     check_unique(refs, str(path))
     try:
-        from ..core.util import write_atomic
-
         write_atomic(cache, json.dumps({"fingerprint": fingerprint, "tasks": [list(r) for r in refs]}))
     except OSError:
         pass  # a read-only working directory only costs the cache

@@ -10,6 +10,7 @@ so a fetched file that the run would refuse is refused here.
 
 from __future__ import annotations
 
+import importlib
 import json
 import shutil
 import subprocess
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import UserError
+from . import BENCHMARKS
 
 
 @dataclass(frozen=True)
@@ -111,10 +113,6 @@ def _task_dirs(repo: Path, dest: Path) -> None:
 
 def _check(benchmark: str, staged: Path) -> int:
     """Load what was written with the benchmark's loader (errors name the file and row)."""
-    import importlib
-
-    from . import BENCHMARKS
-
     tasks = importlib.import_module(BENCHMARKS[benchmark]).scan(staged)
     if not tasks:
         raise UserError(f"fetch-tasks: no task came out of the source of {benchmark}")

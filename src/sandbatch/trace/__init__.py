@@ -1,4 +1,5 @@
-"""Traces: every rollout one OpenTelemetry trace (config `traces`).
+"""OpenTelemetry traces, every rollout one trace (config `traces`): the free-while-off API here,
+the SDK side in otel.py. May import core only.
 
 This module is what the rest of the code calls; it imports nothing heavy. While no step of
 this process has tracing on (`traces.exporters` empty), every call here is a check of one
@@ -17,7 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
+
+from ..core.model_calls import iter_calls
 
 if TYPE_CHECKING:
     from .otel import Tracing
@@ -129,10 +133,6 @@ def _flat(attrs: Any) -> dict[str, Any]:
 
 def dropped_spans(rollout_dir) -> int:
     """Spans of this rollout a collector did not take (DROPPED_FILE), over all step attempts."""
-    from pathlib import Path
-
-    from ..rollout.usage import iter_calls
-
     return sum(int(row.get("dropped") or 0) for row in iter_calls(Path(rollout_dir) / DROPPED_FILE))
 
 

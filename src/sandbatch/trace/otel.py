@@ -44,6 +44,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from .. import trace as api
 from ..core.errors import InfraError, UserError
+from ..core.files import GRADE, SANDBOX
 from ..core.instance import run_labels
 from ..core.util import read_json
 
@@ -453,8 +454,6 @@ logging.getLogger("opentelemetry.sdk.trace.export").setLevel(logging.CRITICAL)
 @contextlib.contextmanager
 def step_span(ctx, name: str):
     """Tracing for one step attempt, and its span under the rollout's root."""
-    from ..rollout.records import GRADE, SANDBOX
-
     tracing = Tracing(ctx, name)
     api._active = tracing
     attrs = {"sandbatch.step": name, "sandbatch.task_id": ctx.task_id, "sandbatch.repeat": ctx.repeat,

@@ -17,7 +17,7 @@ import asyncio
 import os
 import socket
 import struct
-from typing import Any
+from typing import Any, Protocol
 
 import docker
 import docker.errors
@@ -84,6 +84,19 @@ class Engine:
         made = await self.call("exec_create", container, argv, stdin=stdin, workdir=cwd, environment=env)
         sock = await self.call("exec_start", made["Id"], socket=True)
         return ExecStream(self, made["Id"], sock)
+
+
+class EngineOwner(Protocol):
+    """What a sandbox (sandbox.py) and the image builder (images.py) use of their provider,
+    provider.py's DockerProvider, which imports them."""
+
+    options: dict[str, Any]
+    engine: Engine
+    slow_engine: Engine  # pulls and commits
+
+    async def inspect(self, name: str) -> dict[str, Any] | None: ...
+
+    async def delete(self, sandbox_id: str) -> bool: ...
 
 
 class ExecStream:

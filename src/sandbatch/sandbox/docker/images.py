@@ -11,15 +11,12 @@ import re
 import tempfile
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Sequence
 
 from ..base import SandboxError, SandboxSpec
-from .engine import Engine, NotFound
+from .engine import Engine, EngineOwner, NotFound
 from .sandbox import DockerSandbox
 from .state import sandbox_path, tail
-
-if TYPE_CHECKING:
-    from .provider import DockerProvider
 
 # the images `image_after` makes: tagged by the source image's name, the workdir and the
 # script, labelled with the source image's id and the script's output (base64); `docker image rm $(docker images -q sandbatch/prepared)` frees them
@@ -35,7 +32,7 @@ async def pull(engine: Engine, image: str) -> None:
     await engine.call("pull", repository, tag=tag or "latest")
 
 
-async def image_after(provider: "DockerProvider", spec: SandboxSpec, script: str,
+async def image_after(provider: EngineOwner, spec: SandboxSpec, script: str,
                       timeout: float) -> tuple[str, str] | None:
     """The image made by running `script` in a container of spec.image, then a commit (the
     source image's entrypoint, command and workdir restored), built on first use under a
@@ -84,10 +81,8 @@ async def _prepared(engine: Engine, image: str, tag: str) -> tuple[dict[str, Any
     return source, base64.b64decode(labels.get(OUTPUT_LABEL, "")).decode()
 
 
-async def _build_after(provider: "DockerProvider", spec: SandboxSpec, source: dict[str, Any], script: str, tag: str,
+async def _build_after(provider: EngineOwner, spec: SandboxSpec, source: dict[str, Any], script: str, tag: str,
                        timeout: float) -> str:
-    from .provider import run_container
-
     # no labels (the image would pass them to every container made from it), no network,
     # no environment of ours; removed by itself when its keep-alive ends
     name = f"sandbatch-prepare-{uuid.uuid4().hex[:12]}"
@@ -117,3 +112,9 @@ async def _build_after(provider: "DockerProvider", spec: SandboxSpec, source: di
         return res.stdout
     finally:
         await provider.delete(name)
+
+
+def run_container(provider: EngineOwner, name: str, workdir: str, argv: Sequence[str]) -> dict[str, Any]:
+    """The create config of a helper container: no labels, network or environment of ours."""
+    return dict(name=name, working_dir=workdir, entrypoint=[""], command=list(argv),
+                host_config=provider.engine.api.create_host_config(network_mode="none", auto_remove=True))

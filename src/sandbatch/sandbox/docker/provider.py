@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from docker.types import Mount
 
@@ -164,9 +164,3 @@ class DockerProvider(Provider):
             if "already in progress" in str(exc):
                 return True
             raise SandboxError(f"cannot delete docker sandbox {sandbox_id}: {tail(str(exc))}", "sandbox") from None
-
-
-def run_container(provider: DockerProvider, name: str, workdir: str, argv: Sequence[str]) -> dict[str, Any]:
-    """The create config of a helper container (images.py): no labels, network or environment of ours."""
-    return dict(name=name, working_dir=workdir, entrypoint=[""], command=list(argv),
-                host_config=provider.engine.api.create_host_config(network_mode="none", auto_remove=True))

@@ -7,14 +7,11 @@ import io
 import tarfile
 import time
 import uuid
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 from ..base import KILLED_EXIT_CODES, ExecResult, Sandbox, SandboxError, SandboxGone, SandboxSpec, State
-from .engine import NotFound
+from .engine import EngineOwner, NotFound
 from .state import GONE, ContainerState, SandboxOOM, container_state, sandbox_path, tail
-
-if TYPE_CHECKING:
-    from .provider import DockerProvider
 
 TMPDIR = "/tmp/sandbatch"
 KILL_SETTLE_CHECKS = 10  # x 0.2 s: how long a 137/143 waits for the engine to report a killed container
@@ -42,7 +39,7 @@ def archive(files: dict[str, tuple[bytes, int]], dirs: Sequence[str] = ()) -> by
 
 
 class DockerSandbox(Sandbox):
-    def __init__(self, provider: "DockerProvider", name: str, spec: SandboxSpec):
+    def __init__(self, provider: EngineOwner, name: str, spec: SandboxSpec):
         self.provider = provider
         self.engine = provider.engine
         self.id = name
