@@ -137,6 +137,32 @@ def test_commands_keep_the_containers_path(spec):
     run(go())
 
 
+def test_upload_files_is_one_engine_call(spec):
+    """Several files, their modes and new parents, in one archive: one round trip to the engine."""
+    files = {"/tmp/sandbatch/a/run.sh": (b"echo run\n", 0o755), "/testbed/b/c/data": (bytes(range(256)), 0o600)}
+
+    async def go():
+        sb = await DockerProvider().create(spec())
+        try:
+            calls, call = [], sb.engine.call
+
+            async def counted(op, *args, **kw):
+                calls.append(op)
+                return await call(op, *args, **kw)
+
+            sb.engine.call = counted
+            await sb.upload_files(files)
+            assert calls == ["put_archive"]
+            res = await sb.exec("stat -c %a /tmp/sandbatch/a/run.sh /testbed/b/c/data && sh /tmp/sandbatch/a/run.sh",
+                                timeout=30)
+            assert res.stdout == "755\n600\nrun\n"
+            assert await sb.download("/testbed/b/c/data") == bytes(range(256))
+        finally:
+            await sb.delete()
+
+    run(go())
+
+
 def test_upload_download_binary_safe(spec):
     data = bytes(range(256)) * 64 + b"\x00\xff\xfe not utf-8 \x80\n"
 

@@ -36,6 +36,9 @@ def test_local_provider_lifecycle_timeout_and_listing(tmp_path):
         assert time.monotonic() - t0 < 10
         await a.upload(f"{a.tmpdir}/x/y.bin", b"\x00\x01")
         assert await a.download(f"{a.tmpdir}/x/y.bin") == b"\x00\x01"
+        await a.upload_files({f"{a.tmpdir}/m/run.sh": (b"echo m", 0o755), f"{a.workdir}/n/d": (b"d", 0o600)})
+        res = await a.exec(f"stat -c %a {a.tmpdir}/m/run.sh n/d && sh {a.tmpdir}/m/run.sh", timeout=10)
+        assert res.stdout.split() == ["755", "600", "m"]
         assert [i.id for i in await p.list({"run": "r1"})] == [a.id]
         again = await p.connect(a.id, a.spec)
         assert await again.status() == "running"

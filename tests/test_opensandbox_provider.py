@@ -58,6 +58,11 @@ def test_create_exec_files_list_delete(real_opensandbox, os_run):
         assert await sb.download("/testbed/sub/blob.bin") == payload
         res = await sb.exec("stat -c %a sub/blob.bin && ls sub", timeout=30)  # cwd defaults to the workdir
         assert res.stdout == "600\nblob.bin\n"
+        # several files in one write, each with its mode, parents made
+        await sb.upload_files({"/testbed/many/a.sh": (b"echo a\n", 0o755), "/tmp/sandbatch/x/y/b": (payload, 0o640)})
+        res = await sb.exec("stat -c %a many/a.sh /tmp/sandbatch/x/y/b && sh many/a.sh", timeout=30)
+        assert res.stdout == "755\n640\na\n"
+        assert await sb.download("/tmp/sandbatch/x/y/b") == payload
         res = await sb.exec("head -c 100000 /dev/urandom > made.bin && sha256sum made.bin", timeout=30)
         made = await sb.download("/testbed/made.bin")
         assert len(made) == 100000 and res.stdout.split()[0] == hashlib.sha256(made).hexdigest()

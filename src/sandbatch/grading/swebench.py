@@ -205,11 +205,11 @@ async def grade(g: GradeContext) -> GradeRecord:
         if g.cfg.grading.tampering != "log_only" else None
     script, runner_report = p.script, None  # runner_report: a runner's own report beside the log (Jest)
     if channel is not None:
-        await channel.install(sandbox)
         script = with_channel(script, channel.exports())
         script, runner_report = reports.instrument(script, START_TEST_OUTPUT, END_TEST_OUTPUT, sandbox.tmpdir)
     eval_path = f"{sandbox.tmpdir}/eval.sh"
-    await sandbox.upload(eval_path, script.encode("utf-8"), mode=0o755)
+    eval_file = {eval_path: (script.encode("utf-8"), 0o755)}
+    await (channel.install(sandbox, also=eval_file) if channel is not None else sandbox.upload_files(eval_file))
     with trace.span("grade.tests"):
         run = await sandbox.exec(f"bash {shlex.quote(eval_path)} 2>&1", timeout=g.timeout)
     out = run.stdout + (f"\n{run.stderr}" if run.stderr else "")

@@ -69,8 +69,8 @@ async def grade(g: GradeContext) -> GradeRecord:
             rec.error = f"the last line of before_repo_set_cmd failed (exit {res.exit_code}): {res.stderr.strip()[-200:]}"
             write_log(g.log_path, log)
             return rec
-    await sandbox.upload(f"{tmp}/run_script.sh", (task.run_script or "").encode("utf-8"), mode=0o755)
-    await sandbox.upload(f"{tmp}/parser.py", (task.parser_script or "").encode("utf-8"), mode=0o755)
+    await sandbox.upload_files({f"{tmp}/run_script.sh": ((task.run_script or "").encode("utf-8"), 0o755),
+                                f"{tmp}/parser.py": ((task.parser_script or "").encode("utf-8"), 0o755)})
     files = shlex.quote(",".join(task.selected_test_files))
     out, err, result = f"{tmp}/stdout.log", f"{tmp}/stderr.log", f"{tmp}/output.json"
     status: dict[str, str] | None = None

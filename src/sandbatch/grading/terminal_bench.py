@@ -47,16 +47,16 @@ async def upload_dir(sandbox: Sandbox, src: Path, dest: str, workdir: str, moved
     absolute paths its scripts name that are rewritten to other places."""
     rewrite = _rewriter(sandbox, ["/logs", TESTS, "/solution", workdir], moved)
     target = sandbox.map_path(dest)
-    n = 0
+    files = {}
     for f in sorted(p for p in src.rglob("*") if p.is_file()):
         data = f.read_bytes()
         try:
             data = rewrite(data.decode("utf-8")).encode("utf-8")
         except UnicodeDecodeError:
             pass  # binary files go as they are
-        await sandbox.upload(f"{target}/{f.relative_to(src).as_posix()}", data, mode=f.stat().st_mode & 0o777)
-        n += 1
-    return n
+        files[f"{target}/{f.relative_to(src).as_posix()}"] = (data, f.stat().st_mode & 0o777)
+    await sandbox.upload_files(files)
+    return len(files)
 
 
 def read_reward(json_data: bytes | None, txt_data: bytes | None) -> tuple[float, dict]:

@@ -33,7 +33,7 @@ import secrets
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from ..core.errors import InfraError
 from . import integrity
@@ -156,15 +156,13 @@ class Channel:
         return {name: source, **{f"_sbv_{sib}.py": path.read_bytes() for sib, path in SIBLINGS.items()},
                 "conf.json": integrity.conf(workdir)}
 
-    async def install(self, sandbox: "Sandbox") -> None:
-        for name, data in self.files(sandbox.workdir).items():
-            await sandbox.upload(f"{self.dir}/{name}", data)
-        d = shlex.quote(self.dir)
-        keys = " && ".join(f"printf %s {k.decode()} > {d}/key.{n}" for n, k in enumerate(self.keys))
-        res = await sandbox.exec(f"umask 077 && {keys}", timeout=60)
-        if not res.ok:
-            raise InfraError(f"cannot write the verdict keys in {self.dir}: {res.stderr.strip()[-200:]}",
-                             "sandbox_exec")
+    async def install(self, sandbox: Sandbox, also: Mapping[str, tuple[bytes, int]] | None = None) -> None:
+        """The channel's files, its keys (readable by their owner alone) and `also` (the test
+        command's own script), in one upload. The plugin renames its key away, so the tests run as
+        the user uploads write as (root, in the SWE-bench and Pro images)."""
+        files = {f"{self.dir}/{name}": (data, 0o644) for name, data in self.files(sandbox.workdir).items()}
+        files.update({f"{self.dir}/key.{n}": (k, 0o600) for n, k in enumerate(self.keys)})
+        await sandbox.upload_files({**files, **(also or {})})
 
     def exports(self) -> str:
         """Shell lines that load the plugin into every pytest the test command starts."""

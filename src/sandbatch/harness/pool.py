@@ -177,8 +177,8 @@ class PoolHarness(Harness):
             window, why = await asyncio.to_thread(served_context_window, ctx.model)
             if window is None:
                 raise InfraError(f"the model's context window: {why}", "model_context_window")
-        await sandbox.upload(cfg_path, json.dumps(self.agent_config(ctx, window), indent=2).encode(), mode=0o600)
-        await sandbox.upload(prompt_path, ctx.prompt.encode("utf-8"))
+        await sandbox.upload_files({cfg_path: (json.dumps(self.agent_config(ctx, window), indent=2).encode(), 0o600),
+                                    prompt_path: (ctx.prompt.encode("utf-8"), 0o644)})
         argv = [self._binary(sandbox, self.install_settings(ctx.config)), "exec", "-o", "json", "--sandbox", "disabled",
                 "--unsafe-auto-allow", "--agent-config-file", cfg_path, "-f", prompt_path,
                 *map(str, ctx.config["extra_args"])]

@@ -8,7 +8,7 @@ and adds one line to the registry in `sandbatch.sandbox`.
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING, Any, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
 from pydantic import BaseModel, Field
 
@@ -155,6 +155,12 @@ class Sandbox(abc.ABC):
     @abc.abstractmethod
     async def upload(self, path: str, data: bytes, mode: int = 0o644) -> None:
         """Write a file, creating parent directories."""
+
+    async def upload_files(self, files: "Mapping[str, tuple[bytes, int]]") -> None:
+        """Write several files (path -> (data, mode)), creating parent directories: one round trip
+        where the provider can make it one (an archive, a multi-file write), else one each."""
+        for path, (data, mode) in files.items():
+            await self.upload(path, data, mode)
 
     @abc.abstractmethod
     async def download(self, path: str) -> bytes:

@@ -53,7 +53,7 @@ import shlex
 import time
 import uuid
 from datetime import timedelta
-from typing import Any
+from typing import Any, Mapping
 
 os.environ.setdefault("OPENSANDBOX_DISABLE_METRICS", "1")  # before the SDK is imported
 
@@ -71,6 +71,7 @@ from opensandbox.exceptions import (  # noqa: E402
 )
 from opensandbox.manager import SandboxManager  # noqa: E402
 from opensandbox.models.execd import ExecutionHandlers, RunCommandOpts  # noqa: E402
+from opensandbox.models.filesystem import WriteEntry  # noqa: E402
 from opensandbox.models.sandboxes import NetworkPolicy, SandboxFilter, SandboxImageSpec  # noqa: E402
 from opensandbox.transport import RetryAsyncTransport, RetryPolicy  # noqa: E402
 
@@ -313,12 +314,16 @@ class OpenSandboxSandbox(Sandbox):
 
     # files -------------------------------------------------------------------------------
     async def upload(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        await self.upload_files({path: (data, mode)})
+
+    async def upload_files(self, files: Mapping[str, tuple[bytes, int]]) -> None:
         ops = self.provider.ops
+        named = ", ".join(files)
+        # execd takes the mode as octal digits written as a decimal number
+        entries = [WriteEntry(path=p, data=data, mode=int(oct(mode)[2:])) for p, (data, mode) in files.items()]
         for attempt in range(ops["retries"] + 1):
             try:
-                # execd takes the mode as octal digits written as a decimal number
-                await asyncio.wait_for(self.files.write_file(path, data, mode=int(oct(mode)[2:])),
-                                       ops["timeout"])
+                await asyncio.wait_for(self.files.write_files(entries), ops["timeout"])
                 return
             except (SandboxException, asyncio.TimeoutError) as exc:
                 # writing the same bytes twice is harmless, so any transient failure is retried
@@ -326,7 +331,7 @@ class OpenSandboxSandbox(Sandbox):
                 transient = status is None or status >= 500 or status == 429
                 if not transient or attempt == ops["retries"]:
                     await self._raise_if_gone(exc)
-                    raise SandboxError(f"sandbox {self.id}: cannot write {path} ({_short_message(exc)})",
+                    raise SandboxError(f"sandbox {self.id}: cannot write {named} ({_short_message(exc)})",
                                        "sandbox_file") from exc
                 await asyncio.sleep(_retry_delay(attempt, ops["backoff_initial"], ops["backoff_max"], exc))
 

@@ -32,7 +32,7 @@ DROPPED_FILE = "trace_dropped.jsonl"  # per rollout: spans a collector did not t
 _active: "Tracing | None" = None  # set while a step of this process is traced
 _NULL = contextlib.nullcontext()
 
-SANDBOX_OPS = ("exec", "upload", "download", "probe")
+SANDBOX_OPS = ("exec", "upload", "upload_files", "download", "probe")
 PROVIDER_OPS = ("create", "connect", "delete")
 
 

@@ -7,7 +7,7 @@ import io
 import tarfile
 import time
 import uuid
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from ..base import KILLED_EXIT_CODES, ExecResult, Sandbox, SandboxError, SandboxGone, SandboxSpec, State
 from .engine import EngineOwner, NotFound
@@ -169,12 +169,19 @@ class DockerSandbox(Sandbox):
             return 0
 
     async def upload(self, path: str, data: bytes, mode: int = 0o644) -> None:
-        path = sandbox_path(path)
+        await self._put({path: (data, mode)})
+
+    async def upload_files(self, files: Mapping[str, tuple[bytes, int]]) -> None:
+        await self._put(files)
+
+    async def _put(self, files: Mapping[str, tuple[bytes, int]]) -> None:
+        """The files in one archive, one engine call."""
+        named = ", ".join(files)
         try:
-            await self.engine.call("put_archive", self.id, "/", archive({path: (data, mode)}))
+            await self.engine.call("put_archive", self.id, "/", archive(dict(files)))
         except (NotFound, SandboxError) as exc:
-            await self._raise_gone(f"cannot upload {path}", str(exc))
-            raise SandboxError(f"docker sandbox {self.id}: cannot upload {path}: {tail(str(exc))}",
+            await self._raise_gone(f"cannot upload {named}", str(exc))
+            raise SandboxError(f"docker sandbox {self.id}: cannot upload {named}: {tail(str(exc))}",
                                "sandbox_file") from None
 
     async def download(self, path: str) -> bytes:
