@@ -24,6 +24,7 @@ import time
 import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Mapping
 
 from ..core.util import read_json, write_json
 from .base import CA_ENV, ExecResult, Provider, Sandbox, SandboxError, SandboxGone, SandboxInfo, SandboxSpec, State
@@ -163,11 +164,18 @@ class LocalSandbox(Sandbox):
         )
 
     async def upload(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        await self._write({path: (data, mode)})
+
+    async def upload_files(self, files: Mapping[str, tuple[bytes, int]]) -> None:
+        await self._write(files)
+
+    async def _write(self, files: Mapping[str, tuple[bytes, int]]) -> None:
         self._check()
-        p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_bytes(data)
-        p.chmod(mode)
+        for path, (data, mode) in files.items():
+            p = Path(path)
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_bytes(data)
+            p.chmod(mode)
 
     async def download(self, path: str) -> bytes:
         self._check()

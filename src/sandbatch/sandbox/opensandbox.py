@@ -314,9 +314,13 @@ class OpenSandboxSandbox(Sandbox):
 
     # files -------------------------------------------------------------------------------
     async def upload(self, path: str, data: bytes, mode: int = 0o644) -> None:
-        await self.upload_files({path: (data, mode)})
+        await self._write({path: (data, mode)})
 
     async def upload_files(self, files: Mapping[str, tuple[bytes, int]]) -> None:
+        await self._write(files)
+
+    async def _write(self, files: Mapping[str, tuple[bytes, int]]) -> None:
+        """The files in one request to execd."""
         ops = self.provider.ops
         named = ", ".join(files)
         # execd takes the mode as octal digits written as a decimal number

@@ -404,6 +404,11 @@ def _op_attributes(op: str, kind: str, obj, args: tuple, kwargs: dict) -> dict[s
             if op == "upload":
                 data = arg(1, "data")
                 attrs["sandbox.bytes"] = len(data) if data is not None else None
+        elif op == "upload_files":
+            files = arg(0, "files") or {}
+            attrs["sandbox.path"] = command_title(", ".join(files))
+            attrs["sandbox.files"] = len(files)
+            attrs["sandbox.bytes"] = sum(len(data) for data, _ in files.values())
         return attrs
     if op == "create":
         spec = arg(0, "spec")
