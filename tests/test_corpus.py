@@ -141,6 +141,27 @@ def test_an_xfail_test_whose_setup_raised_is_an_expected_failure():
     assert [e["kind"] for e in entries] == ["report_rewritten"]
 
 
+def test_the_pretended_version_counts_from_an_unnumbered_dev_tag(tmp_path):
+    """A repository tagged `v5.1.dev` (astropy's way) gets the version setuptools_scm gives its
+    commits in the full history, 5.1.devN; a numbered dev tag and a release tag as before."""
+    from sandbatch.corpus.new import scm_version
+
+    git = lambda *a: subprocess.run(["git", "-C", str(tmp_path), *a], check=True, capture_output=True)  # noqa: E731
+    git("init", "-q")
+    (tmp_path / "pyproject.toml").write_text("[tool.setuptools_scm]\n")
+    env = ["-c", "user.name=t", "-c", "user.email=t@localhost"]
+    git(*env, "add", "-A")
+    git(*env, "commit", "-qm", "base")
+    gitdir = tmp_path / ".git"
+    for tag, want_at_0, want_after_2 in (("v5.1.dev", "5.1.dev0", "5.1.dev2"), ("7.2.0.dev0", "7.2.0.dev0", "7.2.0.dev2"),
+                                         ("4.5.0", "4.5.0", "4.5.1.dev2")):
+        git("tag", tag)
+        assert scm_version(gitdir, "HEAD") == want_at_0, tag
+        git(*env, "commit", "-q", "--allow-empty", "-m", "one")
+        git(*env, "commit", "-q", "--allow-empty", "-m", "two")
+        assert scm_version(gitdir, "HEAD") == want_after_2, tag
+
+
 def test_a_test_command_without_pytest_needs_no_verdict(tmp_path):
     """A bundled-format task whose test command prints pytest -rA style lines itself (no pytest, as
     in an image without Python): its gold patch resolves, a wrong one does not, no tampering entry."""

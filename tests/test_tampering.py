@@ -507,6 +507,31 @@ def test_restores_the_images_own_state_not_the_base_commit(calc, tmp_path):
         asyncio.run(sb.delete())
 
 
+def test_restores_a_patch_naming_thousands_of_files(calc, tmp_path):
+    """A patch that adds more build output than one shell argument holds (a release tree without
+    .gitignore: 281 extensions, 125 MB): every file is removed, none left for an infra error."""
+    import asyncio
+
+    cfg_path, task = calc
+    sb, sh = workdir_shell(cfg_path, task.id)
+    wd = sb.workdir
+    try:
+        base = sh("git rev-parse HEAD").strip()
+        snap = asyncio.run(tamper.snapshot(sb, wd, 60, base))
+        names = [f"build/lib.linux-x86_64-3.9/pkg/sub{i // 100}/_module_with_a_long_name_{i}.cpython-39.so"
+                 for i in range(1500)]
+        sh("for d in $(seq 0 14); do mkdir -p build/lib.linux-x86_64-3.9/pkg/sub$d; done && "
+           "for i in $(seq 0 1499); do : > build/lib.linux-x86_64-3.9/pkg/sub$((i / 100))/"
+           "_module_with_a_long_name_$i.cpython-39.so; done")
+        patch = "".join(f"diff --git a/{n} b/{n}\nnew file mode 100644\n--- /dev/null\n+++ b/{n}\n" for n in names)
+        findings = asyncio.run(tamper.find(sb, patch, snap, wd, 60))
+        assert len(findings) == 1500 and {f.kind for f in findings} == {"runner_hook"}
+        asyncio.run(tamper.restore(sb, findings, snap, wd, 60, []))
+        assert {f.action for f in findings} == {"removed"} and sh("ls build 2>/dev/null || true") == ""
+    finally:
+        asyncio.run(sb.delete())
+
+
 def test_tampering_switch_defaults_to_neutralise_and_rejects_other_values():
     from sandbatch.core.errors import UserError
 

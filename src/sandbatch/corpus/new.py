@@ -69,11 +69,11 @@ def scm_version(gitdir: Path, commit: str) -> str | None:
         desc = _git(gitdir, "describe", "--tags", "--long", commit).strip()
     except UserError:
         return None
-    m = re.match(r"^v?(\d+(?:\.\d+)*)(\.dev\d+)?-(\d+)-g[0-9a-f]+$", desc)
+    m = re.match(r"^v?(\d+(?:\.\d+)*)(\.dev\d*)?-(\d+)-g[0-9a-f]+$", desc)  # v5.1.dev: a dev tag unnumbered
     if not m:
         return None
     if m.group(3) == "0":
-        return m.group(1) + (m.group(2) or "")
+        return m.group(1) + ((m.group(2) or "") if m.group(2) != ".dev" else ".dev0")
     if m.group(2):  # a dev tag (7.2.0.dev0): the distance becomes its dev number
         return f"{m.group(1)}.dev{m.group(3)}"
     parts = m.group(1).split(".")

@@ -392,6 +392,23 @@ def save_untracked(patch: str, backup: str) -> str:
             f"| tar --null -T - -cf {b} 2>/dev/null;")
 
 
+# a script goes to the sandbox's shell as one argument, which Linux caps at 128 KiB (MAX_ARG_STRLEN)
+_SCRIPT_BYTES = 64 * 1024
+
+
+def _batches(lines: list[str]) -> list[list[str]]:
+    """The lines in runs that each fit one exec's script (a patch may name thousands of build files)."""
+    out: list[list[str]] = [[]]
+    size = 0
+    for line in lines:
+        if out[-1] and size + len(line.encode()) + 1 > _SCRIPT_BYTES:
+            out.append([])
+            size = 0
+        out[-1].append(line)
+        size += len(line.encode()) + 1
+    return out
+
+
 async def restore(sandbox: "Sandbox", findings: list[Finding], snap: str, cwd: str, timeout: float,
                   log: list[str]) -> None:
     """Put each finding's path back as `snap` has it, or as the untracked copy saved before the patch
@@ -409,14 +426,18 @@ async def restore(sandbox: "Sandbox", findings: list[Finding], snap: str, cwd: s
                      f"tar -xf {saved} -- {q} && echo {MARK} {i} restored; "
                      f"else rm -rf -- {q} && {{ rmdir -p -- \"$(dirname -- {q})\" 2>/dev/null; "
                      f"echo {MARK} {i} removed; }}; fi")
-    res = await sandbox.exec("\n".join(lines), timeout=timeout, cwd=cwd)
-    log += ["$ restore what the patch may not change", res.stdout, res.stderr]
-    done = dict(m.groups() for m in re.finditer(rf"^{MARK} (\d+) (\w+)$", res.stdout, re.M))
+    out, err = [], []
+    for batch in _batches(lines):
+        res = await sandbox.exec("\n".join(batch), timeout=timeout, cwd=cwd)
+        out.append(res.stdout)
+        err.append(res.stderr)
+    log += ["$ restore what the patch may not change", "".join(out), "".join(err)]
+    done = dict(m.groups() for m in re.finditer(rf"^{MARK} (\d+) (\w+)$", "".join(out), re.M))
     for i, f in enumerate(findings):
         f.action = done.get(str(i), "")
     missing = [f.path for f in findings if not f.action]
     if missing:
-        raise InfraError(f"could not restore {', '.join(missing[:5])}: {res.stderr.strip()[-200:]}",
+        raise InfraError(f"could not restore {', '.join(missing[:5])}: {''.join(err).strip()[-200:]}",
                          "tamper_restore_failed")
 
 
