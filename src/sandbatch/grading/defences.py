@@ -28,15 +28,17 @@ class Findings:
 
 
 async def settle(channel: verdict.Channel | None, sandbox: "Sandbox", log: str, status: dict[str, str],
-                 exit_code: int | None, decisive: set[str], expected: bool,
+                 runner_exit: int | None, decisive: set[str], expected: bool,
                  as_log: Callable[[dict[str, str]], dict[str, str]]) -> Findings:
     """Check one test run; tests the verdict contradicts are set to FAILED in `status`. expected: the
-    test command starts the runner the channel is loaded into (verdict.compare)."""
+    test command starts the runner the channel is loaded into (verdict.compare). runner_exit: the test
+    command's exit status where it is the runner's own (consistency.check); pytest's comes from the
+    verdict."""
     if channel is None:
         return Findings()
     v = await channel.read(sandbox)
     verdict.check_rootdir(verdict.rootdirs(v, log), sandbox.workdir)
-    inconsistent = consistency.check(log, status, exit_code)
+    inconsistent = consistency.check(log, status, verdict.pytest_exit(v), runner_exit)
     rewritten, resolvable = verdict.compare(v, expected, status, decisive, as_log)
     return Findings(entries=rewritten + inconsistent, resolvable=resolvable and not inconsistent,
                     verdict=v.state if v.state != "missing" or expected else "not_pytest")

@@ -109,7 +109,8 @@ async def grade(g: GradeContext) -> GradeRecord:
         return rec
     rec.tests_ran = True
     rec.test_results = dict(status)
-    checked = await defences.settle(channel, sandbox, "\n".join(output), status, rec.test_exit_code,
+    # run_script's exit status is the instance script's, not a runner's (it may end `|| true`)
+    checked = await defences.settle(channel, sandbox, "\n".join(output), status, None,
                                     {*task.fail_to_pass, *task.pass_to_pass},
                                     verdict.runs_pytest(task.run_script or ""), lambda seen: seen)
     rec.tests_status = compare(status, task.fail_to_pass, task.pass_to_pass)

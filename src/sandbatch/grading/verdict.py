@@ -6,7 +6,7 @@ a random module name and a random key; the test command runs with PYTEST_ADDOPTS
 and that directory on PYTHONPATH. The plugin deletes the key as it loads, before any code
 of the workdir runs, and writes verdict.jsonl there: one HMAC-chained line per setup and
 call of each test, then an end record (what of the runner was replaced, plugins the code
-under test registered, pytest's rootdir). Here the file is read back and checked:
+under test registered, pytest's rootdir, the session's exit status). Here the file is read back and checked:
 
 - a test the log calls passed (or an expected failure) whose call raised, or that has no
   verdict at all while its file is one the session collected, counts as failed: tampering
@@ -89,6 +89,7 @@ def parse(data: bytes | None, key: bytes) -> Verdict:
             v.rootdirs = [str(rec["rootdir"])] if rec.get("rootdir") else []
             v.asserts = [str(a) for a in rec.get("asserts") or []]
             v.files = {str(f) for f in rec.get("files") or []}
+            v.exits = [rec["exit"] if type(rec.get("exit")) is int else None]
             break
         elif rec.get("w") in integrity.KINDS:
             v.findings.append(rec)
@@ -131,7 +132,17 @@ def merge(files: dict[int, bytes], keys: list[bytes], unclaimed: set[int] | None
         out.findings += p.findings
         out.asserts += [a for a in p.asserts if a not in out.asserts]
         out.files |= p.files
+        out.exits += p.exits
     return out
+
+
+def pytest_exit(v: Verdict | None) -> int | None:
+    """pytest's own exit status over the command's pytest processes (0 when every one exited 0), as the
+    verdict recorded it from inside each session; None without a whole verdict: a session cut short,
+    or no pytest that loaded the channel, has no status of its own to compare the log with."""
+    if v is None or v.state != "ok" or not v.exits or None in v.exits:
+        return None
+    return max(v.exits)
 
 
 @dataclass

@@ -18,8 +18,9 @@ so at import this module still sees pytest's own machinery as pytest built it. I
 - keeps the objects that build, map, wrap, dispatch and summarise outcomes, and at the end
   of the run (pytest_unconfigure) writes which of them are no longer the same objects,
   the plugin objects registered once collection began (by code the tests import:
-  conftest files and modules named by pytest_plugins are modules, not counted), and the
-  files this session collected (its tests are those the verdict answers for).
+  conftest files and modules named by pytest_plugins are modules, not counted), the
+  files this session collected (its tests are those the verdict answers for) and the
+  session's exit status (pytest's own, whatever script runs it).
 
 The channel's writing end (verdict_channel.py) and the checks of the tests themselves
 (verdict_checks.py: tests replaced, vacuous assertions, the assertion machinery) are uploaded
@@ -233,6 +234,7 @@ _emit({"start": True, "pytest": _getattr(sys.modules.get("pytest"), "__version__
 # --- the run's own objects -------------------------------------------------------------------
 
 _config = []
+_session = []  # the outermost session: its exit status is the one pytest returns
 _collecting = []
 _late = []  # plugin objects registered once collection began: by code the tests import
 
@@ -248,6 +250,7 @@ def pytest_configure(config):
 def pytest_sessionstart(session):
     if not _config or session.config is not _config[0]:
         return
+    _session.append(session)
     pm = session.config.pluginmanager
     for owner, attr in ((session.config, "hook"), (pm, "hook"), (pm, "_inner_hookexec"), (pm, "_hookexec")):
         obj, code = _raw(owner, attr)
@@ -290,5 +293,9 @@ def pytest_unconfigure(config):
         if now is not obj or now_code is not code:
             changed.append(name)
     root = _getattr(config, "rootpath", None) or _getattr(config, "rootdir", None) or ""
+    # pytest's own exit status (the session's, which pytest returns once this hook is done), not the
+    # status of whatever script runs pytest (`pytest ... || true`)
+    status = _getattr(_session[0], "exitstatus", None) if _session else None
     _emit({"end": True, "changed": changed, "added": _late, "rootdir": "%s" % (root,),
-           "asserts": _checks_mod.changed(_assertions), "files": _files})
+           "asserts": _checks_mod.changed(_assertions), "files": _files,
+           "exit": int.__int__(status) if _isinstance(status, int) else None})
