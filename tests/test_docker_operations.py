@@ -8,10 +8,12 @@ import json
 import subprocess
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
 from docker_fixtures import docker_base_image, docker_engine, docker_run_label  # noqa: F401 (fixtures)
+from sandbatch.core import config
 from sandbatch.grading import tb_verifier
 from sandbatch.grading.terminal_bench import _files
 from sandbatch.sandbox.base import SandboxSpec
@@ -92,3 +94,31 @@ def test_verifier_isolation_and_reward_files_in_few_commands(docker_engine, dock
     # stop the processes, links and preload, which reward files: 3 commands; 2 copies in (bash,
     # busybox) and 1 out (reward.txt)
     assert ops["exec_create"] == 3 and ops["extract-to-dir"] == 2 and ops["archive-path"] == 1, ops
+
+
+@pytest.mark.parametrize("task_id", ["smoke__calc-1"])
+def test_swebench_grade_defences_cost_one_command(tmp_path, monkeypatch, docker_engine, docker_base_image,
+                                                   docker_run_label, task_id):
+    """A gold patch graded in a fresh container with every defence on costs the engine one command
+    more than with `log_only` (the snapshot, the checks' reads, the verdict share the grade's own
+    commands), and the same uploads: the channel and the eval script go in with the patch."""
+    from test_benchmark_grading import grade, make_cfg
+
+    from sandbatch.tasks import get_task
+
+    monkeypatch.chdir(tmp_path)
+    smoke = Path(__file__).resolve().parent.parent / "data" / "smoke" / "tasks.jsonl"
+    counts = {}
+    for mode in ("neutralise", "log_only"):
+        (tmp_path / mode).mkdir()
+        cfg_path = make_cfg(tmp_path / mode, "smoke", smoke, run=docker_run_label, grading={"tampering": mode},
+                            sandbox={"provider": "docker", "default_image": docker_base_image})
+        task = get_task(config.Config.model_validate_json(cfg_path.read_text()).benchmark, task_id)
+        with EngineEvents(docker_engine, docker_run_label) as events:
+            rec = grade(cfg_path, task_id, task.patch)
+        assert rec.resolved and rec.reward == 1.0 and rec.tampering == [], rec
+        counts[mode] = events.count()
+    on, off = counts["neutralise"], counts["log_only"]
+    assert on["create"] == off["create"] == 1, counts
+    assert on["exec_create"] - off["exec_create"] == 1, counts
+    assert on["extract-to-dir"] == off["extract-to-dir"], counts

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import shlex
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from . import tamper, write_log
-from .suspicion import find
+from . import reads, suspicion, tamper, write_log
 from .tamper import save_untracked, untracked_backup
 
 if TYPE_CHECKING:
+    from typing import Mapping
+
     from . import GradeContext
     from ..rollout.records import GradeRecord
     from ..sandbox import Sandbox
@@ -48,23 +50,40 @@ def applied_method(stdout: str) -> str | None:
     return None
 
 
+@dataclass
+class Applied:
+    ok: bool
+    snap: str = ""  # tamper.snapshot's answer, when asked for: taken in the same exec, before the patch
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
 async def apply_patch(sandbox: "Sandbox", patch: str, path: str, rec: "GradeRecord", log: list[str],
-                      timeout: float, cwd: str | None = None, label: str = "$ apply model patch") -> bool:
-    """Upload `patch` to `path` in the sandbox and apply it with the fallbacks, logging under `label`.
+                      timeout: float, cwd: str | None = None, label: str = "$ apply model patch",
+                      also: "Mapping[str, tuple[bytes, int]] | None" = None, snapshot: str | None = None) -> Applied:
+    """Upload `patch` to `path` in the sandbox (with `also`, the grade's other files, in the same
+    upload) and apply it with the fallbacks, logging under `label`; snapshot: take tamper.snapshot
+    first, in the same exec, `snapshot` being its fallback.
 
     Sets rec.apply_method and rec.patch_applied. When no method applies: failure_class
     patch_apply_failed and the log so far is written to rec.log_path; the grader returns rec.
     """
-    await sandbox.upload(path, patch.encode("utf-8", "surrogateescape"))
+    await sandbox.upload_files({path: (patch.encode("utf-8", "surrogateescape"), 0o644), **(also or {})})
     save = save_untracked(patch, untracked_backup(sandbox))  # what restore puts back of the image's own files
-    applied = await sandbox.exec(save + " " + apply_script(path), timeout=timeout, cwd=cwd)
-    log += [label, applied.stdout, applied.stderr]
-    rec.apply_method = applied_method(applied.stdout)
+    snap = f"{tamper.SNAPSHOT}; " if snapshot is not None else ""
+    applied = await sandbox.exec(snap + save + " " + apply_script(path), timeout=timeout, cwd=cwd)
+    out = applied.stdout
+    taken = tamper.snapshot_taken(out, snapshot) if snapshot is not None else ""
+    if snapshot is not None:  # the stash line is the snapshot's, not the apply's
+        out = "\n".join(ln for ln in out.split("\n") if not ln.startswith(tamper.SNAPSHOT_MARK))
+    log += [label, out, applied.stderr]
+    rec.apply_method = applied_method(out)
     rec.patch_applied = rec.apply_method is not None
     if not rec.patch_applied:
         rec.failure_class = "patch_apply_failed"
         write_log(rec.log_path, log)
-    return rec.patch_applied
+    return Applied(rec.patch_applied, taken)
 
 
 async def keep_code_only(g: "GradeContext", rec: "GradeRecord", log: list[str], snap: str,
@@ -76,8 +95,12 @@ async def keep_code_only(g: "GradeContext", rec: "GradeRecord", log: list[str], 
     if g.cfg.grading.tampering == "log_only":  # graded as the benchmark's own harness would
         return True
     cwd = cwd or g.sandbox.workdir
-    findings = await tamper.find(g.sandbox, g.patch, snap, cwd, g.timeout, tamper.task_test_files(g.task),
-                                 tools_only=tools_only)
+    test_files = tamper.task_test_files(g.task)
+    known = reads.Reads(g.sandbox, cwd, g.timeout)  # what both checks read, in one exec
+    await known.prefetch([*tamper.reads_wanted(g.patch, snap),
+                          *([] if tools_only else suspicion.reads_wanted(g.patch, test_files))])
+    findings = await tamper.find(g.sandbox, g.patch, snap, cwd, g.timeout, test_files, tools_only=tools_only,
+                                 known=known)
     await tamper.restore(g.sandbox, findings, snap, cwd, g.timeout, log)
     rec.tampering = [f.as_dict() for f in findings]
     if rec.tampering and g.cfg.grading.tampering == "fail":
@@ -87,8 +110,7 @@ async def keep_code_only(g: "GradeContext", rec: "GradeRecord", log: list[str], 
         return False
     if tools_only:  # Terminal-Bench: the workdir is the answer, whatever its code does
         return True
-    rec.suspicious = await find(g.sandbox, g.patch, cwd, tamper.task_test_files(g.task),
-                                frozenset(f.path for f in findings))
+    rec.suspicious = await suspicion.find(known, g.patch, test_files, frozenset(f.path for f in findings))
     if rec.suspicious:
         log += ["$ suspicious lines of the patch", *(f"{s['path']}:{s['line']}: {s['reason']}: {s['text']}"
                                                    for s in rec.suspicious)]

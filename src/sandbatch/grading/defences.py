@@ -29,14 +29,14 @@ class Findings:
 
 async def settle(channel: verdict.Channel | None, sandbox: "Sandbox", log: str, status: dict[str, str],
                  runner_exit: int | None, decisive: set[str], expected: bool,
-                 as_log: Callable[[dict[str, str]], dict[str, str]]) -> Findings:
+                 as_log: Callable[[dict[str, str]], dict[str, str]], printed: bytes | None = None) -> Findings:
     """Check one test run; tests the verdict contradicts are set to FAILED in `status`. expected: the
     test command starts the runner the channel is loaded into (verdict.compare). runner_exit: the test
     command's exit status where it is the runner's own (consistency.check); pytest's comes from the
-    verdict."""
+    verdict. printed: the channel's listing as the test command's exec printed it (Channel.after_run)."""
     if channel is None:
         return Findings()
-    v = await channel.read(sandbox)
+    v = await channel.read(sandbox, printed)
     verdict.check_rootdir(verdict.rootdirs(v, log), sandbox.workdir)
     inconsistent = consistency.check(log, status, verdict.pytest_exit(v), runner_exit)
     rewritten, resolvable = verdict.compare(v, expected, status, decisive, as_log)

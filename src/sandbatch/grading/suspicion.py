@@ -21,12 +21,9 @@ from __future__ import annotations
 import ast
 import re
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from . import tamper
-
-if TYPE_CHECKING:
-    from ..sandbox import Sandbox
+from . import reads, tamper
 
 # --- the added lines of a patch ---------------------------------------------------------------
 
@@ -324,14 +321,15 @@ def scan(patch: str, sources: dict[str, str | None], task_test_files: frozenset[
     return out
 
 
-async def find(sandbox: "Sandbox", patch: str, cwd: str, task_test_files: frozenset[str],
+def reads_wanted(patch: str, task_test_files: frozenset[str]) -> list[str]:
+    """What find reads (the patched Python files), to be read together with tamper's."""
+    return [reads.cat(p) for p in code_files(patch, task_test_files) if p.endswith(".py")]
+
+
+async def find(known: reads.Reads, patch: str, task_test_files: frozenset[str],
                neutralised: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
-    """scan() with the patched Python files read from the sandbox; `neutralised`: the paths restore put back."""
-    sources: dict[str, str | None] = {}
-    for path in code_files(patch, task_test_files, neutralised):
-        if path.endswith(".py"):
-            try:
-                sources[path] = (await sandbox.download(f"{cwd.rstrip('/')}/{path}")).decode("utf-8", "replace")
-            except Exception:  # noqa: BLE001 - unreadable: checked line by line
-                sources[path] = None
+    """scan() with the patched Python files read from the sandbox (unreadable: checked line by line);
+    `neutralised`: the paths restore put back."""
+    sources = {path: await known.text(reads.cat(path))
+               for path in code_files(patch, task_test_files, neutralised) if path.endswith(".py")}
     return scan(patch, sources, task_test_files, neutralised)

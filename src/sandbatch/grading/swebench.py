@@ -191,28 +191,29 @@ async def grade(g: GradeContext) -> GradeRecord:
     from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT
 
     log: list[str] = []
-    snap = await tamper.snapshot(sandbox, sandbox.workdir, g.timeout, g.base_ref)
-    with trace.span("grade.apply"):
-        applied = await apply_patch(sandbox, g.patch, f"{sandbox.tmpdir}/model.patch", rec, log, g.timeout)
-    if not applied:
-        return rec
-    rec.report["patch_successfully_applied"] = True
-    if not await keep_code_only(g, rec, log, snap):
-        return rec
-
     kind = unittest_verdict.for_parser(p.parser.__name__)  # pytest's channel, or unittest's
-    channel = kind.new(sandbox.tmpdir, tamper.touched_paths(task.test_patch or "")) \
-        if g.cfg.grading.tampering != "log_only" else None
+    defended = g.cfg.grading.tampering != "log_only"
+    channel = kind.new(sandbox.tmpdir, tamper.touched_paths(task.test_patch or "")) if defended else None
     script, runner_report = p.script, None  # runner_report: a runner's own report beside the log (Jest)
     if channel is not None:
         script = with_channel(script, channel.exports())
         script, runner_report = reports.instrument(script, START_TEST_OUTPUT, END_TEST_OUTPUT, sandbox.tmpdir)
     eval_path = f"{sandbox.tmpdir}/eval.sh"
-    eval_file = {eval_path: (script.encode("utf-8"), 0o755)}
-    await (channel.install(sandbox, also=eval_file) if channel is not None else sandbox.upload_files(eval_file))
+    # every file of the grade goes up with the patch, the snapshot is taken in the patch's exec
+    files = {eval_path: (script.encode("utf-8"), 0o755), **(channel.uploads(sandbox) if channel else {})}
+    with trace.span("grade.apply"):
+        applied = await apply_patch(sandbox, g.patch, f"{sandbox.tmpdir}/model.patch", rec, log, g.timeout,
+                                    also=files, snapshot=g.base_ref if defended else None)
+    if not applied:
+        return rec
+    rec.report["patch_successfully_applied"] = True
+    if not await keep_code_only(g, rec, log, applied.snap):
+        return rec
+    after, marker = channel.after_run() if channel is not None else ("", "")  # the verdict, in the same exec
     with trace.span("grade.tests"):
-        run = await sandbox.exec(f"bash {shlex.quote(eval_path)} 2>&1", timeout=g.timeout)
-    out = run.stdout + (f"\n{run.stderr}" if run.stderr else "")
+        run = await sandbox.exec(f"bash {shlex.quote(eval_path)} 2>&1{after}", timeout=g.timeout)
+    out, printed = verdict.taken_from(run.stdout, marker) if channel is not None else (run.stdout, None)
+    out += f"\n{run.stderr}" if run.stderr else ""
     log += ["$ bash eval.sh", out]
     write_log(g.log_path, log)
     if TEST_PATCH_FAILED in out:
@@ -232,7 +233,7 @@ async def grade(g: GradeContext) -> GradeRecord:
         channel, sandbox, test_output(out), status, rec.test_exit_code,
         {*p.test_spec.FAIL_TO_PASS, *p.test_spec.PASS_TO_PASS},
         kind is unittest_verdict.UnittestChannel or verdict.runs_pytest(test_command(p.script)),
-        lambda seen: p.parser(lines(seen), p.test_spec) if seen else {})
+        lambda seen: p.parser(lines(seen), p.test_spec) if seen else {}, printed)
     status = await reports.reconcile(sandbox, runner_report, status, rec, log)
     write_log(g.log_path, log)
     rec.tests_ran = found and bool(status)

@@ -44,6 +44,7 @@ from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Callable
 
 from ..core.errors import InfraError
+from . import reads
 
 if TYPE_CHECKING:
     from ..sandbox import Sandbox
@@ -314,29 +315,55 @@ def is_tool(path: str) -> bool:
     return kind == "shim" or (kind == "runner_hook" and PurePosixPath(path).name != "conftest.py")
 
 
+SNAPSHOT_MARK = "SANDBATCH_SNAPSHOT="
+# the workdir's tracked state as a stash commit (nothing when clean), on a line of its own
+SNAPSHOT = (f'printf "{SNAPSHOT_MARK}%s\\n" "$(git -c user.name=sandbatch -c user.email=sandbatch@localhost '
+            f'stash create 2>/dev/null)"')
+
+
+def snapshot_taken(stdout: str, fallback: str) -> str:
+    """SNAPSHOT's answer in an exec's output (`fallback` when the workdir was clean)."""
+    for line in stdout.split("\n"):
+        if line.startswith(SNAPSHOT_MARK):
+            return line[len(SNAPSHOT_MARK):].strip() or fallback
+    return fallback
+
+
 async def snapshot(sandbox: "Sandbox", cwd: str, timeout: float, fallback: str) -> str:
     """The workdir's tracked state before the patch (a stash commit; `fallback` when clean).
 
     What is restored goes back to this, not to the base commit: task images may carry
     their own edits to tracked files (SWE-bench's specs sed tox.ini or pyproject.toml).
+    apply_patch takes it in its own exec when asked.
     """
-    res = await sandbox.exec("git -c user.name=sandbatch -c user.email=sandbatch@localhost stash create",
-                             timeout=timeout, cwd=cwd)
-    out = res.stdout.strip().splitlines() if res.ok else []
-    return out[-1].strip() if out else fallback
+    res = await sandbox.exec(SNAPSHOT, timeout=timeout, cwd=cwd)
+    return snapshot_taken(res.stdout if res.ok else "", fallback)
 
 
-async def _read(sandbox: "Sandbox", cmd: str, cwd: str, timeout: float) -> str | None:
-    res = await sandbox.exec(cmd, timeout=timeout, cwd=cwd)
-    return res.stdout if res.ok else None
+def diff_command(snap: str) -> str:
+    # newline-separated (C-quoted when a name needs it): NUL bytes do not cross every provider's exec
+    return f"git -c core.quotepath=off diff --name-only {shlex.quote(snap)} --"
+
+
+def show_command(snap: str, path: str) -> str:
+    return f"git show {shlex.quote(snap)}:./{shlex.quote(path)}"
+
+
+def reads_wanted(patch: str, snap: str) -> list[str]:
+    """What find reads for the paths the patch's headers name (those the diff adds it reads alone)."""
+    mixed = [p for p in touched_paths(patch) if PurePosixPath(p).name in MIXED]
+    return [diff_command(snap), *(c for p in mixed for c in (show_command(snap, p), reads.cat(p)))]
 
 
 async def find(sandbox: "Sandbox", patch: str, snap: str, cwd: str, timeout: float,
-               task_test_files: frozenset[str] = frozenset(), tools_only: bool = False) -> list[Finding]:
+               task_test_files: frozenset[str] = frozenset(), tools_only: bool = False,
+               known: "reads.Reads | None" = None) -> list[Finding]:
     """What of the applied patch is not the agent's to change: the paths its headers name, and the
-    tracked files that differ from `snap` (a write through a symlink, a fuzzy apply elsewhere)."""
-    # newline-separated (C-quoted when a name needs it): NUL bytes do not cross every provider's exec
-    changed = await _read(sandbox, f"git -c core.quotepath=off diff --name-only {shlex.quote(snap)} --", cwd, timeout)
+    tracked files that differ from `snap` (a write through a symlink, a fuzzy apply elsewhere).
+    known: the reads made so far (reads_wanted, prefetched)."""
+    known = known or reads.Reads(sandbox, cwd, timeout)
+    _read = known.text
+    changed = await _read(diff_command(snap))
     paths = dict.fromkeys([*touched_paths(patch), *(_unquote(p) for p in (changed or "").splitlines() if p)])
     out: list[Finding] = []
     tracked_deps: dict[str, bool] = {}  # dependency directory -> whether `snap` tracks it
@@ -348,16 +375,13 @@ async def find(sandbox: "Sandbox", patch: str, snap: str, cwd: str, timeout: flo
         kind = classify(path, task_test_files)
         name = PurePosixPath(path).name
         if kind is None and name in MIXED:
-            q = shlex.quote(path)
-            before = await _read(sandbox, f"git show {shlex.quote(snap)}:./{q}", cwd, timeout)
-            after = await _read(sandbox, f"cat -- {q}", cwd, timeout)
+            before, after = await _read(show_command(snap, path)), await _read(reads.cat(path))
             if runner_parts_differ(name, before, after):
                 kind = "runner_config"
         root = _dependency_dir(path)
         if kind is None and root:
             if root not in tracked_deps:
-                tracked_deps[root] = await _read(
-                    sandbox, f"git cat-file -e {shlex.quote(snap)}:./{shlex.quote(root)}", cwd, timeout) is not None
+                tracked_deps[root] = await _read(f"git cat-file -e {shlex.quote(snap)}:./{shlex.quote(root)}") is not None
             if not tracked_deps[root]:  # the image's installed dependencies, or a tree the patch brings
                 kind = "shim"
         if kind:

@@ -101,11 +101,15 @@ async def grade(g: GradeContext) -> GradeRecord:
     log: list[str] = []
     wd = sandbox.workdir
     # in the agent's sandbox its changes are there already: what it may not leave goes back to the base
-    snap = g.base_ref if g.in_agent_sandbox else await tamper.snapshot(sandbox, wd, g.timeout, g.base_ref)
-    if not g.in_agent_sandbox and g.patch.strip():
-        if not await apply_patch(sandbox, g.patch, f"{sandbox.tmpdir}/agent.patch", rec, log, g.timeout, cwd=wd,
-                                 label="$ replay the agent's workdir changes"):
+    snap = g.base_ref
+    if not g.in_agent_sandbox and g.patch.strip():  # the snapshot in the replay's exec
+        applied = await apply_patch(sandbox, g.patch, f"{sandbox.tmpdir}/agent.patch", rec, log, g.timeout, cwd=wd,
+                                    label="$ replay the agent's workdir changes", snapshot=g.base_ref)
+        if not applied:
             return rec
+        snap = applied.snap
+    elif not g.in_agent_sandbox:
+        snap = await tamper.snapshot(sandbox, wd, g.timeout, g.base_ref)
     iso = None
     if g.in_agent_sandbox and g.cfg.grading.tampering != "log_only":  # the agent's processes, shell, reward path
         iso = await tb_verifier.prepare(sandbox, "/logs")

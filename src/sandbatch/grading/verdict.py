@@ -27,13 +27,15 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import base64
+import binascii
 import os
 import re
 import secrets
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import TYPE_CHECKING, Callable
 
 from ..core.errors import InfraError
 from . import integrity
@@ -167,13 +169,16 @@ class Channel:
         return {name: source, **{f"_sbv_{sib}.py": path.read_bytes() for sib, path in SIBLINGS.items()},
                 "conf.json": integrity.conf(workdir)}
 
-    async def install(self, sandbox: Sandbox, also: Mapping[str, tuple[bytes, int]] | None = None) -> None:
-        """The channel's files, its keys (readable by their owner alone) and `also` (the test
-        command's own script), in one upload. The plugin renames its key away, so the tests run as
-        the user uploads write as (root, in the SWE-bench and Pro images)."""
+    def uploads(self, sandbox: Sandbox) -> dict[str, tuple[bytes, int]]:
+        """The channel's files and its keys (readable by their owner alone), to be uploaded in one go
+        with the grade's others. The plugin renames its key away, so the tests run as the user uploads
+        write as (root, in the SWE-bench and Pro images)."""
         files = {f"{self.dir}/{name}": (data, 0o644) for name, data in self.files(sandbox.workdir).items()}
         files.update({f"{self.dir}/key.{n}": (k, 0o600) for n, k in enumerate(self.keys)})
-        await sandbox.upload_files({**files, **(also or {})})
+        return files
+
+    async def install(self, sandbox: Sandbox) -> None:
+        await sandbox.upload_files(self.uploads(sandbox))
 
     def exports(self) -> str:
         """Shell lines that load the plugin into every pytest the test command starts."""
@@ -192,13 +197,29 @@ class Channel:
         files = " ".join(shlex.quote(f) for f in self.test_files if f.endswith(".py"))
         return f"sha256sum -- {files} > {shlex.quote(self.dir)}/manifest 2>/dev/null; true" if files else "true"
 
-    async def read(self, sandbox: "Sandbox") -> Verdict:
-        res = await sandbox.exec(f"cd {shlex.quote(self.dir)} && for f in key.* verdict.*.jsonl; do "
-                                 f'[ -f "$f" ] && printf "== %s\\n" "$f" && cat "$f" && echo; done; true', timeout=60)
+    def _listing(self) -> str:
+        """A script that prints the channel's unclaimed keys and its verdict files, each under a header."""
+        return (f"cd {shlex.quote(self.dir)} && for f in key.* verdict.*.jsonl; do "
+                f'[ -f "$f" ] && printf "== %s\\n" "$f" && cat "$f" && echo; done; true')
+
+    def after_run(self) -> tuple[str, str]:
+        """(shell text to run right after the test command in its exec, the marker of its line): the
+        listing on one line of the exec's output, base64-encoded, so that reading the verdict costs no
+        operation of its own. The marker is new for every grade."""
+        marker = f"SANDBATCH_VERDICT_{secrets.token_hex(8)}="
+        return (f'; s=$?; printf "\\n{marker}"; {{ {self._listing()} ; }} 2>/dev/null | base64 -w0; echo; exit $s',
+                marker)
+
+    async def read(self, sandbox: "Sandbox", printed: bytes | None = None) -> Verdict:
+        """The verdict; printed: the listing as the test command's exec printed it (taken_from), else
+        it is read with an exec of its own."""
+        if printed is None:
+            res = await sandbox.exec(self._listing(), timeout=60)
+            printed = res.stdout.encode("utf-8", "surrogateescape") if res.ok else b""
         files: dict[int, list[str]] = {}
         unclaimed: set[int] = set()
         current = None
-        for line in res.stdout.splitlines() if res.ok else []:
+        for line in printed.decode("utf-8", "surrogateescape").splitlines():
             if m := _KEY_RE.match(line):
                 unclaimed.add(int(m.group(1)))
                 current = None
@@ -206,7 +227,25 @@ class Channel:
                 current = files.setdefault(int(m.group(1)), [])
             elif current is not None and line:
                 current.append(line)
-        return merge({n: "\n".join(lines).encode() for n, lines in files.items()}, self.keys, unclaimed)
+        return merge({n: "\n".join(lines).encode("utf-8", "surrogateescape") for n, lines in files.items()},
+                     self.keys, unclaimed)
+
+
+def taken_from(out: str, marker: str) -> tuple[str, bytes | None]:
+    """(the exec's output without the listing's line, the listing): None unless exactly one line carries
+    the marker and decodes (a process of the tests may print too: the verdict is then read on its own)."""
+    lines = out.split("\n")
+    at = [i for i, ln in enumerate(lines) if ln.startswith(marker)]
+    if len(at) != 1:
+        return out, None
+    try:
+        printed = base64.b64decode(lines[at[0]][len(marker):].strip(), validate=True)
+    except (binascii.Error, ValueError):
+        return out, None
+    rest = lines[:at[0]] + lines[at[0] + 1:]
+    if at[0] > 0 and rest and rest[at[0] - 1] == "":  # the newline printed before the marker
+        del rest[at[0] - 1]
+    return "\n".join(rest), printed
 
 
 def rootdirs(v: Verdict, log: str) -> list[str]:
