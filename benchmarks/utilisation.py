@@ -28,6 +28,25 @@ about T), then reads the records and prints:
   of each step, and the gaps between a rollout's jobs (Snakemake noticing a job's end,
   selecting and starting the next, its process start-up).
 
+- on docker and opensandbox, the CPU of every part besides the process tree, sampled while
+  the run goes (a container's or a shim's total goes with it): the run's containers (their
+  cgroups; which ones from the engine's create events and the run's label), the containerd
+  shims with the runc processes they wait for, dockerd, containerd, the OpenSandbox server,
+  and the benchmark process (the scripted model, its samplers' own CPU left out); the CPU
+  floor (all of it / the cores), the idle time (wall x cores - all of it), what the machine
+  did meanwhile (/proc/stat: what is not this run's is the noise), a timeline of busy cores
+  and the steps running, and where the rollouts' time went, largest first: the records'
+  phases and gaps, and with traces (on with --row) the spans of the sandbox operations
+  (create, admission, probe, exec) and the steps.
+
+With `--row ID` the tasks are N repeats of one corpus row (corpus/ID, its image built:
+`python -m sandbatch.corpus build ID`), graded as SWE-bench in fresh sandboxes; its looks do
+not sleep (T=0 unless -t): the agent is as fast as its commands and model calls, so the
+run is what the orchestration and the tests cost. `--before DIR` runs another tree of the
+project (`git archive REV | tar -x -C DIR`) alternately with this one and prints both.
+
+    python benchmarks/utilisation.py --provider opensandbox --harness mini-swe-agent \
+        --row pytest-dev__pytest-5262 -n 8 -c 8 [--before /tmp/before]
     python benchmarks/utilisation.py                          # local: N=256, C=64, T=20 s
     python benchmarks/utilisation.py --provider docker        # N=24, C=8
     python benchmarks/utilisation.py --provider docker -n 8 -c 1
@@ -304,7 +323,8 @@ class Host:
 
     def _sample(self) -> None:
         self.containers.update(_container_usage())
-        self.shims.update(self._shims())
+        for pid, (cid, cpu) in self._shims().items():  # an exiting shim's command line is empty
+            self.shims[pid] = (cid or self.shims.get(pid, ("", 0.0))[0], cpu)
         self.timeline.append((time.time(), _machine()[0]))
 
     def _run(self) -> None:
@@ -421,8 +441,9 @@ def report(a, wall: float, cpu: float, rows: list[dict], peaks: Peaks) -> None:
           f"Snakemake's")
     if peaks.pss:
         print(f"  so one host of {cores} cores and {mem / gb:.0f} GB holds about {int(0.9 * mem * per / peaks.pss)} "
-              f"such rollouts at once by memory (90 %); CPU: {cores / (cpu / n) * max(t, 1):.0f} rollouts of T={max(t, 1):g} s "
-              f"at once keep its cores busy; descriptors (the processes' sum; each process has its own limit, "
+              f"such rollouts at once by memory (90 %); "
+              + (f"CPU: {cores / (cpu / n) * t:.0f} rollouts of T={t:g} s at once keep its cores busy; " if t else "")
+              + f"descriptors (the processes' sum; each process has its own limit, "
               f"{nofile} here) and processes (pid_max {Path('/proc/sys/kernel/pid_max').read_text().strip()}) "
               f"grow by the per-rollout figures above")
     print(f"  mean busy slots {sum(spans) / wall:.1f} of {c} over the wall ({sum(spans) / (end - start):.1f} "
@@ -498,6 +519,10 @@ def report_host(a, res: dict, rows: list[dict]) -> dict:
     waits = {f"record: {label}": sum(read(r) for r in rows) for label, read in PHASES}
     waits["record: agent (mini, its commands and model calls)"] = sum(float(r["harness"].get("agent_s") or 0) for r in rows)
     waits["record: tests"] = sum(_ph(r["grade"], "tests") for r in rows)
+    calls = [json.loads(line) for path in res["run_dir"].glob("*/*/model_calls.jsonl")
+             for line in path.read_text().splitlines() if line.strip()]
+    if calls:
+        waits[f"model calls ({len(calls)}, as the proxy timed them)"] = sum(float(c.get("latency_s") or 0) for c in calls)
     waits["run: start -> first step, x N"] = (first - w0) * len(rows)
     waits["run: last grade -> end, x N"] = (w1 - last) * len(rows)
     print(f"  where the rollouts' time went (seconds summed over the {len(rows)} rollouts; per rollout), largest first:")
