@@ -21,13 +21,15 @@ SUBMIT = {"content": "Submitting.", "tool_calls": [{"name": "bash", "arguments":
     "command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"}}]}
 
 
-def script(turns: int, pause: float = 0.0) -> dict:
-    """The scripted model's script: every smoke task fixed in exactly `turns` model turns (>= 2);
-    each look also sleeps `pause` seconds in the sandbox (an agent of about that duration)."""
+def script(turns: int, pause: float = 0.0, rows: list[dict] | None = None) -> dict:
+    """The scripted model's script: every smoke task (or every task row of `rows`: their
+    problem_statement and patch) fixed in exactly `turns` model turns (>= 2); each look also
+    sleeps `pause` seconds in the sandbox (an agent of about that duration)."""
     tasks = {}
     sleep = f"sleep {pause:g}; " if pause else ""
-    for line in SMOKE.read_text().splitlines():
-        row = json.loads(line)
+    if rows is None:
+        rows = [json.loads(line) for line in SMOKE.read_text().splitlines()]
+    for row in rows:
         looks = [{"content": f"Looking ({i + 1}).", "tool_calls": [{"name": "bash", "arguments": {
             "command": sleep + LOOK[i % len(LOOK)]}}]} for i in range(turns - 2)]
         fix = {"content": "Applying the fix.", "tool_calls": [{"name": "bash", "arguments": {
@@ -37,11 +39,11 @@ def script(turns: int, pause: float = 0.0) -> dict:
 
 
 @contextlib.contextmanager
-def serve(turns: int, pause: float = 0.0) -> Iterator[str]:
-    """The scripted model on 127.0.0.1: yields its base URL."""
+def serve(turns: int, pause: float = 0.0, rows: list[dict] | None = None) -> Iterator[str]:
+    """The scripted model on 127.0.0.1 (the smoke tasks', or `rows`' script): yields its base URL."""
     from sandbatch.testing.scripted_model import Script, ScriptedModel
 
-    server = ScriptedModel(Script.from_dict(script(turns, pause))).serve()
+    server = ScriptedModel(Script.from_dict(script(turns, pause, rows))).serve()
     try:
         yield f"http://127.0.0.1:{server.port}/v1"
     finally:

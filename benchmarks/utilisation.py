@@ -28,6 +28,25 @@ about T), then reads the records and prints:
   of each step, and the gaps between a rollout's jobs (Snakemake noticing a job's end,
   selecting and starting the next, its process start-up).
 
+- on docker and opensandbox, the CPU of every part besides the process tree, sampled while
+  the run goes (a container's or a shim's total goes with it): the run's containers (their
+  cgroups; which ones from the engine's create events and the run's label), the containerd
+  shims with the runc processes they wait for, dockerd, containerd, the OpenSandbox server,
+  and the benchmark process (the scripted model, its samplers' own CPU left out); the CPU
+  floor (all of it / the cores), the idle time (wall x cores - all of it), what the machine
+  did meanwhile (/proc/stat: what is not this run's is the noise), a timeline of busy cores
+  and the steps running, and where the rollouts' time went, largest first: the records'
+  phases and gaps, and with traces (on with --row) the spans of the sandbox operations
+  (create, admission, probe, exec) and the steps.
+
+With `--row ID` the tasks are N repeats of one corpus row (corpus/ID, its image built:
+`python -m sandbatch.corpus build ID`), graded as SWE-bench in fresh sandboxes; its looks do
+not sleep (T=0 unless -t): the agent is as fast as its commands and model calls, so the
+run is what the orchestration and the tests cost. `--before DIR` runs another tree of the
+project (`git archive REV | tar -x -C DIR`) alternately with this one and prints both.
+
+    python benchmarks/utilisation.py --provider opensandbox --harness mini-swe-agent \
+        --row pytest-dev__pytest-5262 -n 8 -c 8 [--before /tmp/before]
     python benchmarks/utilisation.py                          # local: N=256, C=64, T=20 s
     python benchmarks/utilisation.py --provider docker        # N=24, C=8
     python benchmarks/utilisation.py --provider docker -n 8 -c 1
@@ -109,12 +128,16 @@ def _gap(before: dict, after: dict) -> float:
     return _ts(after["started_at"]) - _ts(before["finished_at"])
 
 
-def config_for(a, run: str, model_url: str | None = None) -> dict:
+def config_for(a, run: str, model_url: str | None = None, tasks_file: Path | None = None) -> dict:
     tasks = max(k for k in range(1, SMOKE_TASKS + 1) if a.n % k == 0)
     cfg = {"run": run, "repeats": a.n // tasks, "concurrency": a.c, "retries": 0,
            "benchmark": {"limit": tasks},
            "harness": {"name": "oracle", "config": {"hold_seconds": a.t}},
            "timeouts": {"agent": a.t + 600}}
+    if tasks_file is not None:  # one corpus row, N repeats of it, on its own image
+        cfg["repeats"], cfg["benchmark"] = a.n, {"kind": "swebench", "tasks": str(tasks_file)}
+    if a.traces:
+        cfg["traces"] = {"exporters": ["file"]}
     if model_url:
         cfg["harness"], cfg["model"] = mini_harness(model_url)
     if a.provider == "docker":
@@ -183,28 +206,201 @@ def _pss(pid: int) -> int:
     return 0
 
 
-def run_once(a, wd: Path, model_url: str | None = None) -> tuple[float, float, Path, Peaks]:
+# --- the host's side: containers, engine, OpenSandbox server, the machine -------------------
+
+TICK = os.sysconf("SC_CLK_TCK")
+CGROUP_V1 = Path("/sys/fs/cgroup/cpuacct/docker")  # cgroupfs driver: docker/<id>/cpuacct.usage
+CGROUP_V2 = Path("/sys/fs/cgroup/system.slice")  # systemd driver: docker-<id>.scope/cpu.stat
+DAEMONS = ("dockerd", "containerd")
+SHIM = "containerd-shim"  # comm cut to 15 characters; its runc children are in its waited CPU
+SERVER = "opensandbox-server"  # in the server's command line
+
+
+def _stat(pid: int) -> tuple[str, float] | None:
+    """(comm, own + waited children's CPU s) of a process, None when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    f = text[text.rindex(")") + 2:].split()
+    return text[text.index("(") + 1:text.rindex(")")], sum(int(x) for x in f[11:15]) / TICK
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
+def _container_usage() -> dict[str, float]:
+    """CPU seconds so far of every running container, by full id (its cgroup goes with it)."""
+    out = {}
+    if CGROUP_V1.is_dir():
+        for d in CGROUP_V1.iterdir():
+            try:
+                out[d.name] = int((d / "cpuacct.usage").read_text()) / 1e9
+            except (OSError, ValueError):
+                pass
+    else:
+        for stat in CGROUP_V2.glob("docker-*.scope/cpu.stat"):
+            try:
+                out[stat.parent.name[7:-6]] = int(stat.read_text().split("usage_usec ")[1].split()[0]) / 1e6
+            except (OSError, ValueError, IndexError):
+                pass
+    return out
+
+
+def _machine() -> tuple[float, float]:
+    """(busy, idle) CPU seconds of the whole machine since boot (/proc/stat)."""
+    f = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = f[3] + f[4]
+    return (sum(f[:8]) - idle) / TICK, idle / TICK
+
+
+class Host:
+    """Samples, on a thread, what the run costs outside its own process tree: the CPU of every
+    container (cgroups; a container's total is lost when it is removed, so the last sample
+    counts), of the containerd shims (with the runc processes they wait for), of dockerd,
+    containerd and the OpenSandbox server (before and after: long-lived), and the machine's
+    busy time per sample (/proc/stat), for the timeline. Which containers and shims were the
+    run's is decided at the end from the engine's create events (the run's label)."""
+
+    def __init__(self, every: float = 0.5):
+        self.every = every
+        self.containers0 = _container_usage()
+        self.containers: dict[str, float] = {}
+        self.shims0: dict[int, float] = {}
+        self.shims: dict[int, tuple[str, float]] = {}  # pid -> (container id, CPU s)
+        self.daemons0 = self._daemons()
+        for pid, (cid, cpu) in self._shims().items():
+            self.shims0[pid] = cpu
+        self.machine0 = _machine()
+        self.timeline: list[tuple[float, float]] = []  # (wall clock, machine busy CPU s)
+        self.sampler_cpu = 0.0
+        self._events = subprocess.Popen(
+            ["docker", "events", "--filter", "type=container", "--filter", "event=create", "--format", "{{json .}}"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.created: list[dict] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        time.sleep(0.3)  # the event stream is subscribed before the run starts
+
+    @staticmethod
+    def _daemons() -> dict[int, tuple[str, float]]:
+        out = {}
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit():
+                pid = int(entry.name)
+                st = _stat(pid)
+                if st and (st[0] in DAEMONS or (st[0].startswith("opensandbox") or st[0] == "python")
+                           and any(SERVER in part for part in _cmdline(pid)[:3])):
+                    out[pid] = (SERVER if st[0] not in DAEMONS else st[0], st[1])
+        return out
+
+    @staticmethod
+    def _shims() -> dict[int, tuple[str, float]]:
+        out = {}
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit():
+                st = _stat(int(entry.name))
+                if st and st[0].startswith(SHIM):
+                    args = _cmdline(int(entry.name))
+                    cid = args[args.index("-id") + 1] if "-id" in args[:-1] else ""
+                    out[int(entry.name)] = (cid, st[1])
+        return out
+
+    def _read(self) -> None:
+        assert self._events.stdout is not None
+        for line in self._events.stdout:
+            try:
+                self.created.append(json.loads(line))
+            except ValueError:
+                pass
+
+    def _sample(self) -> None:
+        self.containers.update(_container_usage())
+        for pid, (cid, cpu) in self._shims().items():  # an exiting shim's command line is empty
+            self.shims[pid] = (cid or self.shims.get(pid, ("", 0.0))[0], cpu)
+        self.timeline.append((time.time(), _machine()[0]))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            t0 = time.thread_time()
+            self._sample()
+            self.sampler_cpu += time.thread_time() - t0
+
+    def stop(self, run: str) -> dict[str, float]:
+        """CPU seconds by part over the run; `run`: the run's name, a label on its sandboxes."""
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+        busy1, idle1 = _machine()
+        time.sleep(0.3)
+        self._events.terminate()
+        self._events.wait()
+        self._reader.join(timeout=5)
+        ours = {ev.get("id") for ev in self.created
+                if run in ((ev.get("Actor") or {}).get("Attributes") or {}).values()}
+        out = {"containers": 0.0, "shims, runc": 0.0, "dockerd": 0.0, "containerd": 0.0, SERVER: 0.0}
+        for cid, cpu in self.containers.items():
+            if cid in ours:
+                out["containers"] += cpu - self.containers0.get(cid, 0.0)
+        others = 0.0
+        for pid, (cid, cpu) in self.shims.items():
+            if cid in ours:
+                out["shims, runc"] += cpu - self.shims0.get(pid, 0.0)
+            else:
+                others += cpu - self.shims0.get(pid, 0.0)
+        for pid, (name, cpu) in self._daemons().items():
+            out[name] += cpu - self.daemons0.get(pid, (name, 0.0))[1]
+        self.others = {"other containers": sum(cpu - self.containers0.get(cid, 0.0)
+                                               for cid, cpu in self.containers.items() if cid not in ours),
+                       "other shims": others}
+        self.machine = (busy1 - self.machine0[0], idle1 - self.machine0[1])
+        self.n_containers = len(ours)
+        return out
+
+
+def self_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def run_once(a, wd: Path, model_url: str | None = None, tasks_file: Path | None = None,
+             code_dir: Path = REPO) -> dict:
+    """One run of the workflow of `code_dir` (this checkout, or another tree of the project:
+    its Snakefile, profile and package, ahead of the installed one on PYTHONPATH)."""
     run = f"util-{a.provider}-{uuid.uuid4().hex[:6]}"  # its sandboxes' labels are this run's alone
     cfg = wd / "utilisation.json"
-    cfg.write_text(json.dumps(config_for(a, run, model_url)))  # JSON is YAML
+    cfg.write_text(json.dumps(config_for(a, run, model_url, tasks_file)))  # JSON is YAML
     # the repository's profile, as a run from the checkout gets it; --cores only counts jobs
     # here (sandboxes are capped by `concurrency`), so it must not be what limits them
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(wd),
-           "--workflow-profile", str(REPO / "profiles" / "default"), "--cores", str(2 * a.c),
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(code_dir / "Snakefile"), "-d", str(wd),
+           "--workflow-profile", str(code_dir / "profiles" / "default"), "--cores", str(2 * a.c),
            "--configfile", str(cfg)]
     env = {**os.environ, KEY_ENV: OPENSANDBOX_KEY}
-    cpu0, t0 = children_cpu(), time.monotonic()
+    if code_dir != REPO:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(code_dir / "src"), env.get("PYTHONPATH")]))
+    host = Host(a.host_sample) if a.provider != "local" else None
+    cpu0, own0, t0, w0 = children_cpu(), self_cpu(), time.monotonic(), time.time()
     with open(wd / "snakemake.log", "w+") as log:
         proc = subprocess.Popen(cmd, cwd=wd, stdout=log, stderr=subprocess.STDOUT, env=env)
         peaks = Peaks(proc.pid, a.sample)
         code = proc.wait()
         peaks.stop()
-        wall, cpu = time.monotonic() - t0, children_cpu() - cpu0
+        wall, cpu, w1 = time.monotonic() - t0, children_cpu() - cpu0, time.time()
+        parts = host.stop(run) if host else None
+        own = self_cpu() - own0 - (host.sampler_cpu if host else 0.0)
         if code != 0:
             log.seek(0)
             print(log.read()[-4000:], file=sys.stderr)
             raise SystemExit(f"the run failed (exit {code}); its directory: {wd}")
-    return wall, cpu, wd / "results" / run, peaks
+    return {"wall": wall, "cpu": cpu, "run_dir": wd / "results" / run, "peaks": peaks, "host": host,
+            "parts": parts, "own": own, "window": (w0, w1)}
 
 
 def load_rollouts(run_dir: Path) -> list[dict]:
@@ -228,8 +424,9 @@ def report(a, wall: float, cpu: float, rows: list[dict], peaks: Peaks) -> None:
     outside = [s - ag - te for s, ag, te in zip(spans, agents, tests)]
     print(f"{a.provider}, {a.harness}: N={n} rollouts, C={c}, T={t:g} s; {unresolved} unresolved, "
           f"{len(bad)} infra errors")
-    print(f"  wall {wall:.1f} s; ideal ceil(N/C) x T = {ideal:.0f} s; ratio {wall / ideal:.3f}")
-    print(f"  first step start -> last grade end {end - start:.1f} s; ratio {(end - start) / ideal:.3f} "
+    ratio = (lambda x: f"; ratio {x / ideal:.3f}") if ideal else (lambda x: "")
+    print(f"  wall {wall:.1f} s; ideal ceil(N/C) x T = {ideal:.0f} s{ratio(wall)}")
+    print(f"  first step start -> last grade end {end - start:.1f} s{ratio(end - start)} "
           f"(the rest is Snakemake start-up, DAG and the aggregate)")
     cores = os.cpu_count() or 1
     print(f"  CPU of the run's process tree {cpu:.0f} s ({cpu / n:.2f} s per rollout): on {cores} cores at least "
@@ -244,8 +441,9 @@ def report(a, wall: float, cpu: float, rows: list[dict], peaks: Peaks) -> None:
           f"Snakemake's")
     if peaks.pss:
         print(f"  so one host of {cores} cores and {mem / gb:.0f} GB holds about {int(0.9 * mem * per / peaks.pss)} "
-              f"such rollouts at once by memory (90 %); CPU: {cores / (cpu / n) * t:.0f} rollouts of T={t:g} s "
-              f"at once keep its cores busy; descriptors (the processes' sum; each process has its own limit, "
+              f"such rollouts at once by memory (90 %); "
+              + (f"CPU: {cores / (cpu / n) * t:.0f} rollouts of T={t:g} s at once keep its cores busy; " if t else "")
+              + f"descriptors (the processes' sum; each process has its own limit, "
               f"{nofile} here) and processes (pid_max {Path('/proc/sys/kernel/pid_max').read_text().strip()}) "
               f"grow by the per-rollout figures above")
     print(f"  mean busy slots {sum(spans) / wall:.1f} of {c} over the wall ({sum(spans) / (end - start):.1f} "
@@ -263,34 +461,147 @@ def report(a, wall: float, cpu: float, rows: list[dict], peaks: Peaks) -> None:
     print(f"    {'sum':26s} {total:6.3f}")
 
 
+def span_totals(run_dir: Path) -> dict[str, list]:
+    """Per span name over every rollout's trace: [count, total seconds]."""
+    from sandbatch.trace import read_spans
+
+    out: dict[str, list] = {}
+    for path in run_dir.glob("*/*/trace.jsonl"):
+        for sp in read_spans(path):
+            if not sp.get("endTimeUnixNano"):
+                continue
+            row = out.setdefault(sp["name"], [0, 0.0])
+            row[0] += 1
+            row[1] += (int(sp["endTimeUnixNano"]) - int(sp["startTimeUnixNano"])) / 1e9
+    return out
+
+
+def report_host(a, res: dict, rows: list[dict]) -> dict:
+    """The CPU of every part against the wall, what the cores did meanwhile, and where the
+    rollouts waited (records and spans)."""
+    cores = os.cpu_count() or 1
+    wall, host = res["wall"], res["host"]
+    parts = {"process tree": res["cpu"], "scripted model (benchmark process)": res["own"], **res["parts"]}
+    total = sum(parts.values())
+    floor = total / cores
+    print(f"  CPU by part (s): " + "; ".join(f"{k} {v:.1f}" for k, v in parts.items())
+          + f"; total {total:.1f} ({host.n_containers} containers of the run)")
+    print(f"  CPU floor {floor:.1f} s (total / {cores} cores); wall {wall:.1f} s = {wall / floor:.2f} x the floor; "
+          f"idle {wall * cores - total:.1f} CPU-s of {wall * cores:.0f} ({(wall * cores - total) / (wall * cores):.0%})")
+    busy, idle = host.machine
+    other = busy - total - host.sampler_cpu
+    print(f"  the machine meanwhile (/proc/stat): busy {busy:.1f} CPU-s, idle {idle:.1f}; not this run's "
+          f"{other:.1f} CPU-s (others' processes; other containers {host.others['other containers']:.1f}, "
+          f"their shims {host.others['other shims']:.1f}; samplers {host.sampler_cpu:.1f}): the noise")
+    # when the cores were idle, and which steps were running then
+    w0, w1 = res["window"]
+    step = max(2.0, math.ceil(wall / 24))
+    print(f"  timeline ({step:g} s buckets from the command's start): machine busy cores | rollouts in "
+          f"sandbox/harness/patch/grade step, between steps")
+    samples = host.timeline
+    spans = [[(s, _ts(r[s]["started_at"]), _ts(r[s]["finished_at"])) for s in STEPS] for r in rows]
+    t = w0
+    while t < w1:
+        e = min(t + step, w1)
+        inside = [(tt, b) for tt, b in samples if t <= tt <= e]
+        before = [(tt, b) for tt, b in samples if tt < t]
+        pts = (before[-1:] + inside)
+        rate = (pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0]) if len(pts) > 1 and pts[-1][0] > pts[0][0] else 0.0
+        mid = (t + e) / 2
+        counts = [sum(1 for r in spans for s, s0, s1 in r if s == name and s0 <= mid < s1) for name in STEPS]
+        between = sum(1 for r in spans if r[0][1] <= mid < r[-1][2]) - sum(counts)
+        print(f"    {t - w0:6.0f}-{e - w0:<6.0f} {rate:4.2f} {'#' * round(rate * 10):20s} | "
+              + "/".join(str(x) for x in counts) + f", {between}")
+        t = e
+    # where the rollouts waited: the phases of the records and the spans of the traces, largest first
+    first = min(_ts(r["sandbox"]["started_at"]) for r in rows)
+    last = max(_ts(r["grade"]["finished_at"]) for r in rows)
+    waits = {f"record: {label}": sum(read(r) for r in rows) for label, read in PHASES}
+    waits["record: agent (mini, its commands and model calls)"] = sum(float(r["harness"].get("agent_s") or 0) for r in rows)
+    waits["record: tests"] = sum(_ph(r["grade"], "tests") for r in rows)
+    calls = [json.loads(line) for path in res["run_dir"].glob("*/*/model_calls.jsonl")
+             for line in path.read_text().splitlines() if line.strip()]
+    if calls:
+        waits[f"model calls ({len(calls)}, as the proxy timed them)"] = sum(float(c.get("latency_s") or 0) for c in calls)
+    waits["run: start -> first step, x N"] = (first - w0) * len(rows)
+    waits["run: last grade -> end, x N"] = (w1 - last) * len(rows)
+    print(f"  where the rollouts' time went (seconds summed over the {len(rows)} rollouts; per rollout), largest first:")
+    for k, v in sorted(waits.items(), key=lambda kv: -kv[1])[:14]:
+        print(f"    {k:52s} {v:7.1f} {v / len(rows):6.2f}")
+    if a.traces:
+        spans_by = span_totals(res["run_dir"])
+        print("  spans (count, seconds summed over the rollouts, mean), largest first; nested spans overlap:")
+        for name, (count, secs) in sorted(spans_by.items(), key=lambda kv: -kv[1][1])[:16]:
+            print(f"    {name:52s} {count:4d} {secs:7.1f} {secs / count:6.3f}")
+    return {"wall": wall, "total": total, "floor": floor, "idle": wall * cores - total, "ratio": wall / floor}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--provider", choices=sorted(DEFAULTS), default="local")
     p.add_argument("-n", type=int, help="rollouts (default: local 256, docker and opensandbox 24)")
     p.add_argument("-c", type=int, help="concurrency (default: local 64, docker and opensandbox 8)")
-    p.add_argument("-t", type=float, default=20.0, help="seconds the agent holds its sandbox (default 20)")
+    p.add_argument("-t", type=float, help="seconds the agent holds its sandbox (default 20; with --row 0: "
+                   "the looks do not sleep, the agent is as fast as its commands and model calls)")
     p.add_argument("--harness", choices=("oracle", "mini-swe-agent"), default="oracle",
                    help="mini-swe-agent: host mode against the scripted model")
+    p.add_argument("--row", help="a corpus row (corpus/<ID>, its image built: python -m sandbatch.corpus build ID): "
+                   "N repeats of it, graded as SWE-bench, instead of the smoke tasks")
     p.add_argument("--turns", type=int, default=4, help="mini-swe-agent: model turns per rollout (default 4)")
+    p.add_argument("--traces", action=argparse.BooleanOptionalAction, default=None,
+                   help="record the rollouts' traces (file exporter) and read the sandbox operations' spans "
+                   "from them (default: on with --row)")
     p.add_argument("--sample", type=float, default=2.0, help="seconds between samples of the process tree")
+    p.add_argument("--host-sample", type=float, default=0.5,
+                   help="seconds between samples of the containers, shims and the machine (docker, opensandbox)")
+    p.add_argument("--before", type=Path, help="another tree of this project (e.g. `git archive REV | tar -x -C DIR`): "
+                   "its runs alternate with this checkout's, labelled `before`")
     p.add_argument("--runs", type=int, default=1, help="run this many times, each in a fresh directory")
     p.add_argument("--keep", type=Path, help="run in DIR/<i> and keep it")
     a = p.parse_args()
     a.n = a.n or DEFAULTS[a.provider][0]
     a.c = a.c or DEFAULTS[a.provider][1]
+    a.t = a.t if a.t is not None else (0.0 if a.row else 20.0)
+    a.traces = bool(a.row) if a.traces is None else a.traces
+    rows, tasks_file = None, None
+    if a.row:
+        from sandbatch import corpus
+
+        task = corpus.rows([a.row])[0].task()
+        rows = [task]
+        tmp = Path(tempfile.mkdtemp(prefix="sandbatch-util-tasks-"))
+        tasks_file = tmp / "tasks.jsonl"
+        tasks_file.write_text(json.dumps(task) + "\n")
+        if subprocess.run(["docker", "image", "inspect", task["image"]], capture_output=True).returncode:
+            raise SystemExit(f"{task['image']} is not built; run: python -m sandbatch.corpus build {a.row}")
+    trees = ([(a.before.resolve(), "before")] if a.before else []) + [(REPO, "now")]
+    results: dict[str, list[dict]] = {who: [] for _, who in trees}
     for i in range(a.runs):
-        wd = (a.keep / str(i)) if a.keep else Path(tempfile.mkdtemp(prefix="sandbatch-util-"))
-        wd.mkdir(parents=True, exist_ok=True)
-        print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
-        if a.harness == "mini-swe-agent":  # the looks sleep: the agent lasts about T
-            with serve(a.turns, a.t / max(1, a.turns - 2)) as url:
-                wall, cpu, run_dir, peaks = run_once(a, wd, url)
-        else:
-            wall, cpu, run_dir, peaks = run_once(a, wd)
-        print(f"load average after:  {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-        report(a, wall, cpu, load_rollouts(run_dir), peaks)
-        if not a.keep:
-            shutil.rmtree(wd, ignore_errors=True)
+        for code_dir, who in trees:
+            name = f"{who}-{i}" if a.before else str(i)
+            wd = (a.keep / name) if a.keep else Path(tempfile.mkdtemp(prefix="sandbatch-util-"))
+            wd.mkdir(parents=True, exist_ok=True)
+            if a.before:
+                print(f"== {who} ({code_dir}), run {i + 1}")
+            print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+            if a.harness == "mini-swe-agent":  # the looks sleep: the agent lasts about T
+                with serve(a.turns, a.t / max(1, a.turns - 2), rows) as url:
+                    res = run_once(a, wd, url, tasks_file, code_dir)
+            else:
+                res = run_once(a, wd, None, tasks_file, code_dir)
+            print(f"load average after:  {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+            rollouts = load_rollouts(res["run_dir"])
+            report(a, res["wall"], res["cpu"], rollouts, res["peaks"])
+            if res["host"] is not None:
+                results[who].append(report_host(a, res, rollouts))
+            if not a.keep:
+                shutil.rmtree(wd, ignore_errors=True)
+            sys.stdout.flush()
+    if a.before and all(results.values()):
+        print("before / now (medians over the runs):")
+        for key in ("wall", "total", "floor", "idle", "ratio"):
+            b, n = (statistics.median(r[key] for r in results[w]) for w in ("before", "now"))
+            print(f"  {key:6s} {b:8.1f} {n:8.1f}" if key != "ratio" else f"  {key:6s} {b:8.2f} {n:8.2f}")
     return 0
 
 

@@ -214,6 +214,59 @@ def test_probe_failure_deletes_the_sandbox(real_opensandbox, os_run):
     assert err.failure_class == "sandbox_probe"  # and os_run finds nothing left
 
 
+def test_execd_grace_set_in_the_sandbox_and_commands_do_not_wait_a_second(real_opensandbox, os_run):
+    # execd keeps a finished command's stream open EXECD_API_GRACE_SHUTDOWN (its default 1 s);
+    # every sandbox gets create.execd_grace (50ms), a task's own value wins, null leaves execd's
+    async def body(p):
+        out = []
+        for env in ({}, {"EXECD_API_GRACE_SHUTDOWN": "20ms"}):
+            sb = await p.create(SandboxSpec(image=IMAGE, labels={"run": os_run}, ttl_seconds=600, env=env))
+            try:
+                res = await sb.exec("echo $EXECD_API_GRACE_SHUTDOWN; exit 3", timeout=30)
+                took = []
+                for _ in range(5):
+                    t0 = time.monotonic()
+                    assert (await sb.exec("true", timeout=30)).ok
+                    took.append(time.monotonic() - t0)
+                out.append((res.exit_code, res.stdout, sorted(took)[2]))
+            finally:
+                await p.delete(sb.id)
+        return out
+
+    (code, grace, median), (_, own, _) = with_provider(real_opensandbox.options(), body)
+    assert (code, grace, own) == (3, "50ms\n", "20ms\n")
+    assert median < 0.5, median  # execd's default tail alone is 1 s
+
+    async def default(p):
+        sb = await p.create(spec(os_run))
+        try:
+            return (await sb.exec("echo ${EXECD_API_GRACE_SHUTDOWN:-unset}", timeout=30)).stdout
+        finally:
+            await p.delete(sb.id)
+
+    assert with_provider(real_opensandbox.options(create={"execd_grace": None}), default) == "unset\n"
+
+
+def test_probe_retries_soon_then_backs_off(real_opensandbox, os_run):
+    # the probe fails twice, then passes: its retries come after 0.1 s and 0.2 s (doubling up
+    # to probe.interval), not after a whole interval each
+    stamps = f"/tmp/probe-{uuid.uuid4().hex}"
+    command = f"date +%s.%N >> {stamps}; [ $(wc -l < {stamps}) -ge 3 ] && echo sandbatch-ready"
+
+    async def body(p):
+        sb = await p.create(spec(os_run))
+        try:
+            return (await sb.exec(f"cat {stamps}", timeout=30)).stdout
+        finally:
+            await p.delete(sb.id)
+
+    text = with_provider(real_opensandbox.options(probe={"command": command, "interval": 5.0}), body)
+    times = [float(x) for x in text.split()]
+    assert len(times) == 3
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert 0.1 <= gaps[0] < 1.0 and 0.2 <= gaps[1] < 1.5, gaps
+
+
 def test_wrong_api_key_is_an_auth_error_naming_the_variable(real_opensandbox, os_run, monkeypatch):
     monkeypatch.setenv("SANDBATCH_TEST_OSB_KEY", "wrong-key")
 

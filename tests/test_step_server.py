@@ -60,6 +60,31 @@ def test_a_step_goes_to_the_server_with_its_stdio_and_exit_code(tmp_path):
     assert _client(None, "--help").returncode == 99
 
 
+def test_steps_are_served_between_the_imports_after_then(tmp_path):
+    # the modules after --then are imported one by one between clients: a step waiting for
+    # the server is not held up by imports only later steps need
+    (tmp_path / "slow_import_a.py").write_text("import time\ntime.sleep(4)\n")
+    (tmp_path / "slow_import_b.py").write_text("import time\ntime.sleep(4)\n")
+    name = f"sandbatch-test-{uuid.uuid4().hex}"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.Popen([sys.executable, "-m", SERVER_MODULE, name, "sandbatch.steps.convert", "--then",
+                             "slow_import_a", "slow_import_b"], env=env)
+    try:
+        def up():
+            with socket.socket(socket.AF_UNIX) as s:
+                return s.connect_ex("\0" + name) == 0
+
+        wait_for(up, 30, "the step server to listen", proc)
+        start = time.monotonic()
+        usage = _client(name, "--help")
+        took = time.monotonic() - start
+        assert usage.returncode == 0 and usage.stdout.startswith("usage: convert.py"), usage
+        assert took < 7, took  # served after at most the one import under way, not both
+    finally:
+        proc.terminate()
+        assert proc.wait(20) == 0
+
+
 def _server_of(snakemake: psutil.Process) -> psutil.Process | None:
     try:
         return next((p for p in snakemake.children() if SERVER_MODULE in " ".join(p.cmdline())), None)

@@ -19,7 +19,11 @@ of the SDK, and why:
   run, not the client, so a faster transport or a leaner create buys nothing there.
 - After create a probe command must print the expected output before the deadline
   (it also makes the scratch directory and the workdir, which the image may lack and
-  execd refuses as a command's cwd); a sandbox that fails it is deleted.
+  execd refuses as a command's cwd); a sandbox that fails it is deleted. Its retries wait
+  0.1 s, doubling up to `probe.interval`: execd is usually up at once or moments later.
+- Every sandbox's environment sets execd's stream tail (EXECD_API_GRACE_SHUTDOWN, option
+  `create.execd_grace`, 50 ms): execd keeps a finished command's stream open that long
+  after its last event, by default 1 s, which every command would otherwise wait.
 - Commands: a 502/503/429 or a refused connection before the stream starts means execd
   did not take the command (it is still binding), so the command is sent again, a
   bounded number of times. Any other 4xx is execd refusing the request: definitive,
@@ -109,6 +113,9 @@ KEEPALIVE_POOL = 16
 # what the SDK's Sandbox.create sends when no entrypoint or resource limits are given
 SDK_DEFAULT_ENTRYPOINT = ("tail", "-f", "/dev/null")
 SDK_DEFAULT_RESOURCE = {"cpu": "1", "memory": "2Gi"}
+# execd keeps every command's stream open this long after the command ended (its default 1 s)
+EXECD_GRACE_ENV = "EXECD_API_GRACE_SHUTDOWN"
+PROBE_FIRST_WAIT = 0.1  # seconds before the probe's second attempt; doubles up to probe.interval
 
 _STATES: dict[str, State] = {
     "running": "running", "pending": "pending", "pausing": "stopped", "paused": "stopped",
@@ -294,6 +301,9 @@ class OpenSandboxSandbox(Sandbox):
         expected = cfg.get("expected")
         deadline = time.monotonic() + cfg["timeout"]
         last = "not run"
+        # execd usually answers at the first attempt, or within moments of the create: wait
+        # PROBE_FIRST_WAIT, doubling up to the configured interval
+        wait = min(PROBE_FIRST_WAIT, cfg["interval"])
         while True:
             remaining = deadline - time.monotonic()
             try:
@@ -307,10 +317,11 @@ class OpenSandboxSandbox(Sandbox):
                 raise
             except SandboxError as exc:
                 last = str(exc)
-            if time.monotonic() + cfg["interval"] >= deadline:
+            if time.monotonic() + wait >= deadline:
                 raise SandboxError(f"sandbox {self.id} failed its probe within {cfg['timeout']}s: {last}",
                                    "sandbox_probe")
-            await asyncio.sleep(cfg["interval"])
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, cfg["interval"])
 
     # files -------------------------------------------------------------------------------
     async def upload(self, path: str, data: bytes, mode: int = 0o644) -> None:
@@ -464,9 +475,12 @@ class OpenSandboxProvider(Provider):
         resource = {k: str(v) for k, v in (cfg["resources"] or {}).items()}
         resource.update({k: v for k, v in (("cpu", spec.resources.cpu), ("memory", spec.resources.memory)) if v})
         extensions = {"imagePullPolicy": cfg["image_pull_policy"]} if cfg.get("image_pull_policy") else None
+        env = dict(spec.env)
+        if cfg.get("execd_grace"):  # execd's stream tail: 1 s of waiting per command by default
+            env.setdefault(EXECD_GRACE_ENV, cfg["execd_grace"])
         request = dict(
             timeout=timedelta(seconds=max(60, int(spec.ttl_seconds))),
-            env=dict(spec.env), metadata=metadata,
+            env=env, metadata=metadata,
             resource=resource or dict(SDK_DEFAULT_RESOURCE),
             resource_requests=dict(cfg["resource_requests"]) if cfg.get("resource_requests") else None,
             entrypoint=list(spec.entrypoint or SDK_DEFAULT_ENTRYPOINT),

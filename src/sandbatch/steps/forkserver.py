@@ -23,7 +23,7 @@ the sandbox it holds) runs as it would have in the job's own process.
 The server imports but never starts anything that cannot cross a fork: no event loop, no
 threads, no connections.
 
-    python -m sandbatch.steps.forkserver NAME MODULE...   # serve until SIGTERM
+    python -m sandbatch.steps.forkserver NAME MODULE... [--then MODULE...]   # serve until SIGTERM
 """
 
 from __future__ import annotations
@@ -56,11 +56,14 @@ PR_SET_PDEATHSIG = 1
 BACKOFF = 0.2  # seconds between tries when descriptors, processes or memory are short
 FORK_WAIT = 600.0  # how long a step waits for a process or memory before its client runs it itself
 MIN_AVAILABLE = 512 << 20  # bytes of available memory below which no step starts
+THEN = "--then"  # among the modules: those before it are imported before any step is served
 
 
 def preload_modules(cfg) -> list[str]:
-    """What the steps of this run import: every step, its provider, harness (and what it needs on
-    this host: `Harness.host_modules`), grader and model proxy."""
+    """What the steps of this run import, in the order a rollout's steps need them: every step,
+    its provider, the trace SDK and the task loader (all the first step needs), THEN, its
+    harness (and what it needs on this host: `Harness.host_modules`), model proxy and grader.
+    The server imports what comes before THEN before it serves anyone, the rest between clients."""
     from ..grading import GRADERS
     from ..harness import HARNESSES, get_harness
     from ..sandbox import PROVIDERS
@@ -68,16 +71,16 @@ def preload_modules(cfg) -> list[str]:
 
     modules = [target.partition(":")[0] for target in STEPS.values()]
     modules.append(PROVIDERS[cfg.sandbox.provider].partition(":")[0])
+    if cfg.traces.exporters:  # the SDK and its exporters (imports only; no thread starts)
+        modules += ["sandbatch.trace.otel", *(f"opentelemetry.exporter.otlp.proto.{e[5:]}.trace_exporter"
+                                              for e in cfg.traces.exporters if e != "file")]
+    loader = BENCHMARKS[cfg.benchmark.kind]
+    modules += [loader, THEN]
     modules.append(HARNESSES[cfg.harness.name].partition(":")[0])
     harness = get_harness(cfg.harness.name)  # mini-swe-agent on this host: mini and litellm
     modules += harness.host_modules(harness.merge_config(cfg.harness.config))
     if cfg.model.proxy.enabled:
         modules.append("sandbatch.proxy")  # with aiohttp: ~0.25 CPU-s each harness step would pay
-    if cfg.traces.exporters:  # the SDK and its exporters (imports only; no thread starts)
-        modules += ["sandbatch.trace.otel", *(f"opentelemetry.exporter.otlp.proto.{e[5:]}.trace_exporter"
-                                              for e in cfg.traces.exporters if e != "file")]
-    loader = BENCHMARKS[cfg.benchmark.kind]
-    modules.append(loader)
     family = getattr(importlib.import_module(loader), "FAMILY", None)
     if family in GRADERS:
         grader = GRADERS[family]
@@ -142,30 +145,29 @@ def serve(name: str, modules: Iterable[str]) -> int:
     signal.signal(signal.SIGTERM, stop)
     _die_with_parent()
     # listen first: a step that starts meanwhile waits in the backlog for the imports it
-    # would otherwise do itself
+    # would otherwise do itself. The modules come in the order a rollout's steps need them
+    # (preload_modules), and the clients waiting are served between two imports: the first
+    # steps (creating sandboxes) do not wait seconds for the harness's and the grader's
+    # imports, which go on while those steps run
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind("\0" + name)
     listener.listen(1024)
-    for entry in modules:  # "module", or "module:function" called once after the import
-        module, _, function = entry.partition(":")
-        try:
-            loaded = importlib.import_module(module)
-            if function:
-                getattr(loaded, function)()
-        except Exception as exc:  # the step will report it properly when it runs
-            print(f"sandbatch: step server: cannot preload {entry}: {exc}", file=sys.stderr)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    gc.freeze()  # the children's collections leave the imported objects' pages shared
+    modules = list(modules)
+    cut = modules.index(THEN) if THEN in modules else len(modules)
+    for entry in modules[:cut]:
+        _preload(entry)
+    pending = modules[cut + 1:]
     children: set[int] = set()
     served = 0
     while not stopping:
         _reap(children)
         try:
-            ready, _, _ = select.select([listener], [], [], 0.2)
+            ready, _, _ = select.select([listener], [], [], 0 if pending else 0.2)
         except InterruptedError:
             continue
         if not ready:
+            if pending:
+                _preload(pending.pop(0))
             continue
         try:
             conn, _ = listener.accept()
@@ -186,6 +188,20 @@ def serve(name: str, modules: Iterable[str]) -> int:
     print(f"sandbatch: step server: {served} steps; CPU {_cpu(own) + _cpu(steps):.2f} s "
           f"(imports and serving {_cpu(own):.2f}, steps {_cpu(steps):.2f})", file=sys.stderr, flush=True)
     return 0
+
+
+def _preload(entry: str) -> None:
+    """Import one module ("module", or "module:function" called once after the import)."""
+    module, _, function = entry.partition(":")
+    try:
+        loaded = importlib.import_module(module)
+        if function:
+            getattr(loaded, function)()
+    except Exception as exc:  # the step will report it properly when it runs
+        print(f"sandbatch: step server: cannot preload {entry}: {exc}", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    gc.freeze()  # the children's collections leave the imported objects' pages shared
 
 
 def _cpu(usage: resource.struct_rusage) -> float:
