@@ -34,11 +34,6 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("ids", nargs="*")
     c.add_argument("--workdir")
     c.add_argument("--cores", type=int, default=2)
-    n = sub.add_parser("new", help="make a row directory from a repository's git history")
-    for opt in ("mirror", "instance-id", "repo", "base", "fix", "version", "upstream", "license", "row-source"):
-        n.add_argument(f"--{opt}", required=True)
-    n.add_argument("--problem-statement", help="a file holding the issue text")
-    n.add_argument("--extra", help="more row fields, as a JSON object")
     args = ap.parse_args(argv)
     try:
         if args.cmd == "build":
@@ -57,12 +52,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"PASS_TO_PASS {record['counts']['PASS_TO_PASS']}", flush=True)
         elif args.cmd == "tasks":
             print(f"wrote {write_tasks(args.ids or None, args.out, args.patch)} rows to {args.out}")
-        elif args.cmd == "check":
-            from .check import main_args
-
-            return main_args(args)
         else:
-            from .new import main_args
+            from .check import main_args
 
             return main_args(args)
     except SandbatchError as exc:
