@@ -237,7 +237,8 @@ def test_rollout_page_draws_its_trace_and_shows_flags_first(traced_run, tmp_path
     assert bars[0] == ("orchestration", "0.000", "100.000")  # the rollout spans the axis
     assert {k for k, _, _ in bars} >= {"sandbox", "tests", "orchestration"}
     assert all(float(left) + float(width) <= 100.2 for _, left, width in bars)
-    assert re.search(r'sandbox\.local\.exec <span class="muted">bash [^<]*eval\.sh 2&gt;&amp;1 → exit 0</span>', html)
+    # the eval exec also prints the verdict after the script: the command goes on after `2>&1`
+    assert re.search(r'sandbox\.local\.exec <span class="muted">bash [^<]*eval\.sh 2&gt;&amp;1[^<]* → exit 0</span>', html)
     report = (traced_run / "report.md").read_text()
     assert re.search(r"Where the time went \(1 traced rollouts, [\d.]+ s in all\): model calls 0\.0 s \(0%\), "
                      r"sandbox operations [\d.]+ s", report), report
