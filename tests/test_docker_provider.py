@@ -123,6 +123,32 @@ def test_exec_timeout_kills_the_whole_command(spec):
     run(go())
 
 
+def test_stop_processes_leaves_none_of_a_respawning_swarm(spec):
+    """Processes that fork faster than a scan of /proc can find them (thousands within a second),
+    and chains whose pids hop (each starts its successor in a session of its own and exits): none
+    runs after the stop, the image's entrypoint (`sleep TTL` under pid 1) still does, and a stop
+    that cannot run is an infrastructure error, never "none left"."""
+    hop = "#!/bin/sh\n(setsid /tmp/hop.sh &)\n"
+    swarm = ("for i in 1 2 3 4; do (setsid /tmp/hop.sh &); done; "
+             "for i in 1 2; do (setsid sh -c 'while :; do (sh -c \"sleep 300\" &); done' &); done")
+
+    async def go():
+        sb = await DockerProvider().create(spec())
+        await sb.upload("/tmp/hop.sh", hop.encode(), mode=0o755)
+        assert (await sb.exec(swarm, timeout=30)).ok
+        await asyncio.sleep(1)
+        killed = await sb.stop_processes()
+        assert killed >= 100
+        left = await sb.exec("for d in /proc/[0-9]*; do read -r l < $d/stat && echo \"$l\"; done", timeout=30)
+        live = [ln for ln in left.stdout.splitlines() if ln.rsplit(") ", 1)[1].split()[0] not in "ZX"]
+        names = sorted(ln.split("(", 1)[1].split(")", 1)[0] for ln in live)
+        assert "sleep" in names and "sh" not in names, names  # the entrypoint kept, no daemon left
+        with pytest.raises(SandboxError, match="cannot stop the processes"):
+            await sb.stop_processes("/no/such/shell")
+
+    run(go())
+
+
 def test_commands_keep_the_containers_path(spec):
     """A command runs with the PATH the container was given (image ENV or the spec), as on
     OpenSandbox: no login shell resets it from /etc/profile."""

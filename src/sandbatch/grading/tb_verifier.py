@@ -2,10 +2,10 @@
 never saw, and writes its reward where only it is told to (docs/benchmarks.md, "Terminal-Bench
 in the agent's sandbox").
 
-- every process the agent left is frozen and killed before the verifier starts
-  (Sandbox.stop_processes: a container's processes but pid 1, the image's entrypoint with
-  what it started, and the provider's own agent; on the local provider the processes whose
-  HOME is the sandbox's);
+- every process the agent left is frozen and killed before the verifier starts, or the
+  grade is an infrastructure error (Sandbox.stop_processes: a container's processes but
+  pid 1, the image's entrypoint with what it started, and the provider's own agent; on the
+  local provider the processes whose HOME is the sandbox's);
 - the shell is a static bash (Debian's bash-static) and the core tools a static busybox's
   applets (busybox-static), uploaded at grading time into a random directory that comes
   first on PATH: no dynamic loader, so neither LD_PRELOAD nor /etc/ld.so.preload reaches

@@ -83,11 +83,16 @@ class SandboxGone(SandboxError):
         super().__init__(message, "sandbox_gone")
 
 
-# POSIX sh builtins and /proc only (the sandbox's own tools are not to be trusted): three rounds of
-# SIGSTOP then SIGKILL to every pid but this shell and its ancestors (the provider's agent), pid 1, and
-# the image's entrypoint with what it started: the first-started child of pid 1 that is no ancestor
-# (an agent's orphans are reparented to pid 1 later) and its descendants
+# POSIX sh builtins and /proc only (the sandbox's own tools are not to be trusted). One kill(-1) freezes
+# every process but pid 1 and this shell at once, so none forks away while the table is read; what
+# must go on is woken again: this shell's ancestors (the provider's agent) and the image's entrypoint
+# with what it started (the first-started child of pid 1 that is no ancestor: an agent's orphans are
+# reparented to pid 1 later; and its descendants). The rest are killed, in rounds until one finds no
+# live process not killed yet (a fork the freeze caught half-done; one SIGKILLed runs no more code);
+# it prints how many it killed and how many it found in its last round.
+STOP_ROUNDS = 20
 STOP_PROCESSES = r"""
+kill -STOP -1 2>/dev/null
 keep=" 1 $$ "; p=$$
 while [ "$p" -gt 1 ] && read -r line < /proc/$p/stat; do
   set -- ${line##*) }; p=$2; keep="$keep$p "
@@ -95,7 +100,7 @@ done
 first=; at=
 for d in /proc/[0-9]*; do
   pid=${d#/proc/}
-  read -r line < $d/stat 2>/dev/null || continue
+  { read -r line < $d/stat; } 2>/dev/null || continue
   set -- ${line##*) }
   [ "$2" = 1 ] || continue
   case "$keep" in *" $pid "*) continue ;; esac
@@ -105,25 +110,32 @@ image=" $first "
 for level in 1 2 3 4 5; do
   for d in /proc/[0-9]*; do
     pid=${d#/proc/}
-    read -r line < $d/stat 2>/dev/null || continue
+    { read -r line < $d/stat; } 2>/dev/null || continue
     set -- ${line##*) }
     case "$image" in *" $2 "*) case "$image" in *" $pid "*) ;; *) image="$image$pid " ;; esac ;; esac
   done
 done
 keep="$keep$image"
-n=0
-for round in 1 2 3; do
-  hit=
+for pid in $keep; do kill -CONT "$pid" 2>/dev/null; done
+killed=" "; hit=; round=0
+while [ "$round" -lt ROUNDS ]; do
+  round=$((round + 1)); hit=
   for d in /proc/[0-9]*; do
     pid=${d#/proc/}
-    case "$keep" in *" $pid "*) continue ;; esac
+    case "$keep$killed" in *" $pid "*) continue ;; esac
+    { read -r line < $d/stat; } 2>/dev/null || continue
+    set -- ${line##*) }
+    case "$1" in Z|X|x) continue ;; esac
     kill -STOP "$pid" 2>/dev/null && hit="$hit $pid"
   done
-  for pid in $hit; do kill -KILL "$pid" 2>/dev/null && n=$((n + 1)); done
   [ -z "$hit" ] && break
+  for pid in $hit; do
+    kill -KILL "$pid" 2>/dev/null && killed="$killed$pid "
+  done
 done
-echo "$n"
-"""
+set -- $killed; n=$#; set -- $hit
+echo "$n $#"
+""".replace("ROUNDS", str(STOP_ROUNDS))
 
 
 class Sandbox(abc.ABC):
@@ -186,7 +198,15 @@ class Sandbox(abc.ABC):
         many were killed.
         shell: a POSIX shell to run it with (default: `bash -c`, the sandbox's own)."""
         res = await self.exec([shell, "-c", STOP_PROCESSES] if shell else STOP_PROCESSES, timeout=60)
-        return int(res.stdout.split()[-1]) if res.ok and res.stdout.split() else 0
+        counts = res.stdout.split()[-2:]
+        if not res.ok or len(counts) != 2 or not all(c.isdigit() for c in counts):
+            raise SandboxError(f"cannot stop the processes left in sandbox {self.id}: exit {res.exit_code}"
+                               f"{' (timed out)' if res.timed_out else ''}, {res.stderr.strip()[-200:]!r}",
+                               "sandbox_exec")
+        if int(counts[1]):
+            raise SandboxError(f"{counts[1]} processes of sandbox {self.id} still ran after {STOP_ROUNDS} rounds "
+                               "of SIGSTOP and SIGKILL", "sandbox_exec")
+        return int(counts[0])
 
     def map_path(self, path: str) -> str:
         """Where an absolute path of the task's image (/logs/verifier, /tests, the image's

@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Mapping
 
 from ..core.util import read_json, write_json
-from .base import CA_ENV, ExecResult, Provider, Sandbox, SandboxError, SandboxGone, SandboxInfo, SandboxSpec, State
+from .base import (CA_ENV, STOP_ROUNDS, ExecResult, Provider, Sandbox, SandboxError, SandboxGone, SandboxInfo,
+                   SandboxSpec, State)
 
 
 # what a local sandbox inherits from the step's environment (see LocalSandbox._env): the
@@ -195,7 +196,11 @@ class LocalSandbox(Sandbox):
     async def stop_processes(self, shell: str = "") -> int:
         """The sandbox's processes are host processes: those whose HOME is the sandbox's (every exec
         sets it); each group is frozen, then killed."""
-        return _kill_homed(self.tmpdir)
+        killed, left = _kill_homed(self.tmpdir)
+        if left:
+            raise SandboxError(f"{left} processes of the sandbox still ran after {STOP_ROUNDS} rounds of SIGSTOP "
+                               "and SIGKILL", "sandbox_exec")
+        return killed
 
     def map_path(self, path: str) -> str:
         wd = self.spec.workdir.rstrip("/")
@@ -307,19 +312,22 @@ def _note_group(root: Path, pid: int) -> Path:
     return path
 
 
-def _kill_homed(home: str) -> int:
+def _kill_homed(home: str) -> tuple[int, int]:
     """Kill the processes whose HOME is `home` (every exec of the sandbox sets it), each frozen
-    first: also those that left the command's process group (setsid, a daemon)."""
-    n = 0
-    for _ in range(3):
-        mine = [pid for pid in _pids() if _environ(pid).get(b"HOME") == home.encode()]
-        for pid in mine:
-            _signal(pid, signal.SIGSTOP)
-        for pid in mine:
-            n += _signal(pid, signal.SIGKILL)
+    first: also those that left the command's process group (setsid, a daemon). Rounds go on
+    until one finds none (a child forked while its parent was being found is in the next);
+    (how many were killed, how many still ran after the last round)."""
+    killed: set[int] = set()
+    mine: list[int] = []
+    for _ in range(STOP_ROUNDS):
+        # a zombie has no environment; one SIGKILLed runs no more code
+        mine = [pid for pid in _pids() if pid not in killed and _environ(pid).get(b"HOME") == home.encode()]
         if not mine:
             break
-    return n
+        for pid in mine:
+            _signal(pid, signal.SIGSTOP)
+        killed |= {pid for pid in mine if _signal(pid, signal.SIGKILL)}
+    return len(killed), len(mine)
 
 
 def _kill_groups(root: Path) -> None:
