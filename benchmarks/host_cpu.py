@@ -126,6 +126,11 @@ def _procs(prefixes: tuple[str, ...]) -> dict[int, tuple[str, float]]:
     return out
 
 
+def _daemons() -> dict[int, tuple[str, float]]:
+    """dockerd and containerd by name: their shims' names start with "containerd" too."""
+    return {pid: st for pid, st in _procs(DAEMONS).items() if st[0] in DAEMONS}
+
+
 def _containers_cpu() -> float:
     """CPU seconds every container on the engine has used so far."""
     if CGROUP.exists():
@@ -141,7 +146,7 @@ class Engine:
 
     def __init__(self, every: float = 0.5):
         self.every = every
-        self.daemons0 = _procs(DAEMONS)
+        self.daemons0 = _daemons()
         self.shims0 = _procs((SHIM,))
         self.shims_seen: dict[int, float] = {}
         self.containers0 = _containers_cpu()
@@ -177,7 +182,7 @@ class Engine:
         self._events.terminate()
         self._events.wait()
         self._reader.join(timeout=5)
-        daemons1 = _procs(DAEMONS)
+        daemons1 = _daemons()
         out = {name: 0.0 for name in DAEMONS}
         for pid, (comm, cpu) in daemons1.items():
             out[comm] += cpu - (self.daemons0.get(pid, (comm, 0.0))[1])

@@ -136,6 +136,23 @@ def test_killed_job_step_cleans_up_and_the_rerun_completes(tmp_path):
     assert len(rollouts) == 2 and all(r["resolved"] for r in rollouts)
 
 
+def test_the_aggregate_runs_in_the_step_server_and_the_run_lists_its_sandboxes_once(tmp_path):
+    """A local run's aggregate is the server's sixth step for one rollout (no Python start-up,
+    nothing imported), and its reap spares the run's end a second list of the sandboxes."""
+    tasks = write_tasks(tmp_path / "tasks.jsonl", smoke_rows()[:1])
+    done = run(tmp_path, "--config", f"benchmark={{'tasks': '{tasks}'}}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "sandbatch: step server: 6 steps;" in done.stderr, done.stderr[-3000:]
+    manifest = json.loads((tmp_path / "results/default/manifest.json").read_text())
+    assert manifest["sandboxes_reaped"] == 0
+    assert [json.loads(line)["resolved"] for line in
+            (tmp_path / "results/default/rollouts.jsonl").read_text().splitlines()] == [True]
+    from sandbatch.ops.workflow import reaped_since
+
+    assert reaped_since(tmp_path / "results/default", 0) and not reaped_since(tmp_path / "results/default",
+                                                                               time.time() + 60)
+
+
 def test_no_step_server_when_disabled(tmp_path):
     """SANDBATCH_NO_STEP_SERVER=1: every step runs in its own job process, same results."""
     rows = smoke_rows()[:1]

@@ -153,8 +153,8 @@ def test_bad_input_is_one_line_without_traceback(tmp_path, setup, args, expected
 
 
 def test_aggregate_reads_exactly_the_rollouts_it_is_handed(oracle_run, tmp_path):
-    """The workflow hands the aggregate its inputs (the grade.json files); it aggregates those,
-    in that order, and refuses a path that is no rollout of the run."""
+    """Handed a list of grade.json files (--inputs), the aggregate aggregates those, in that
+    order, and refuses a path that is no rollout of the run."""
     import shutil
     import subprocess
     import sys

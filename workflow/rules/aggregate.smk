@@ -28,10 +28,12 @@ rule aggregate:
     log:
         RUN_DIR + "/logs/aggregate.log",
     localrule: True
-    # exactly the rollouts this job reads (snakemake.input.grades), never a task list computed
-    # again; script: hands them over without a command line (which would not hold 12,000 paths)
-    script:
-        "../scripts/aggregate.py"
+    # the step server's fork (no Python start-up, nothing to import) where there is one; the
+    # rollouts are those of the DAG's own task list (sandbatch.ops.workflow.load_run), read again
+    # by the step: no command line would hold 12,000 paths
+    shell:
+        f"{PYTHON} {shlex.quote(os.path.join(SCRIPTS, 'aggregate.py'))} --config {shlex.quote(RUN_SETTINGS)} "
+        "2> {log}"
 
 # aggregate.compare_to: this run against an earlier one, a page of the report
 if CFG.aggregate.compare_to:

@@ -2,11 +2,14 @@
 import atexit
 import shlex
 import sys
+import time
 
 from sandbatch.ops.owners import register as register_owner, unregister as unregister_owner
 from sandbatch.steps.forkserver import StepServer, executor_on_command_line
-from sandbatch.ops.workflow import check_model_endpoint_or_exit, load_run, recover_before_run, sandboxes_at_once, stamps
+from sandbatch.ops.workflow import (check_model_endpoint_or_exit, load_run, reaped_since, recover_before_run,
+                                    sandboxes_at_once, stamps)
 
+STARTED = time.time()  # this invocation's start: what its aggregate wrote is newer
 CFG, CFG_RAW, TASKS = load_run(workflow, config)
 STEP_SERVER = StepServer()
 # A remote job's Snakemake that runs the rollout's steps itself (a Slurm job's inner one:
@@ -93,6 +96,8 @@ rule settings:
 def reap_at_exit():
     from sandbatch.sandbox.reaper import reap_run
 
+    if reaped_since(RUN_DIR, STARTED):  # this invocation's aggregate reaped after the last rollout
+        return
     try:
         deleted = reap_run(CFG)
     except Exception as exc:  # never mask the run's own outcome

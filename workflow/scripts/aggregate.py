@@ -1,13 +1,6 @@
-"""Workflow step 'aggregate' (see sandbatch.steps.aggregate); runs standalone too: --help.
-
-Under Snakemake (`script:`) it aggregates exactly the job's grade.json inputs and writes its
-messages to the job's log."""
+"""Workflow step 'aggregate' (see sandbatch.steps.aggregate); runs standalone too: --help."""
 import sys
 
-from sandbatch.steps.aggregate import main
+from sandbatch.steps.entrypoint import run_step
 
-if "snakemake" in globals():
-    with open(snakemake.log[0], "w", encoding="utf-8") as log:  # noqa: F821 (set by Snakemake)
-        sys.stderr = log
-        sys.exit(main(["--config", snakemake.input.settings], grades=list(snakemake.input.grades)))  # noqa: F821
-sys.exit(main())
+sys.exit(run_step("aggregate"))

@@ -17,3 +17,5 @@ GRADE = "grade.json"
 # SUMMARY): it reads this small file instead of a 100 KB grade.json; for a record saved twice the
 # last line wins
 INDEX = "records.jsonl"
+# results/<run>/manifest.json: the aggregate's last file, written after its reap of the run's sandboxes
+MANIFEST = "manifest.json"

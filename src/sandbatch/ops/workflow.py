@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from ..core.config import Config, parse, run_config, workflow_sources
 from ..core.errors import UserError
+from ..core.files import MANIFEST
 from ..tasks import Task, TaskRef, read_task, select_tasks
 
 
@@ -178,3 +180,13 @@ def sandboxes_at_once(cfg: Config, spawned: bool = False) -> int:
         print(f"sandbatch: {held} rollouts at once, not {wanted} (concurrency): this host's {why} holds no more; "
               f"the others wait for a free slot", file=sys.stderr)
     return held
+
+
+def reaped_since(run_dir: str | os.PathLike, since: float) -> bool:
+    """Whether an aggregate that finished after `since` (a time.time()) reaped the run's sandboxes
+    (sandbatch.steps.aggregate): the end of that run then need not list them again."""
+    path = Path(run_dir) / MANIFEST
+    try:
+        return path.stat().st_mtime >= since and json.loads(path.read_text())["sandboxes_reaped"] is not None
+    except (OSError, ValueError, KeyError, TypeError):
+        return False

@@ -15,10 +15,16 @@ STEPS: dict[str, str] = {
 }
 
 
+# the run's own step (one job per run, after every rollout): a command line of its own
+RUN_STEPS: dict[str, str] = {"aggregate": "sandbatch.steps.aggregate"}
+
+
 def run_here(step: str, argv: list[str] | None = None) -> int:
     """Run a step in this process (the step server's children call this too)."""
     import importlib
 
+    if step in RUN_STEPS:
+        return importlib.import_module(RUN_STEPS[step]).main(argv)
     from .common import main
 
     module, _, cls = STEPS[step].partition(":")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import platform
 import sys
@@ -12,6 +13,7 @@ from typing import Any
 
 from ..core.config import Config
 from ..core.errors import InfraError, UserError
+from ..core.files import MANIFEST
 from ..core.util import write_atomic, write_json, write_jsonl
 from ..reporting import metrics, plots, report, view
 from ..rollout.records import PATCH, now
@@ -38,6 +40,26 @@ def rollouts_of(cfg: Config, grades: list[str] | None) -> list[tuple[TaskRef, in
 
 
 def run(cfg: Config, cfg_raw: dict[str, Any], grades: list[str] | None = None) -> None:
+    # every rollout is graded: a sandbox of this run still alive belongs to a killed job. The
+    # provider's list call waits on the provider, so it goes on while the files are written
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        reaping = pool.submit(reap_run, cfg)
+        rows = write_summary(cfg, grades)
+        try:
+            reaped: list[str] | None = reaping.result()
+        except InfraError as exc:  # a provider hiccup must not hide the results; `sandbatch stop` reaps too
+            print(f"sandbatch: aggregate: could not reap leftover sandboxes: {exc}", file=sys.stderr)
+            reaped = None
+    starts = [r["started_at"] for r in rows if r["started_at"]]
+    write_json(cfg.run_dir / MANIFEST, {
+        "run": cfg.run, "config": cfg_raw, "started_at": min(starts) if starts else None, "finished_at": now(),
+        "sandboxes_reaped": None if reaped is None else len(reaped), "python": sys.version.split()[0],
+        "platform": platform.platform(), "versions": _versions(),
+    })
+
+
+def write_summary(cfg: Config, grades: list[str] | None) -> list[dict]:
+    """rollouts.jsonl, predictions, metrics, the report and its pages: the rows."""
     rollouts = rollouts_of(cfg, grades)
     rows = [rollout_row(cfg, t, r) for t, r in rollouts]
     out = cfg.run_dir
@@ -57,17 +79,7 @@ def run(cfg: Config, cfg_raw: dict[str, Any], grades: list[str] | None = None) -
     for name, plot in plots.PLOTS.items():
         write_atomic(out / "report" / f"{name}.svg", plot(rows))
     view.build(cfg, rows, out / "report" / "view")
-    # every rollout is graded: a sandbox of this run still alive belongs to a killed job
-    try:
-        reaped: list[str] | None = reap_run(cfg)
-    except InfraError as exc:  # a provider hiccup must not hide the results; `sandbatch stop` reaps too
-        print(f"sandbatch: aggregate: could not reap leftover sandboxes: {exc}", file=sys.stderr)
-        reaped = None
-    starts = [r["started_at"] for r in rows if r["started_at"]]
-    write_json(out / "manifest.json", {
-        "run": cfg.run, "config": cfg_raw, "started_at": min(starts) if starts else None, "finished_at": now(),
-        "sandboxes_reaped": None if reaped is None else len(reaped), "python": sys.version.split()[0], "platform": platform.platform(), "versions": _versions(),
-    })
+    return rows
 
 
 def _versions() -> dict[str, str]:

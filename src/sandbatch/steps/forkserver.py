@@ -46,7 +46,7 @@ import traceback
 import uuid
 from typing import Iterable
 
-from . import STEPS, run_here
+from . import RUN_STEPS, STEPS, run_here
 from .entrypoint import ENV
 
 DISABLE = "SANDBATCH_NO_STEP_SERVER"  # set (to anything) to run every step in its own job process
@@ -85,6 +85,7 @@ def preload_modules(cfg) -> list[str]:
     if family in GRADERS:
         grader = GRADERS[family]
         modules += [grader.target.partition(":")[0], *grader.preload]
+    modules += RUN_STEPS.values()  # the aggregate, last of all
     return list(dict.fromkeys(modules))
 
 
