@@ -25,8 +25,9 @@ from test_benchmark_grading import SMOKE, grade, make_cfg
 from test_corpus_runners import RUNNERS
 
 # one row per runner family: a plain pytest suite (requests: its image builds in ~1.5 min) and the
-# families beside pytest (test_corpus_runners.RUNNERS: Django's runner, a SWE-bench Pro row), all
-# graded in one check (4 Snakemake runs per benchmark kind)
+# families beside it (test_corpus_runners.RUNNERS: pytest's own repository, Django's runner,
+# SymPy's, Sphinx under tox, a SWE-bench Pro row), all graded in one check (4 Snakemake runs per
+# benchmark kind)
 CI_ROWS = ["psf__requests-5414", *RUNNERS]
 
 

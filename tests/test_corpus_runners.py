@@ -1,5 +1,7 @@
-"""The corpus rows of the runner families beside pytest: Django's own runner (tests/runtests.py)
-and a SWE-bench Pro row (its own run_script.sh and parser.py). They
+"""The corpus rows of the runner families beside a plain pytest suite: pytest's own repository
+(nested pytest output in the log), Django's own runner (tests/runtests.py), SymPy's runner
+(bin/test), Sphinx through tox (tox-current-env) and a SWE-bench Pro row (its own
+run_script.sh and parser.py). They
 are graded through the real workflow with the pytest rows, in one check
 (tests/test_corpus.py::test_corpus_rows_are_graded_right_through_the_workflow).
 """
@@ -10,9 +12,13 @@ from sandbatch import corpus
 
 PRO = "instance_ansible__ansible-11c1777d56664b1acb56b387a1ad6aeadef1391d-v0f01c69f1e2528b935359cfe578530722bca2c59"
 # row -> what report.verdict says with the defences on: the pytest verdict channel answers where a
-# pytest runs (the Pro row's run_script calls pytest), the unittest channel under Django's runner
+# pytest runs (tox runs it in the same environment; the Pro row's run_script calls pytest), the
+# unittest channel under Django's runner; SymPy's runner is graded from the log
 RUNNERS = {
+    "pytest-dev__pytest-5262": "ok",
     "django__django-11179": "ok",
+    "sympy__sympy-20590": "not_pytest",
+    "sphinx-doc__sphinx-8595": "ok",
     PRO: "ok",
 }
 
@@ -22,6 +28,9 @@ def test_runner_rows_are_what_their_provenance_says():
     rows = {r.id: r for r in corpus.rows(list(RUNNERS))}
     assert rows[PRO].kind == "swebench_pro" and rows[PRO].task()["fail_to_pass"] == rows[PRO].data["FAIL_TO_PASS"]
     assert "tests/runtests.py" in rows["django__django-11179"].data["env"]["spec"]["test_cmd"]
+    assert "bin/test" in rows["sympy__sympy-20590"].data["env"]["spec"]["test_cmd"]
+    assert rows["sphinx-doc__sphinx-8595"].data["env"]["spec"]["test_cmd"].startswith("tox ")
+    assert rows["pytest-dev__pytest-5262"].data["repo"] == "pytest-dev/pytest"
     for row in corpus.rows():  # the archive is downloaded when the image is built, never stored
         assert row.data["source"]["kind"] == "release", row.id
         assert "sha256" in row.data["source"]["archive"] and not list(row.dir.glob("*.tar*")), row.id

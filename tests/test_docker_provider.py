@@ -261,6 +261,7 @@ def test_resources_network_and_labels_applied(spec, docker_engine, docker_run_la
     host = data["HostConfig"]
     assert host["NanoCpus"] == 1_500_000_000
     assert host["Memory"] == host["MemorySwap"] == 256 * 2**20
+    assert host["PidsLimit"] == 4096  # the default: a fork bomb stays in its sandbox
     assert host["NetworkMode"] == "none"
     assert host["Init"] is True
     assert str(256 * 2**20) in cgroup.split()

@@ -30,6 +30,7 @@ DEFAULTS: dict[str, Any] = {
     "ca_bundle_target": "/etc/ssl/certs/ca-certificates.crt",
     "api_timeout": 120,
     "create_timeout": 600,
+    "pids_limit": 4096,
 }
 
 
@@ -105,6 +106,8 @@ class DockerProvider(Provider):
             # the model proxy runs on this host: let sandboxes reach it by a stable name
             "extra_hosts": {"host.docker.internal": "host-gateway"},
             "network_mode": "none" if not spec.allow_internet else str(self.options["network"])}
+        if int(self.options["pids_limit"]) > 0:  # a fork bomb takes its own sandbox down, not the host
+            host["pids_limit"] = int(self.options["pids_limit"])
         if spec.resources.cpu:
             host["nano_cpus"] = int(cpu_count(spec.resources.cpu) * 1e9)
         if spec.resources.memory:
