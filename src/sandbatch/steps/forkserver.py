@@ -176,7 +176,7 @@ def serve(name: str, modules: Iterable[str]) -> int:
             time.sleep(BACKOFF)
             continue
         _wait_for_memory()
-        pid = _start(listener, conn)
+        pid = _start(listener, conn, children)
         if pid:
             children.add(pid)
             served += 1
@@ -252,8 +252,10 @@ def _recv_request(conn: socket.socket) -> tuple[dict, list[int]]:
         raise
 
 
-def _start(listener: socket.socket, conn: socket.socket) -> int | None:
-    """Fork the step of one request; the child never returns."""
+def _start(listener: socket.socket, conn: socket.socket, children: set[int]) -> int | None:
+    """Fork the step of one request; the child never returns. A run-wide step (the aggregate,
+    after every rollout) first waits for the steps still running: those reported done before
+    their deletes, so that its reap of the run's sandboxes finds none of theirs in flight."""
     try:
         creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
         _pid, uid, _gid = struct.unpack("3i", creds)
@@ -266,6 +268,11 @@ def _start(listener: socket.socket, conn: socket.socket) -> int | None:
     except (OSError, ValueError):
         conn.close()
         return None
+    if request.get("step") in RUN_STEPS:
+        deadline = time.monotonic() + CLIENT_GRACE
+        while children and time.monotonic() < deadline:
+            _reap(children)
+            time.sleep(0.05)
     pid = _fork()
     if pid is None:  # no process to be had: the client runs the step itself
         for fd in fds:
