@@ -196,7 +196,9 @@ class Sandbox(abc.ABC):
         """Kill every process of the sandbox but those its image started with and the command doing it
         (and what runs that command: the provider's own agent), frozen first so none forks away: how
         many were killed.
-        shell: a POSIX shell to run it with (default: `bash -c`, the sandbox's own)."""
+        shell: a POSIX shell to run it with (default: `bash -c`, the sandbox's own).
+        Its kill(-1) needs a pid namespace of the sandbox's own (a container): a provider whose
+        commands run on the host overrides this (LocalSandbox)."""
         res = await self.exec([shell, "-c", STOP_PROCESSES] if shell else STOP_PROCESSES, timeout=60)
         counts = res.stdout.split()[-2:]
         if not res.ok or len(counts) != 2 or not all(c.isdigit() for c in counts):
