@@ -149,6 +149,28 @@ def test_stop_processes_leaves_none_of_a_respawning_swarm(spec):
     run(go())
 
 
+def test_a_sandbox_full_at_its_pids_limit_is_still_stopped(spec):
+    """A fork bomb that fills the container's pids limit leaves no slot for a fork, yet the stop
+    runs: an exec's process is moved into the container's cgroup, which the kernel allows past
+    pids.max (only forks are refused), and the stop script forks nothing (shell builtins)."""
+    bomb = "for i in 1 2; do (setsid sh -c 'while :; do sleep 300 & done' &); done"
+
+    async def go():
+        sb = await DockerProvider({"pids_limit": 48}).create(spec())
+        try:
+            assert (await sb.exec(bomb, timeout=30)).ok
+            await asyncio.sleep(2)
+            full = await sb.exec("/bin/sleep 0 && echo forked", timeout=30)
+            assert "forked" not in full.stdout  # the limit is full: the exec's shell cannot fork
+            assert await sb.stop_processes() >= 40
+            after = await sb.exec("/bin/sleep 0 && echo forked", timeout=30)
+            assert after.stdout.strip() == "forked"  # the slots are free again: no bomb left
+        finally:
+            await sb.delete()
+
+    run(go())
+
+
 def test_commands_keep_the_containers_path(spec):
     """A command runs with the PATH the container was given (image ENV or the spec), as on
     OpenSandbox: no login shell resets it from /etc/profile."""
