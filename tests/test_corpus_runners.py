@@ -1,6 +1,6 @@
 """The corpus rows of the runner families beside a plain pytest suite: pytest's own repository
 (nested pytest output in the log), Django's own runner (tests/runtests.py), SymPy's runner
-(bin/test), Sphinx through tox (tox-current-env) and a SWE-bench Pro row (its own
+(bin/test), Sphinx through tox (tox-current-env), Jest (immutable-js) and a SWE-bench Pro row (its own
 run_script.sh and parser.py). They
 are graded through the real workflow with the pytest rows, in one check
 (tests/test_corpus.py::test_corpus_rows_are_graded_right_through_the_workflow).
@@ -19,6 +19,7 @@ RUNNERS = {
     "django__django-11179": "ok",
     "sympy__sympy-20590": "not_pytest",
     "sphinx-doc__sphinx-8595": "ok",
+    "immutable-js__immutable-js-2006": "not_pytest",  # Jest: graded from its own --json report
     PRO: "ok",
 }
 
