@@ -159,9 +159,12 @@ def test_a_sandbox_full_at_its_pids_limit_is_still_stopped(spec):
         sb = await DockerProvider({"pids_limit": 48}).create(spec())
         try:
             assert (await sb.exec(bomb, timeout=30)).ok
-            await asyncio.sleep(2)
-            full = await sb.exec("/bin/sleep 0 && echo forked", timeout=30)
-            assert "forked" not in full.stdout  # the limit is full: the exec's shell cannot fork
+            for _ in range(60):  # until the limit is full: an exec's shell can no longer fork
+                if "forked" not in (await sb.exec("/bin/sleep 0 && echo forked", timeout=30)).stdout:
+                    break
+                await asyncio.sleep(0.5)
+            else:
+                pytest.fail("the bomb never filled the pids limit")
             assert await sb.stop_processes() >= 40
             after = await sb.exec("/bin/sleep 0 && echo forked", timeout=30)
             assert after.stdout.strip() == "forked"  # the slots are free again: no bomb left
