@@ -27,13 +27,16 @@ With --corpus: rows of the real-row corpus (corpus/README.md; their images built
 `python -m sandbatch.corpus build ROW`), each gold patch graded by the real grade step on
 Docker with every defence on and with log_only, alternating; prints the `tests` phase per row
 and mode (in log_only it is the test run itself: the patch applied, the eval script, the log
-parsed) and the share the defences add, with the load average before and after.
+parsed), and the CPU time of each grade (its sandbox's container, read from the engine's stats
+before the delete, and this process), with the share the defences add to each, and the load
+average before and after.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import resource
 import statistics
@@ -143,28 +146,62 @@ def corpus(ids: list[str], repeats: int) -> int:
     tasks.write_text("".join(json.dumps(r.task()) + "\n" for r in selected), encoding="utf-8")
     modes = ("neutralise", "log_only")
     cfgs = {m: settings(work, m, "swebench", tasks, "docker") for m in modes}
-    phase = {r.id: {m: [] for m in modes} for r in selected}
+    wall = {r.id: {m: [] for m in modes} for r in selected}
+    used = {r.id: {m: [] for m in modes} for r in selected}
     bad = []
     print(f"load average before: {loadavg()}")
-    for i in range(repeats):
-        for r in selected:
-            for mode in modes if i % 2 == 0 else modes[::-1]:
-                rec, _ = grade_once(cfgs[mode], r.id, r.data["patch"], i)
-                if not rec.resolved or rec.tampering:
-                    bad.append((r.id, mode, rec.status, rec.failure_class, rec.tampering))
-                phase[r.id][mode].append(rec.phases["tests"])
-    print(f"gold grades on Docker, `tests` phase wall-clock, median of {repeats} (seconds)")
-    print(f"{'row':32} {'off':>7} {'on':>7} {'added':>8}")
-    sums = dict.fromkeys(modes, 0.0)
-    for rid, by_mode in phase.items():
-        on, off = statistics.median(by_mode["neutralise"]), statistics.median(by_mode["log_only"])
-        sums["neutralise"], sums["log_only"] = sums["neutralise"] + on, sums["log_only"] + off
-        print(f"{rid:32} {off:7.2f} {on:7.2f} {(on - off) / off:+8.1%}   runs: on {by_mode['neutralise']}, "
-              f"off {by_mode['log_only']}")
-    share = (sums["neutralise"] - sums["log_only"]) / sums["log_only"]
-    print(f"all rows: {sums['log_only']:.2f} s without the defences, {sums['neutralise']:.2f} s with them: {share:+.1%} "
-          f"(target < {TARGET:.0%}); load average after: {loadavg()}; {os.cpu_count()} cores")
+    with container_cpu() as sandboxes:
+        for r in selected:  # warm-up, not counted: the first grade of an image reads it from disk
+            grade_once(cfgs["log_only"], r.id, r.data["patch"], repeats)
+        for i in range(repeats):
+            for r in selected:
+                for mode in modes if i % 2 == 0 else modes[::-1]:
+                    sandboxes.clear()
+                    rec, own = grade_once(cfgs[mode], r.id, r.data["patch"], i)
+                    if not rec.resolved or rec.tampering:
+                        bad.append((r.id, mode, rec.status, rec.failure_class, rec.tampering))
+                    wall[r.id][mode].append(rec.phases["tests"])
+                    used[r.id][mode].append(own + sum(sandboxes))
+    sums = {}
+    for what, figures in (("`tests` phase wall-clock", wall),
+                          ("CPU of the grade (its sandbox's container and this process)", used)):
+        print(f"gold grades on Docker, {what}, median of {repeats} (seconds)")
+        print(f"{'row':32} {'off':>7} {'on':>7} {'added':>8}")
+        total = sums[what] = dict.fromkeys(modes, 0.0)
+        for rid, by_mode in figures.items():
+            on, off = statistics.median(by_mode["neutralise"]), statistics.median(by_mode["log_only"])
+            total["neutralise"], total["log_only"] = total["neutralise"] + on, total["log_only"] + off
+            print(f"{rid:32} {off:7.2f} {on:7.2f} {(on - off) / off:+8.1%}   runs: on "
+                  f"{[round(x, 1) for x in by_mode['neutralise']]}, off {[round(x, 1) for x in by_mode['log_only']]}")
+        share = (total["neutralise"] - total["log_only"]) / total["log_only"]
+        print(f"all rows: {total['log_only']:.2f} s without the defences, {total['neutralise']:.2f} s with them: "
+              f"{share:+.1%} (target < {TARGET:.0%})")
+    print(f"load average after: {loadavg()}; {os.cpu_count()} cores")
     return failed(bad, "gold grades did not resolve cleanly")
+
+
+@contextlib.contextmanager
+def container_cpu():
+    """The CPU seconds of each Docker sandbox deleted meanwhile, read from the engine's stats just
+    before the delete: CPU time is what a loaded machine does not change, wall-clock is not."""
+    from sandbatch.sandbox.docker.provider import DockerProvider
+
+    seen: list[float] = []
+    delete = DockerProvider.delete
+
+    async def counted(self: DockerProvider, sandbox_id: str) -> bool:
+        try:
+            stats = await self.engine.call("stats", sandbox_id, stream=False, one_shot=True)
+            seen.append(stats["cpu_stats"]["cpu_usage"]["total_usage"] / 1e9)
+        except Exception as exc:  # noqa: BLE001 - a figure lost, said so; the delete goes on
+            print(f"no CPU figure for sandbox {sandbox_id}: {exc}", file=sys.stderr)
+        return await delete(self, sandbox_id)
+
+    DockerProvider.delete = counted
+    try:
+        yield seen
+    finally:
+        DockerProvider.delete = delete
 
 
 def loadavg() -> str:

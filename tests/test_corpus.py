@@ -198,3 +198,25 @@ def test_a_verdict_is_expected_where_the_test_command_starts_pytest_itself():
     entries, resolvable = verdict.compare(missing, True, dict(status), set(status), lambda seen: seen)
     assert [e["kind"] for e in entries] == ["runner_patched"] and not resolvable
     assert verdict.compare(missing, False, dict(status), set(status), lambda seen: seen) == ([], True)
+
+
+@pytest.mark.slow
+def test_the_defences_overhead_benchmark_on_a_real_row(docker_engine, docker_base_image):
+    """benchmarks/grading_defences.py --corpus at its smallest, as its docstring runs it: one row,
+    one repeat; every gold grade resolved clean and both figures printed, the CPU one from the
+    sandbox's own container (a figure lost is an error line, not a zero)."""
+    import sys
+
+    from sandbatch import REPO_ROOT
+    from sandbatch.corpus.build import build
+
+    build(corpus.rows(["psf__requests-5414"])[0])
+    proc = subprocess.run([sys.executable, str(REPO_ROOT / "benchmarks" / "grading_defences.py"), "--corpus",
+                           "psf__requests-5414", "--repeats", "1"], capture_output=True, text=True, timeout=900)
+    print(proc.stdout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "no CPU figure" not in proc.stderr, proc.stderr[-3000:]
+    cpu = proc.stdout.split("CPU of the grade")[1]
+    off, on = (float(x) for x in cpu.split("psf__requests-5414")[1].split()[:2])
+    assert 0.5 < off and 0.5 < on, cpu  # a container's CPU, not this process's alone
+    assert proc.stdout.count("(target < 5%)") == 2, proc.stdout
