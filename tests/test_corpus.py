@@ -22,7 +22,7 @@ from sandbatch import corpus
 from sandbatch.corpus.check import MODES, check
 from test_attacks_runtime import HONEST_LOG, HONEST_STATUS
 from test_benchmark_grading import SMOKE, grade, make_cfg
-from test_corpus_runners import RUNNERS
+from test_corpus_runners import RUNNERS, VERDICTS
 
 # one row per runner family: a plain pytest suite (requests: its image builds in ~1.5 min) and the
 # families beside it (test_corpus_runners.RUNNERS: pytest's own repository, Django's runner,
@@ -174,8 +174,8 @@ def test_corpus_rows_are_graded_right_through_the_workflow(tmp_path, docker_engi
             assert gold["resolved"] and gold["reward"] == 1.0 and gold["tampering"] == [], (rid, mode, gold)
             assert not noop["resolved"] and noop["reward"] == 0.0 and noop["status"] == "ok", (rid, mode, noop)
         # with the defences on, the verdict channel answered where a pytest ran; the other
-        # runners are graded from the log (test_corpus_runners.RUNNERS)
-        assert res["grades"][rid]["neutralise"]["gold"]["verdict"] == RUNNERS.get(rid, "ok"), rid
+        # runners are graded from the log (test_corpus_runners.VERDICTS)
+        assert res["grades"][rid]["neutralise"]["gold"]["verdict"] == VERDICTS.get(rid, "ok"), rid
     for run in res["runs"]:  # every sandbox of the four runs is gone
         left = subprocess.run([docker_engine, "ps", "-aq", "--filter", f"label=sandbatch.run={run}"],
                               capture_output=True, text=True, check=True).stdout.split()
