@@ -23,9 +23,10 @@ RUNNERS = {
     PRO: "ok",
 }
 # rows of a runner family that CI does not run (SANDBATCH_CORPUS=all grades them) -> the same:
-# go test has no verdict channel, so gin's row is graded from the log
+# go test and cargo test have no verdict channel, so gin's and tokio's rows are graded from the log
 OUTSIDE_CI = {
     "gin-gonic__gin-3227": "not_pytest",
+    "tokio-rs__tokio-7139": "not_pytest",
 }
 VERDICTS = {**RUNNERS, **OUTSIDE_CI}
 
@@ -40,6 +41,8 @@ def test_runner_rows_are_what_their_provenance_says():
     assert rows["pytest-dev__pytest-5262"].data["repo"] == "pytest-dev/pytest"
     gin = corpus.rows(["gin-gonic__gin-3227"])[0]
     assert gin.data["env"]["spec"]["test_cmd"][0].startswith("go test ") and gin.python is None
+    tokio = corpus.rows(["tokio-rs__tokio-7139"])[0]
+    assert "cargo test --test fs_file" in tokio.data["env"]["spec"]["test_cmd"][0] and tokio.python is None
     for row in corpus.rows():  # the archive is downloaded when the image is built, never stored
         assert row.data["source"]["kind"] == "release", row.id
         assert "sha256" in row.data["source"]["archive"] and not list(row.dir.glob("*.tar*")), row.id
