@@ -95,6 +95,33 @@ NESTED_STATUS = {"[100%]": "PASSED", "test_reports_failure.py::test_ok": "PASSED
                  "testing/test_x.py::test_early_stop": "PASSED", "testing/test_x.py::test_plain": "PASSED"}
 
 
+def test_the_specs_python_is_copied_as_a_fresh_build_has_it(tmp_path):
+    """The machine's own interpreter may be the pyenv build a row names: what was installed into it
+    (distributions, their scripts) stays out of the build context; the interpreter, its standard
+    library, pip and setuptools go in."""
+    import shutil
+
+    from sandbatch.corpus.build import _not_python
+
+    prefix = tmp_path / "3.11.7"
+    site = prefix / "lib" / "python3.11" / "site-packages"
+    keep = ["pip", "pip-23.2.1.dist-info", "setuptools", "setuptools-65.5.0.dist-info", "pkg_resources",
+            "_distutils_hack", "distutils-precedence.pth", "README.txt"]
+    for name in [*keep, "pytest", "pytest-9.0.3.dist-info", "pipdeptree", "_pytest", "numpy", "_sandboxing_ca.pth"]:
+        (site / name).mkdir(parents=True)
+    (prefix / "lib" / "python3.11" / "json").mkdir()
+    for name in ["python", "python3", "python3.11", "python3.11-config", "pip3.11", "pydoc3", "2to3-3.11",
+                 "pytest", "py.test", "flask"]:
+        (prefix / "bin").mkdir(exist_ok=True)
+        (prefix / "bin" / name).write_text("")
+    out = tmp_path / "copy"
+    shutil.copytree(prefix, out, symlinks=True, ignore=_not_python(prefix))
+    assert sorted(p.name for p in (out / "lib" / "python3.11" / "site-packages").iterdir()) == sorted(keep)
+    assert (out / "lib" / "python3.11" / "json").is_dir()
+    assert sorted(p.name for p in (out / "bin").iterdir()) == ["2to3-3.11", "pip3.11", "pydoc3", "python", "python3",
+                                                              "python3.11", "python3.11-config"]
+
+
 def test_nested_sessions_are_not_the_outer_sessions_counts():
     from sandbatch.grading import consistency
 

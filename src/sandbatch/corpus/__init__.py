@@ -29,6 +29,8 @@ from ..core.errors import InfraError, UserError
 ROOT = REPO_ROOT / "corpus"
 COMMON = ROOT / "_common"  # files every build context gets (the conda stand-in)
 REGISTRY = "sandbatch/corpus"
+# how build.py copies the spec's Python (part of every tag: a change to it builds every image anew)
+PYTHON_COPY = "site-packages: pip and setuptools only"
 # what a row directory holds that does not build its image
 NOT_BUILT = {"row.json", "lists.json", "README.md"}
 TASK_FIELDS = ("instance_id", "repo", "base_commit", "version", "problem_statement", "patch", "test_patch",
@@ -60,7 +62,7 @@ class Row:
 
     def image(self) -> str:
         """The image tag: a hash of the Dockerfile, every file it may copy, and the Python it gets."""
-        h = hashlib.sha256(f"python={self.python}\n".encode())
+        h = hashlib.sha256(f"python={self.python} {PYTHON_COPY}\n".encode())
         for p in self.recipe_files():
             rel = p.relative_to(ROOT).as_posix()
             h.update(f"{rel}\0{hashlib.sha256(p.read_bytes()).hexdigest()}\n".encode())
