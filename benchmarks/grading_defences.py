@@ -162,12 +162,11 @@ def corpus(ids: list[str], repeats: int) -> int:
                         bad.append((r.id, mode, rec.status, rec.failure_class, rec.tampering))
                     wall[r.id][mode].append(rec.phases["tests"])
                     used[r.id][mode].append(own + sum(sandboxes))
-    sums = {}
     for what, figures in (("`tests` phase wall-clock", wall),
                           ("CPU of the grade (its sandbox's container and this process)", used)):
         print(f"gold grades on Docker, {what}, median of {repeats} (seconds)")
         print(f"{'row':32} {'off':>7} {'on':>7} {'added':>8}")
-        total = sums[what] = dict.fromkeys(modes, 0.0)
+        total = dict.fromkeys(modes, 0.0)
         for rid, by_mode in figures.items():
             on, off = statistics.median(by_mode["neutralise"]), statistics.median(by_mode["log_only"])
             total["neutralise"], total["log_only"] = total["neutralise"] + on, total["log_only"] + off

@@ -3,10 +3,11 @@ image (nothing is pulled), skipped when the engine already has the tag (a hash o
 recipe: sandbatch.corpus.Row.image).
 
 The build context is the row's directory and corpus/_common/, plus what the machine
-provides and the recipe does not pin: the spec's Python as pyenv built it, with only the pip
-and setuptools a fresh build has (copied to the same prefix in the image, /root/.pyenv/versions/<X.Y.Z>, and linked as the conda
-environment /opt/miniconda3/envs/testbed that swebench's eval scripts activate), and the
-host's CA bundle for pip behind a TLS-intercepting proxy (ca.crt).
+provides and the recipe does not pin: the spec's Python as pyenv built it, with only the
+pip and setuptools a fresh build has (copied to the same prefix in the image,
+/root/.pyenv/versions/<X.Y.Z>, and linked as the conda environment
+/opt/miniconda3/envs/testbed that swebench's eval scripts activate), and the host's CA
+bundle for pip behind a TLS-intercepting proxy (ca.crt).
 """
 
 from __future__ import annotations
