@@ -7,6 +7,7 @@ from typing import Any
 from ..core.config import Config
 from . import outcomes
 from .plots import PLOTS, TITLES
+from .view import VIEW_DIR
 
 
 def _pct(rate: dict[str, Any]) -> str:
@@ -83,6 +84,7 @@ def task_cells(rows: list[dict[str, Any]]) -> list[tuple[str, ...]]:
              "" if t["time_s"] is None else f"{t['time_s']:.1f}") for t in outcomes.task_rows(rows)]
 
 
+RERUN = "`sandbatch rerun-errors <run>`, then the same run command, redoes them"
 INFRA_HEADER = ("class", "rollouts", "example", "step", "error")
 
 
@@ -100,7 +102,9 @@ def _md_table(header: tuple[str, ...], cells: list[tuple[str, ...]]) -> list[str
 
 def task_lines(rows: list[dict[str, Any]]) -> list[str]:
     """report.md's per-task table: every task, what became of its repeats, its tokens and time."""
-    return ["", "## Tasks", "", *_md_table(TASK_HEADER, task_cells(rows))] if rows else []
+    if not rows:
+        return []
+    return ["", "## Tasks", "", outcomes.summary_line(rows), "", *_md_table(TASK_HEADER, task_cells(rows))]
 
 
 def infra_lines(rows: list[dict[str, Any]]) -> list[str]:
@@ -109,7 +113,7 @@ def infra_lines(rows: list[dict[str, Any]]) -> list[str]:
     if not cells:
         return []
     return ["", "## Infrastructure errors", "",
-            "Not the agent's doing: no reward; `sandbatch rerun-errors` redoes them.", "",
+            f"Not the agent's doing, so no reward; {RERUN}.", "",
             *_md_table(INFRA_HEADER, cells)]
 
 
@@ -145,7 +149,7 @@ def markdown(cfg: Config, m: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     lines += infra_lines(rows)
     lines += task_lines(rows)
     lines += plot_lines()
-    lines += ["", "Each rollout's trajectory: [report/view/index.html](report/view/index.html)."]
+    lines += ["", f"Each rollout's trajectory: [{VIEW_DIR}/index.html]({VIEW_DIR}/index.html)."]
     return "\n".join(lines) + "\n"
 
 
@@ -191,7 +195,9 @@ def html(cfg: Config, m: dict[str, Any], rows: list[dict[str, Any]], svgs: dict[
     phases = [(p, str(v["p50"]), str(v["p95"])) for p, v in m["durations_s"].items()]
     status = escape(", ".join(f"{k} {v}" for k, v in sorted(m["status_counts"].items())))
     failures = escape(", ".join(f"{k} {v}" for k, v in sorted(m["failure_classes"].items())) or "none")
-    infra = infra_cells(rows)
+    cells = infra_cells(rows)
+    infra = (f"<h2>Infrastructure errors</h2><p>Not the agent's doing, so no reward; {escape(RERUN.replace('`', ''))}."
+             f"</p>{_html_table('infra', INFRA_HEADER, cells)}" if cells else "")
     time = time_sentence(m.get("time_s") or {})
     return f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>{title}</title>
@@ -205,8 +211,7 @@ h2{{font-size:1.15em;margin-top:1.4em;border-bottom:1px solid #ddd}} .plots svg{
 <p>Status: {status}. Failure classes: {failures}.</p>
 {_html_table("durations", ("phase", "p50 s", "p95 s"), phases)}
 {f"<p>{escape(time)}</p>" if time else ""}
-{"<h2>Infrastructure errors</h2><p>Not the agent's doing: no reward; <code>sandbatch rerun-errors</code> redoes them.</p>"
- + _html_table("infra", INFRA_HEADER, infra) if infra else ""}
+{infra}
 <h2>Tasks</h2>
 {_html_table("tasks", TASK_HEADER, task_cells(rows))}
 <h2>Plots</h2><div class="plots">{"".join(svgs.values())}</div>

@@ -11,8 +11,7 @@ from .. import trace
 from ..core.config import Config
 from ..core.util import read_json
 from ..tasks import TaskRef
-from .usage import summarize_usage
-from .records import (GRADE, HARNESS, MODEL_CALLS, PATCH_INFO, RESPONSE, SANDBOX, GradeRecord, HarnessRecord, PatchRecord,
+from .records import (GRADE, HARNESS, PATCH_INFO, RESPONSE, SANDBOX, GradeRecord, HarnessRecord, PatchRecord,
                       SandboxRecord, load)
 
 
@@ -33,8 +32,8 @@ def rollout_row(cfg: Config, task: TaskRef, repeat: int) -> dict[str, Any]:
         status, failure_class, failed_phase = "tampered", gr.failure_class, "grade"
     durations = {"sandbox": sb.duration_s, "install": hr.install_s, "agent": hr.agent_s, "harness": hr.duration_s,
                  "patch": pr.duration_s, "grade": gr.duration_s, "tests": gr.phases.get("tests"),
-                 # the model calls' latencies summed: the share of the harness step spent waiting on the model
-                 "model": summarize_usage(d / MODEL_CALLS)["latency_s"]}
+                 # the share of the harness step spent waiting on the model (convert step)
+                 "model": (resp.get("sandbatch") or {}).get("model_s")}
     return {
         "run": cfg.run, "task_id": task.id, "instance_id": task.instance_id, "repo": task.repo, "repeat": repeat,
         "status": status, "failure_class": failure_class, "failed_phase": failed_phase, "error": error,
