@@ -73,6 +73,21 @@ def test_recorded_mini_swe_agent_run():
     assert agent[0]["reasoning_content"] == "Let me look at the files."
 
 
+def test_mini_swe_agent_system_prompt_task_and_feedback_are_steps():
+    """What mini said to the model: its system prompt, the task as its template rendered it,
+    then each format-error message right after the reply it rejected."""
+    h = get_harness("mini-swe-agent")
+    conv = h.convert([json.loads(line) for line in (FIXTURES / "mini_swe_agent_2.4.1_messages.jsonl").read_text()
+                      .splitlines()], h.merge_config({}))
+    resp = responses.response(conv.items, responses.usage(100, 20), "m", "completed", {"feedback": conv.feedback},
+                              instructions=conv.instructions, input_=conv.input)
+    doc = atif.trajectory(resp, "the bare prompt", AGENT, "s")
+    validate(doc)
+    shape = [(s["source"], s["message"].split("\n")[0][:24]) for s in doc["steps"]]
+    assert shape[:2] == [("system", "You are a helpful assista"[:24]), ("user", "Please solve this issue:")]
+    assert shape[-6:] == [("agent", "Done."), ("user", "Tool call error:")] * 3
+
+
 def test_per_step_metrics_when_model_calls_line_up():
     items = [responses.message("look"), responses.function_call("c1", "bash", {"command": "ls"}),
              responses.function_call_output("c1", "a.py"), responses.message("done")]

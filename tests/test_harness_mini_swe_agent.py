@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -50,6 +51,13 @@ def test_convert_a_recorded_trajectory():
     assert '"returncode": 0' in conv.items[3]["output"]
     assert [i["content"][0]["text"] for i in conv.items[-3:]] == ["Done."] * 3
     assert conv.unknown == 0 and conv.metadata["exit_status"] == "RepeatedFormatError"
+    # what mini said to the model: its system prompt, the task as its template rendered it, and
+    # its format-error feedback after each reply it rejected
+    assert conv.instructions == "You are a helpful assistant that can interact with a computer."
+    assert [(i["role"], i["content"][:40]) for i in conv.input] == [("user", "Please solve this issue: divide() trunca")]
+    assert [(f["after"], f["text"].split("\n")[0]) for f in conv.feedback] == [
+        (item["id"], "Tool call error:") for item in conv.items[-3:]]
+    assert "No tool calls found in the response" in conv.feedback[0]["text"]
 
 
 def test_convert_content_parts_and_unknown_roles():
@@ -184,7 +192,8 @@ def test_real_mini_swe_agent_resolves_smoke_tasks(tmp_path, tmp_path_factory, sc
         "install": {"env": {"UV_CACHE_DIR": str(caches / "uv-cache"), "PIP_CACHE_DIR": str(caches / "pip-cache")}}}}
     tasks = ["smoke__calc-1", "smoke__textutils-1", "smoke__duration-1"]
     # no model.name: the one model the endpoint lists ("scripted") is asked once, when the run is planned
-    cfg = smoke_config(tmp_path, harness, tasks, model={"base_url": url, "tokens": "on"},
+    cfg = smoke_config(tmp_path, harness, tasks, model={"base_url": url, "tokens": "on",
+                                                        "prices": {"input": 2, "output": 10}},
                        timeouts={"agent": 300, "install": 600})
     run_dir, took = run_workflow(tmp_path, cfg)
     timings = {}
@@ -194,14 +203,17 @@ def test_real_mini_swe_agent_resolves_smoke_tasks(tmp_path, tmp_path_factory, sc
         assert (h["status"], h["exit_code"], h["metadata"]["exit_status"]) == ("ok", 0, "Submitted"), h
         timings[task] = (h["install_s"], h["agent_s"])
         resp = rollout(run_dir, task, "response.json")
+        events = rollout(run_dir, task, "events.jsonl")
+        assert [m["role"] for m in events][:3] == ["system", "user", "assistant"] and events[-1]["role"] == "exit"
         calls = items_of(resp, "function_call")
         assert [json.loads(c["arguments"])["command"] for c in calls][-1] == "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
         assert len(calls) == 3
         assert [o["call_id"] for o in items_of(resp, "function_call_output")] == [c["call_id"] for c in calls]
         assert items_of(resp, "reasoning")[0]["summary"][0]["text"] == "Find the code first."
         assert resp["sandbatch"]["unknown_events"] == 0
-        events = rollout(run_dir, task, "events.jsonl")
-        assert [m["role"] for m in events][:3] == ["system", "user", "assistant"] and events[-1]["role"] == "exit"
+        # what the model was given, as mini's own messages record it
+        assert resp["instructions"] == events[0]["content"] and resp["input"] == [
+            {"role": "user", "content": events[1]["content"], "type": "message"}]
         grade = rollout(run_dir, task, "grade.json")
         assert grade["reward"] == 1.0, grade
         assert not any("traj" in f or "venv" in f for f in rollout(run_dir, task, "patch.json")["files"])
@@ -223,6 +235,16 @@ def test_real_mini_swe_agent_resolves_smoke_tasks(tmp_path, tmp_path_factory, sc
     rows = [json.loads(line) for line in (run_dir / "rollouts.jsonl").read_text().splitlines()]
     assert sum(r["usage"]["input_tokens"] for r in rows) == sum(u["prompt"] for u in model.reported_usage) > 0
     assert sum(r["usage"]["output_tokens"] for r in rows) == sum(u["completion"] for u in model.reported_usage)
+    # the time the model calls took, measured without traces; the report names what became of each task
+    m = json.loads((run_dir / "metrics.json").read_text())
+    assert m["cost"]["total"] == pytest.approx((2 * m["tokens"]["input"] + 10 * m["tokens"]["output"]) / 1e6)
+    time_s = m["time_s"]
+    assert time_s["source"] == "records" and time_s["rollouts"] == 3 and 0 < time_s["model"] < time_s["agent"] + \
+        time_s["model"], time_s
+    report = (run_dir / "report.md").read_text()
+    assert re.search(r"\| smoke__duration-1 \| 0/1 \| agent_error: step_limit \| [1-9]\d* \| [\d.]+ \|", report), report
+    assert "| smoke__calc-1 | 1/1 | resolved |" in report
+    assert f"| cost at model.prices (total / per rollout) | {m['cost']['total']:.3g} / " in report
     assert leftover_sandboxes(tmp_path) == []
     if mode == "host":
         # the endpoint gone: the started run plans with the name it was started with

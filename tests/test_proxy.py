@@ -477,7 +477,7 @@ def test_summarize_usage_sums_the_records(scripted, out):
         assert total[key] == sum((r.get("usage") or {}).get(key, 0) for r in model_rows) > 0
     assert total["calls"] == 5 and total["refused_calls"] == 1 and total["failed_calls"] == 1
     assert total["other_requests"] == 1 and total["calls_without_usage"] == 0
-    shaped = summarize(path)
+    shaped = summarize(total)
     assert shaped["input_tokens"] == total["prompt_tokens"] and shaped["model_calls"] == 5
     assert summarize_usage(out / "missing.jsonl")["calls"] == 0
 

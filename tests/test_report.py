@@ -13,7 +13,7 @@ from xml.etree import ElementTree
 
 import pytest
 
-from ops_util import run
+from ops_util import fake_git, run, smoke_rows, write_tasks
 from services import need
 
 pytestmark = pytest.mark.slow
@@ -22,19 +22,30 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
+WRONG, RIGHT, NO_GRADER = "smoke__calc-1", "smoke__textutils-1", "smoke__inventory-1"
+
+
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
+    """Three smoke tasks, three outcomes: the oracle applies a wrong fix to one (its tests
+    fail), the gold patch to another (resolved), and the third never gets a grading sandbox
+    (`git init` fails there: an infrastructure error)."""
     wd = tmp_path_factory.mktemp("report")
-    done = run(wd, "--config", "benchmark={'limit': 2}")
+    rows = smoke_rows()[:3]
+    assert [r["instance_id"] for r in rows] == [WRONG, RIGHT, NO_GRADER]
+    rows[0]["patch"] = rows[0]["patch"].replace("+    return a / b", "+    return int(a / b)")
+    args = ["--config", f"benchmark={{'tasks': '{write_tasks(wd / 'tasks.jsonl', rows)}'}}"]
+    env = fake_git(wd / "bin", [{"cmd": "init", "labels": {"role": "grade", "task": NO_GRADER}, "fail": 1000}])
+    done = run(wd, *args, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
-    rep = run(wd, "--config", "benchmark={'limit': 2}", "--report", "report.html")
+    rep = run(wd, *args, "--report", "report.html")
     assert rep.returncode == 0, rep.stdout[-3000:] + rep.stderr[-3000:]
     return wd
 
 
 def test_report_holds_the_metrics_table_and_plots(report):
     html = (report / "report.html").read_text()
-    assert "resolved (all rollouts)" in html and "100.0% (2/2)" in html
+    assert "resolved (all rollouts)" in html and "33.3% (1/3)" in html
     for name in ("metrics.html", "resolved_by_repo.svg", "durations.svg", "tokens.svg", "failures.svg"):
         assert name in html, name
     plots = report / "results" / "default" / "report"
@@ -43,10 +54,32 @@ def test_report_holds_the_metrics_table_and_plots(report):
     assert {"sandbox", "harness", "grade", "p50", "p95"} <= texts
     resolved = ElementTree.parse(plots / "resolved_by_repo.svg").getroot()
     texts = {t.text for t in resolved.iter("{http://www.w3.org/2000/svg}text")}
-    assert {"smoke/calc", "smoke/textutils", "100%"} <= texts
-    assert "no data" in (plots / "failures.svg").read_text()  # the oracle fails nothing
+    assert {"smoke/calc", "smoke/textutils", "100%", "0%"} <= texts
+    failures = ElementTree.parse(plots / "failures.svg").getroot()
+    assert "sandbox_prepare (infra_error)" in {t.text for t in failures.iter("{http://www.w3.org/2000/svg}text")}
     metrics = json.loads((report / "results/default/metrics.json").read_text())
-    assert metrics["resolved"] == 2
+    assert metrics["resolved"] == 1 and metrics["cost"] is None  # no model.prices, no cost
+    assert metrics["time_s"]["source"] == "records" and metrics["time_s"]["tests"] > 0
+
+
+def test_report_md_reads_task_by_task(report):
+    """report.md: a row per task saying what became of it, the infrastructure errors by class
+    with an example, the plots and the viewer linked where they are."""
+    run_dir = report / "results" / "default"
+    text = (run_dir / "report.md").read_text()
+    table = re.findall(r"^\| (smoke__\S+) \| (\d/\d) \| ([^|]+) \| (\d+) \| ([\d.]+) \|$", text, re.M)
+    assert [row[:3] for row in table] == [(WRONG, "0/1", "tests failed"), (RIGHT, "1/1", "resolved"),
+                                          (NO_GRADER, "0/1", "infra_error: sandbox_prepare")], text
+    assert all(float(row[4]) > 0 for row in table)
+    infra = re.search(r"^\| sandbox_prepare \| 1 \| smoke__inventory-1#0 \| grade \| (.+) \|$", text, re.M)
+    assert infra and "git" in infra.group(1), text
+    assert "(ok)" not in text
+    for link in re.findall(r"\]\(([^)]+)\)", text):  # every link resolves beside report.md
+        assert (run_dir / link).is_file(), link
+    assert len(re.findall(r"!\[[^]]+\]\(report/\w+\.svg\)", text)) == 4
+    page = (run_dir / "report" / "metrics.html").read_text()
+    assert page.count("<svg ") == 4 and "<td>tests failed</td>" in page
+    assert "3 rollouts of 3 tasks: 1 resolved (33.3%), 1 unresolved, 1 infra errors, 0 flagged." in page
 
 
 def _png_pixels(data: bytes) -> tuple[int, int, list[bytes]]:
@@ -93,7 +126,7 @@ def test_report_renders_in_headless_chromium(report, tmp_path):
     # the landing page shows the metrics table (outside the scripts that carry the data)
     visible = re.sub(r"<script\b.*?</script>", "", dom.stdout, flags=re.S)
     assert "<td>resolved (all rollouts)</td>" in visible, visible[:3000]
-    assert "100.0% (2/2)" in visible
+    assert "33.3% (1/3)" in visible
     assert ">Metrics<" in visible and ">Plots<" in visible
     shot = tmp_path / "report.png"
     # on a loaded machine a screenshot can be taken before the page has painted: try again

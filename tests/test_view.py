@@ -73,10 +73,12 @@ def test_index_lists_every_rollout_with_links(smoke_run, tmp_path):
     view = smoke_run / "results" / "default" / "report" / "view"
     html = dom((view / "index.html").as_uri(), tmp_path)
     rows = re.findall(r'<tr><td><a href="(rollouts/[^"]+)">([^<]+)</a></td><td>(\d+)</td><td>([^<]*)</td>'
-                      r'<td class="status-(\w+)">', html)
-    assert sorted(rows) == [("rollouts/smoke__calc-1/0.html", "smoke__calc-1", "0", "smoke/calc", "ok"),
-                            ("rollouts/smoke__textutils-1/0.html", "smoke__textutils-1", "0", "smoke/textutils", "ok")]
+                      r'<td class="res-\w+">(\w+)</td><td class="status-(\w+)">', html)
+    assert sorted(rows) == [("rollouts/smoke__calc-1/0.html", "smoke__calc-1", "0", "smoke/calc", "yes", "ok"),
+                            ("rollouts/smoke__textutils-1/0.html", "smoke__textutils-1", "0", "smoke/textutils", "yes",
+                             "ok")]
     assert "2 of 2 rollouts" in html
+    assert "2 rollouts of 2 tasks: 2 resolved (100.0%), 0 unresolved, 0 infra errors, 0 flagged." in html
     assert '<option value="smoke/calc">smoke/calc</option>' in html  # the repository filter
 
 
@@ -86,16 +88,24 @@ def test_sandbatch_view_writes_the_same_pages(smoke_run, tmp_path):
     assert out.returncode == 0, out.stderr
     assert "2 rollout(s); open file://" in out.stdout
     report = smoke_run / "results" / "default" / "report" / "view"
-    for rel in ("index.html", "rollouts/smoke__calc-1/0.html", "rollouts/smoke__textutils-1/0.html"):
+    pages = ("index.html", "rollouts/smoke__calc-1/0.html", "rollouts/smoke__textutils-1/0.html")
+    for rel in pages:
         assert (tmp_path / "v" / rel).read_text() == (report / rel).read_text(), rel
+    # without -o, where the run wrote it: one viewer per run
+    written = {rel: (report / rel).stat().st_mtime_ns for rel in pages}
+    out = sandbatch("view", "default", "-d", str(smoke_run))
+    assert out.returncode == 0 and f"open {(report / 'index.html').as_uri()}" in out.stdout, out.stdout + out.stderr
+    assert all((report / rel).stat().st_mtime_ns > t for rel, t in written.items())
+    assert not (smoke_run / "results" / "default" / "view").exists()
     bad = sandbatch("view", "nosuchrun", "-d", str(smoke_run))
     assert bad.returncode == 2 and "no such run" in bad.stderr and "Traceback" not in bad.stderr
 
 
 @needs_chromium
 def test_index_renders_rows_lazily(tmp_path):
-    rows = [[f"org__proj-{i:04d}", 0, f"org/p{i % 3}", "ok" if i % 4 else "agent_error", None, float(i % 2),
-             1000 + i, 12.5, f"rollouts/org__proj-{i:04d}/0.html"] for i in range(250)]
+    rows = [[f"org__proj-{i:04d}", 0, f"org/p{i % 3}", bool(i % 4 and i % 2), "ok" if i % 4 else "agent_error",
+             None, float(i % 2), 1000 + i, 12.5, f"rollouts/org__proj-{i:04d}/0.html",
+             "resolved" if i % 4 and i % 2 else "unresolved", i % 7 == 0] for i in range(250)]
     assert len(rows[0]) == len(COLUMNS)
     write_index(tmp_path, rows, "t", "s")
     html = dom((tmp_path / "index.html").as_uri(), tmp_path)
@@ -106,9 +116,15 @@ def test_index_renders_rows_lazily(tmp_path):
     # filter and sort from the address: agent_error rows (every 4th), most tokens first
     html = dom((tmp_path / "index.html").as_uri() + "#status=agent_error&repo=org%2Fp1&sort=tokens&desc=1", tmp_path)
     tasks = re.findall(r'<a href="rollouts/[^"]+">(org__proj-\d+)</a>', html)
-    expected = sorted((r for r in rows if r[3] == "agent_error" and r[2] == "org/p1"), key=lambda r: -r[6])
+    expected = sorted((r for r in rows if r[4] == "agent_error" and r[2] == "org/p1"), key=lambda r: -r[7])
     assert tasks == [r[0] for r in expected] and len(tasks) == 21
     assert "21 of 250 rollouts" in html
+    # the outcome filter: flagged rows (every 7th), and the resolved column of each row shown
+    html = dom((tmp_path / "index.html").as_uri() + "#show=flagged", tmp_path)
+    shown = re.findall(r'<a href="rollouts/[^"]+">org__proj-(\d+)</a></td><td>0</td><td>[^<]*</td>'
+                       r'<td class="res-(yes|no)">(yes|no)</td>', html)
+    assert [(int(i), r) for i, r, _ in shown] == [(i, "yes" if i % 4 and i % 2 else "no") for i in range(0, 250, 7)]
+    assert '<option value="flagged">flagged</option>' in html
 
 
 def test_conversation_of_a_recorded_opencode_run():
@@ -159,24 +175,32 @@ def test_mini_swe_agent_trajectory_reads_as_text_in_the_browser(tmp_path):
     """A recorded mini-swe-agent run and a long failing command: outputs are the text the agent
     saw (line breaks, no JSON escapes), the exit status beside each, the long one folded."""
     harness = get_harness("mini-swe-agent")
-    items = harness.convert([json.loads(line) for line in MINI.read_text().splitlines()],
-                            harness.merge_config({})).items
+    conv = harness.convert([json.loads(line) for line in MINI.read_text().splitlines()], harness.merge_config({}))
+    items = conv.items
     long_out = "".join(f"tests/test_{i}.py::test_case FAILED  # got {i} > {i - 1}\n" for i in range(120))
     items += [{"type": "function_call", "call_id": "long", "name": "bash", "arguments": '{"command": "pytest -q"}'},
               {"type": "function_call_output", "call_id": "long",
                "output": json.dumps({"returncode": 1, "output": long_out}, indent=2).replace(">", "\\u003e")}]
     rollout = tmp_path / "rollout"
     rollout.mkdir()
-    (rollout / "response.json").write_text(json.dumps({"output": items, "usage": {}, "model": "m"}))
+    (rollout / "response.json").write_text(json.dumps({"output": items, "usage": {}, "model": "m",
+                                                       "instructions": conv.instructions, "input": conv.input,
+                                                       "sandbatch": {"feedback": conv.feedback}}))
     row = {"dir": str(rollout), "instance_id": "smoke__calc-1", "task_id": "smoke__calc-1", "repeat": 0,
            "status": "ok"}
     out = tmp_path / "page.html"
-    out.write_text(page.render(row, "divide() truncates; fix it", "index.html"))
+    out.write_text(page.render(row, "the task's bare prompt", "index.html"))
     text = rendered_text(out, tmp_path)
     assert "OUTPUT exit 0\nREADME.md\ncalc.py\npyproject.toml\ntests\n" in text, text[:3000]
     assert "OUTPUT exit 1\ntests/test_0.py::test_case FAILED  # got 0 > -1\n" in text
     assert "tests/test_19.py::test_case FAILED  # got 19 > 18\n\u2026\nshow all output (120 lines, " in text
     assert "test_20.py" not in text  # folded until "show all" is opened
+    # the system prompt, the task prompt as mini rendered it (not the bare one given), then
+    # each of mini's three format-error messages after the reply it rejected
+    assert text.index("SYSTEM PROMPT\nYou are a helpful assistant") < text.index(
+        "PROMPT\nPlease solve this issue: divide() truncates") < text.index("ASSISTANT\nI will list the files.")
+    assert "bare prompt" not in text
+    assert len(re.findall(r"ASSISTANT\nDone\.\nHARNESS FEEDBACK\nTool call error:", text)) == 3, text[-3000:]
     for escaped in ("\\n", "\\u003e", "returncode", '"output"'):
         assert escaped not in text, escaped
     shot = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1000,1400",

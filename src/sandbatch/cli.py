@@ -115,9 +115,10 @@ def cmd_rerun_errors(args: argparse.Namespace) -> int:
 
 def cmd_view(args: argparse.Namespace) -> int:
     from .core.config import run_config
-    from .reporting.view import build, finished_rows
+    from .reporting.view import VIEW_DIR, build, finished_rows
 
-    out = (args.output or Path(args.directory) / args.results_dir / args.run / "view").resolve()
+    # where the run's aggregate writes it: one viewer per run, brought up to date mid-run
+    out = (args.output or Path(args.directory) / args.results_dir / args.run / VIEW_DIR).resolve()
     os.chdir(args.directory)  # the run's config names paths relative to its working directory
     cfg = run_config(args.run, args.results_dir)
     rows = finished_rows(cfg)
@@ -206,7 +207,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_rerun_errors)
     w = sub.add_parser("view", help="write the static trajectory viewer of a run (index + one page per rollout)")
     _run_args(w)
-    w.add_argument("-o", "--output", type=Path, help="directory to write (default: results/<run>/view)")
+    w.add_argument("-o", "--output", type=Path, help="directory to write (default: results/<run>/report/view, "
+                   "where the run writes it)")
     w.set_defaults(func=cmd_view)
     e = sub.add_parser("export", help="write a finished run in another tool's layout (gym: NeMo Gym's rollouts)")
     _run_args(e)

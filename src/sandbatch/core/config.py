@@ -70,6 +70,13 @@ class ProxyConfig(_Model):
     extra_body: dict[str, Any]
 
 
+class Prices(_Model):
+    """model.prices: per million tokens."""
+
+    input: float
+    output: float
+
+
 class ModelConfig(_Model):
     base_url: str | None
     base_url_env: str | None
@@ -79,6 +86,7 @@ class ModelConfig(_Model):
     sampling: dict[str, Any]
     tokens: Literal["auto", "on", "off"]
     proxy: ProxyConfig
+    prices: "Prices | None"
 
 
 class ImageRewrite(_Model):

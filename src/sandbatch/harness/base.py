@@ -54,6 +54,17 @@ class Conversion:
     items: list[dict[str, Any]]
     unknown: int = 0  # records the converter did not recognise (kept in metadata)
     metadata: dict[str, Any] = field(default_factory=dict)
+    # what the harness said to the model, where its events record it: the system prompt,
+    # the first turn's input (the task prompt as the agent's template rendered it; None: the
+    # convert step records the prompt it handed the harness), and its later messages to the
+    # model (format errors, limits): {"after": id of the output item it follows or None, "text"}
+    instructions: str | None = None
+    input: list[dict[str, Any]] | None = None
+    feedback: list[dict[str, Any]] = field(default_factory=list)
+
+    def add_feedback(self, text: str) -> None:
+        """A harness message to the model, after the items converted so far."""
+        self.feedback.append({"after": self.items[-1]["id"] if self.items else None, "text": text})
 
 
 class Harness(abc.ABC):

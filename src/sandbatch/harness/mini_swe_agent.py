@@ -220,10 +220,16 @@ class MiniSweAgentHarness(Harness):
             elif role == "tool":
                 conv.items.append(responses.function_call_output(str(msg.get("tool_call_id", "")),
                                                                  _text(msg.get("content"))))
-            elif role == "user" and isinstance(extra.get("response"), dict):
-                # a reply mini rejected (no or a bad tool call) lives only in the feedback's extra
-                choices = extra["response"].get("choices") or [{}]
-                conv.items.extend(_assistant_items(choices[0].get("message") or {}))
+            elif role == "system":
+                conv.instructions = _text(msg.get("content"))
+            elif role == "user" and conv.input is None and not conv.items:
+                conv.input = [responses.user_message(_text(msg.get("content")))]  # the rendered task prompt
+            elif role == "user":
+                if isinstance(extra.get("response"), dict):
+                    # a reply mini rejected (no or a bad tool call) lives only in the feedback's extra
+                    choices = extra["response"].get("choices") or [{}]
+                    conv.items.extend(_assistant_items(choices[0].get("message") or {}))
+                conv.add_feedback(_text(msg.get("content")))  # mini's own message to the model
             elif role == "exit":
                 conv.metadata["exit_status"] = extra.get("exit_status")
                 # the submit command (or one interrupted by the exit) has no tool message: the
@@ -231,7 +237,7 @@ class MiniSweAgentHarness(Harness):
                 answered = {i["call_id"] for i in conv.items if i["type"] == "function_call_output"}
                 for call in [i for i in conv.items if i["type"] == "function_call" and i["call_id"] not in answered]:
                     conv.items.append(responses.function_call_output(call["call_id"], _text(msg.get("content"))))
-            elif role not in ("system", "user"):
+            else:
                 keep_unknown(conv, msg)
         return conv
 

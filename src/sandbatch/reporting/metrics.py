@@ -44,8 +44,8 @@ def percentile(values: list[float], q: float) -> float | None:
 PHASES = ("sandbox", "install", "agent", "harness", "patch", "grade")
 
 
-def compute(rollouts: Iterable[Mapping[str, Any]], threshold: float) -> dict[str, Any]:
-    """Metrics over rollout rows (see rollout.rows.rollout_row)."""
+def compute(rollouts: Iterable[Mapping[str, Any]], threshold: float, prices: Any = None) -> dict[str, Any]:
+    """Metrics over rollout rows (see rollout.rows.rollout_row); `prices`: model.prices, for the cost."""
     rows = list(rollouts)
     by_task: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for r in rows:
@@ -62,6 +62,7 @@ def compute(rollouts: Iterable[Mapping[str, Any]], threshold: float) -> dict[str
     durations = {p: [r["durations"][p] for r in rows if r["durations"].get(p) is not None] for p in PHASES}
     tokens = [r["usage"].get("total_tokens", 0) for r in rows]
     joins = [r.get("token_join") or {} for r in rows]
+    io_tokens = {k: sum(r["usage"].get(f"{k}_tokens", 0) for r in rows) for k in ("input", "output")}
     return {
         "tasks": len(by_task),
         "rollouts": len(rows),
@@ -84,20 +85,56 @@ def compute(rollouts: Iterable[Mapping[str, Any]], threshold: float) -> dict[str
         "durations_s": {p: {"p50": _round(percentile(v, 50)), "p95": _round(percentile(v, 95))}
                         for p, v in durations.items()},
         "tokens": {"total": sum(tokens), "mean_per_rollout": round(sum(tokens) / len(tokens), 1) if tokens else 0,
-                   "input": sum(r["usage"].get("input_tokens", 0) for r in rows),
-                   "output": sum(r["usage"].get("output_tokens", 0) for r in rows)},
+                   **io_tokens},
         "token_data": token_data(joins),
         # spans a trace collector did not take in time (traces.exporters); the rollouts ran on
         "traces_dropped": sum(int(r.get("traces_dropped") or 0) for r in rows),
         "time_s": time_by_kind(rows),
+        "cost": cost(io_tokens, prices, len(rows)),
     }
 
 
 def time_by_kind(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
-    """Where the traced rollouts' time went, summed (seconds; traces.exporters with `file`)."""
+    """Where the rollouts' time went, summed (seconds): from their traces when they have them
+    (traces.exporters with `file`: each instant once, gaps between steps as orchestration),
+    else from their step records (`source: records`), as every run has them."""
     traced = [r["time_by_kind"] for r in rows if r.get("time_by_kind")]
+    if not traced:
+        return time_from_records(rows)
     total = {k: round(sum(t.get(k, 0.0) for t in traced), 3) for k in ("model", "sandbox", "tests", "orchestration")}
-    return {"rollouts": len(traced), **total}
+    return {"source": "traces", "rollouts": len(traced), **total}
+
+
+def time_from_records(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """The steps' durations split by what they waited on: the model (its calls' latencies),
+    the agent (the rest of the harness step: its commands, its install, the harness itself),
+    the tests (the grade step's test run), sandboxes (creating, preparing, extracting the
+    patch, deleting: the sandbox and patch steps and the rest of the grade step)."""
+    total = dict.fromkeys(("model", "agent", "sandbox", "tests"), 0.0)
+    timed = 0
+    for r in rows:
+        d = r.get("durations") or {}
+        harness, grade = d.get("harness") or 0.0, d.get("grade") or 0.0
+        if not (harness or grade or d.get("sandbox")):
+            continue
+        timed += 1
+        model = min(d.get("model") or 0.0, harness)  # concurrent calls could sum past the step
+        tests = min(d.get("tests") or 0.0, grade)
+        total["model"] += model
+        total["agent"] += harness - model
+        total["tests"] += tests
+        total["sandbox"] += (d.get("sandbox") or 0.0) + (d.get("patch") or 0.0) + grade - tests
+    return {"source": "records", "rollouts": timed, **{k: round(v, 3) for k, v in total.items()}}
+
+
+def cost(tokens: Mapping[str, Any], prices: Any, rollouts: int) -> dict[str, Any] | None:
+    """What the run's tokens cost at `model.prices` (per million input / output tokens; None:
+    no prices given). Cached input tokens count at the input price."""
+    if prices is None:
+        return None
+    inp, out = tokens["input"] * prices.input / 1e6, tokens["output"] * prices.output / 1e6
+    return {"input": round(inp, 6), "output": round(out, 6), "total": round(inp + out, 6),
+            "per_rollout": round((inp + out) / rollouts, 6) if rollouts else None}
 
 
 def token_data(joins: list[Mapping[str, Any]]) -> dict[str, Any]:

@@ -50,12 +50,16 @@ def bar_chart(title: str, rows: Sequence[tuple[str, Sequence[float]]], unit: str
     return "\n".join(out) + "\n"
 
 
+TITLES = {"resolved_by_repo": "Resolved per repository (% of rollouts)", "durations": "Duration per phase (seconds)",
+          "tokens": "Tokens per rollout", "failures": "Failures by class (rollouts)"}
+
+
 def resolved_by_repo(rows: list[Mapping[str, Any]]) -> str:
     groups: dict[str, list[bool]] = defaultdict(list)
     for r in rows:
         groups[r.get("repo") or r["instance_id"]].append(bool(r["resolved"]))
     data = sorted(((k, [100 * sum(v) / len(v)]) for k, v in groups.items()), key=lambda kv: (-kv[1][0], kv[0]))
-    return bar_chart("Resolved per repository (% of rollouts)", data, "%", vmax=100, fmt="{:.0f}")
+    return bar_chart(TITLES["resolved_by_repo"], data, "%", vmax=100, fmt="{:.0f}")
 
 
 def durations(rows: list[Mapping[str, Any]]) -> str:
@@ -64,19 +68,19 @@ def durations(rows: list[Mapping[str, Any]]) -> str:
         vals = [r["durations"][p] for r in rows if r["durations"].get(p) is not None]
         if vals:
             data.append((p, [percentile(vals, 50), percentile(vals, 95)]))
-    return bar_chart("Duration per phase (seconds)", data, " s", series=("p50", "p95"), fmt="{:.2f}")
+    return bar_chart(TITLES["durations"], data, " s", series=("p50", "p95"), fmt="{:.2f}")
 
 
 def tokens(rows: list[Mapping[str, Any]], limit: int = 40) -> str:
     data = sorted(((f"{r['instance_id']}#{r['repeat']}", [float(r["usage"].get("total_tokens", 0))])
                    for r in rows), key=lambda kv: -kv[1][0])
-    title = "Tokens per rollout" + (f" (top {limit} of {len(data)})" if len(data) > limit else "")
+    title = TITLES["tokens"] + (f" (top {limit} of {len(data)})" if len(data) > limit else "")
     return bar_chart(title, data[:limit], fmt="{:.0f}")
 
 
 def failures(rows: list[Mapping[str, Any]]) -> str:
     counts = Counter(f"{r['failure_class']} ({r['status']})" for r in rows if r["failure_class"])
-    return bar_chart("Failures by class (rollouts)", sorted(((k, [v]) for k, v in counts.items()),
+    return bar_chart(TITLES["failures"], sorted(((k, [v]) for k, v in counts.items()),
                                                              key=lambda kv: (-kv[1][0], kv[0])), fmt="{:.0f}")
 
 

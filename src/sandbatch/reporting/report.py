@@ -5,6 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.config import Config
+from . import outcomes
+from .plots import PLOTS, TITLES
+from .view import VIEW_DIR
 
 
 def _pct(rate: dict[str, Any]) -> str:
@@ -26,7 +29,18 @@ def metric_rows(m: dict[str, Any]) -> list[tuple[str, str]]:
         ("patches whose code reaches into the test runner", _pct(m["suspicious_rate"])),
         ("tokens (total / mean per rollout)", f"{m['tokens']['total']} / {m['tokens']['mean_per_rollout']}"),
         *_token_rows(m.get("token_data") or {}),
+        *_cost_rows(m.get("cost")),
     ]
+
+
+def _cost_rows(c: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """The run's cost, when model.prices gives the model's prices."""
+    if not c:
+        return []
+    money = lambda x: f"{x:,.2f}" if x >= 1 else f"{x:.3g}"  # noqa: E731 (small runs cost fractions of a cent)
+    return [("cost at model.prices (total / per rollout)",
+             f"{money(c['total'])} / {money(c['per_rollout'] or 0)} "
+             f"({money(c['input'])} input + {money(c['output'])} output)")]
 
 
 def _token_rows(t: dict[str, Any]) -> list[tuple[str, str]]:
@@ -41,15 +55,71 @@ def _token_rows(t: dict[str, Any]) -> list[tuple[str, str]]:
     ]
 
 
-def time_lines(t: dict[str, Any]) -> list[str]:
-    """Where the time went, from the rollouts' traces (none when no trace file was written)."""
-    kinds = {"model": "model calls", "sandbox": "sandbox operations", "tests": "tests",
-             "orchestration": "orchestration (steps, scheduling, conversion)"}
-    total = sum(t.get(k, 0.0) for k in kinds)
+TIME_KINDS = {"model": "model calls", "agent": "the agent's commands and harness", "sandbox": "sandbox operations",
+              "tests": "tests", "orchestration": "orchestration (steps, scheduling, conversion)"}
+
+
+def time_sentence(t: dict[str, Any]) -> str:
+    """Where the time went (metrics.json `time_s`: from traces, else the step records); "" for none."""
+    kinds = {k: label for k, label in TIME_KINDS.items() if k in t}
+    total = sum(t[k] for k in kinds)
     if not t.get("rollouts") or total <= 0:
+        return ""
+    which = "traced rollouts" if t.get("source", "traces") == "traces" else "rollouts, from their step records"
+    return f"Where the time went ({t['rollouts']} {which}, {total:.1f} s in all): " + ", ".join(
+        f"{label} {t[k]:.1f} s ({100 * t[k] / total:.0f}%)" for k, label in kinds.items()) + "."
+
+
+def time_lines(t: dict[str, Any]) -> list[str]:
+    sentence = time_sentence(t)
+    return ["", sentence] if sentence else []
+
+
+TASK_HEADER = ("task", "resolved", "status or failure class", "tokens", "time s")
+
+
+def task_cells(rows: list[dict[str, Any]]) -> list[tuple[str, ...]]:
+    """The per-task table's cells (outcomes.task_rows): resolved as k/n over the repeats."""
+    return [(t["task"], f"{t['resolved']}/{t['repeats']}", t["outcome"], str(t["tokens"]),
+             "" if t["time_s"] is None else f"{t['time_s']:.1f}") for t in outcomes.task_rows(rows)]
+
+
+RERUN = "`sandbatch rerun-errors <run>`, then the same run command, redoes them"
+INFRA_HEADER = ("class", "rollouts", "example", "step", "error")
+
+
+def infra_cells(rows: list[dict[str, Any]]) -> list[tuple[str, ...]]:
+    """The infrastructure errors by class, one example each (outcomes.infra_errors)."""
+    return [(e["class"], str(e["rollouts"]), e["example"], e["phase"] or "", e["error"])
+            for e in outcomes.infra_errors(rows)]
+
+
+def _md_table(header: tuple[str, ...], cells: list[tuple[str, ...]]) -> list[str]:
+    esc = lambda c: c.replace("|", "\\|").replace("\n", " ")  # noqa: E731
+    return [f"| {' | '.join(header)} |", "|" + "---|" * len(header),
+            *[f"| {' | '.join(esc(c) for c in row)} |" for row in cells]]
+
+
+def task_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """report.md's per-task table: every task, what became of its repeats, its tokens and time."""
+    if not rows:
         return []
-    return ["", f"Where the time went ({t['rollouts']} traced rollouts, {total:.1f} s in all): " + ", ".join(
-        f"{label} {t[k]:.1f} s ({100 * t[k] / total:.0f}%)" for k, label in kinds.items()) + "."]
+    return ["", "## Tasks", "", outcomes.summary_line(rows), "", *_md_table(TASK_HEADER, task_cells(rows))]
+
+
+def infra_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """report.md's infrastructure errors by class (no reward: they are not the agent's)."""
+    cells = infra_cells(rows)
+    if not cells:
+        return []
+    return ["", "## Infrastructure errors", "",
+            f"Not the agent's doing, so no reward; {RERUN}.", "",
+            *_md_table(INFRA_HEADER, cells)]
+
+
+def plot_lines() -> list[str]:
+    """The plots, beside report.md under report/."""
+    return ["", "## Plots", *[line for name in PLOTS for line in ("", f"![{TITLES[name]}](report/{name}.svg)")]]
 
 
 def _subtitle(cfg: Config, m: dict[str, Any]) -> str:
@@ -72,14 +142,14 @@ def markdown(cfg: Config, m: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     lines += ["", "| phase | p50 s | p95 s |", "|---|---|---|"]
     lines += [f"| {p} | {v['p50']} | {v['p95']} |" for p, v in m["durations_s"].items()]
     lines += time_lines(m.get("time_s") or {})
-    unresolved = [r for r in rows if not r["resolved"]][:10]
-    if unresolved:
-        lines += ["", "Unresolved (first 10): " + ", ".join(
-            f"{r['instance_id']}#{r['repeat']} ({r['failure_class'] or r['status']})" for r in unresolved)]
     if m["suspicious_rollouts"]:
         lines += ["", f"Suspicious ({len(m['suspicious_rollouts'])}, their code reaches into the test runner; "
                       "grade.json lists the lines): " + ", ".join(m["suspicious_rollouts"][:20])]
     lines.append(f"\npass@k counts a rollout correct when reward >= {m['reward_threshold']}.")
+    lines += infra_lines(rows)
+    lines += task_lines(rows)
+    lines += plot_lines()
+    lines += ["", f"Each rollout's trajectory: [{VIEW_DIR}/index.html]({VIEW_DIR}/index.html)."]
     return "\n".join(lines) + "\n"
 
 
@@ -107,23 +177,43 @@ def rst(cfg: Config, m: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def html(cfg: Config, m: dict[str, Any]) -> str:
-    """A small self-contained HTML page with the metrics table (a result of the Snakemake report)."""
+def _html_table(ident: str, header: tuple[str, ...], cells: list[tuple[str, ...]]) -> str:
+    from html import escape
+
+    head = "".join(f"<th>{escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in cells)
+    return f'<table id="{ident}"><tr>{head}</tr>{body}</table>'
+
+
+def html(cfg: Config, m: dict[str, Any], rows: list[dict[str, Any]], svgs: dict[str, str]) -> str:
+    """A self-contained HTML page (a result of the Snakemake report): the metrics, the
+    infrastructure errors by class, the per-task table and the plots (`svgs`, inline: the
+    Snakemake report shows the page without the files beside it)."""
     from html import escape
 
     title = escape(cfg.aggregate.report_title or f"Run {cfg.run}")
-    body = "".join(f"<tr><td>{escape(n)}</td><td>{escape(v)}</td></tr>" for n, v in metric_rows(m))
-    phases = "".join(f"<tr><td>{escape(p)}</td><td>{v['p50']}</td><td>{v['p95']}</td></tr>"
-                     for p, v in m["durations_s"].items())
+    phases = [(p, str(v["p50"]), str(v["p95"])) for p, v in m["durations_s"].items()]
     status = escape(", ".join(f"{k} {v}" for k, v in sorted(m["status_counts"].items())))
     failures = escape(", ".join(f"{k} {v}" for k, v in sorted(m["failure_classes"].items())) or "none")
+    cells = infra_cells(rows)
+    infra = (f"<h2>Infrastructure errors</h2><p>Not the agent's doing, so no reward; {escape(RERUN.replace('`', ''))}."
+             f"</p>{_html_table('infra', INFRA_HEADER, cells)}" if cells else "")
+    time = time_sentence(m.get("time_s") or {})
     return f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>{title}</title>
-<style>body{{font-family:sans-serif;margin:1em}} table{{border-collapse:collapse;margin:.5em 0}}
-td,th{{border:1px solid #ccc;padding:.25em .6em;text-align:left}} th{{background:#f3f3f3}}</style></head>
+<style>body{{font-family:sans-serif;margin:1em;max-width:1200px}} table{{border-collapse:collapse;margin:.5em 0}}
+td,th{{border:1px solid #ccc;padding:.25em .6em;text-align:left;vertical-align:top}} th{{background:#f3f3f3}}
+h2{{font-size:1.15em;margin-top:1.4em;border-bottom:1px solid #ddd}} .plots svg{{max-width:100%;height:auto;margin:.5em 0}}
+#tasks td:nth-child(2),#tasks td:nth-child(4),#tasks td:nth-child(5){{text-align:right}}</style></head>
 <body><h1>{title}</h1><p>{escape(_subtitle(cfg, m).replace("`", ""))}</p>
-<table id="metrics"><tr><th>metric</th><th>value</th></tr>{body}</table>
+<p id="summary">{escape(outcomes.summary_line(rows))}</p>
+{_html_table("metrics", ("metric", "value"), metric_rows(m))}
 <p>Status: {status}. Failure classes: {failures}.</p>
-<table id="durations"><tr><th>phase</th><th>p50 s</th><th>p95 s</th></tr>{phases}</table>
+{_html_table("durations", ("phase", "p50 s", "p95 s"), phases)}
+{f"<p>{escape(time)}</p>" if time else ""}
+{infra}
+<h2>Tasks</h2>
+{_html_table("tasks", TASK_HEADER, task_cells(rows))}
+<h2>Plots</h2><div class="plots">{"".join(svgs.values())}</div>
 </body></html>
 """

@@ -1,8 +1,10 @@
 """Responses items -> a trajectory in Harbor's ATIF (Agent Trajectory Interchange Format), v1.4.
 
 Harbor's viewer and the tools that read ATIF load `trajectory.json`, written beside
-response.json by the convert step. The mapping: the prompt is step 1 (source "user");
-each model turn (its reasoning, message and tool calls) is one "agent" step, and the
+response.json by the convert step. The mapping: the system prompt (response.json
+`instructions`, when the harness recorded it) is a "system" step, the prompt (`input`) a
+"user" step, the harness's feedback (`sandbatch.feedback`) a "user" step after the agent
+step it answers; each model turn (its reasoning, message and tool calls) is one "agent" step, and the
 outputs of its tool calls are that step's observation. A new agent step starts when text
 follows tool calls or a second message follows a message. Per-step metrics come from the
 model call the step's items were joined to (token_join): its usage, and with token data
@@ -17,7 +19,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
-from .responses import item_text
+from .responses import input_text, item_text
 
 if TYPE_CHECKING:
     from .token_join import Turn
@@ -103,9 +105,14 @@ def trajectory(response: Mapping[str, Any], prompt: str | None, agent: Mapping[s
     model calls joined to the response's items (token_join.Turn)."""
     model = agent.get("model_name")
     steps: list[dict[str, Any]] = []
+    if response.get("instructions"):
+        steps.append({"source": "system", "message": response["instructions"]})
+    if response.get("input"):  # the prompt as the agent got it (its template rendered)
+        prompt = input_text(response["input"])
     if prompt is not None:
         steps.append({"source": "user", "message": prompt})
     agents = agent_steps(response.get("output") or [])
+    feedback = list((response.get("sandbatch") or {}).get("feedback") or [])
     turn_of = {item.get("id"): turn for turn in turns for item in turn.items}
     answered = [c for c in calls or [] if isinstance(c.get("status"), int) and c["status"] < 400
                 and isinstance(c.get("usage"), Mapping)]
@@ -118,11 +125,18 @@ def trajectory(response: Mapping[str, Any], prompt: str | None, agent: Mapping[s
     elif agents and len(answered) == len(agents):
         for step, call in zip(agents, answered):
             step["metrics"] = _metrics(call)
+    # the harness's own messages to the model (response.json sandbatch.feedback) as user
+    # steps, each after the agent step holding the item it followed
+    steps += [{"source": "user", "message": f["text"]} for f in feedback if f.get("after") is None]
+    placed = {f.get("after") for f in feedback if f.get("after") is None}
     for step in agents:
-        del step["_items"]
+        items = set(step.pop("_items"))
         if model:
             step["model_name"] = model
-    steps += agents
+        steps.append(step)
+        steps += [{"source": "user", "message": f["text"]} for f in feedback if f.get("after") in items]
+        placed |= items
+    steps += [{"source": "user", "message": f["text"]} for f in feedback if f.get("after") not in placed]
     for i, step in enumerate(steps, 1):
         step["step_id"] = i
     usage = response.get("usage") or {}

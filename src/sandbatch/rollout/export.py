@@ -21,6 +21,7 @@ from typing import Any, Iterable, Mapping
 
 from ..core.config import Config
 from ..core.errors import UserError
+from . import responses
 from .records import RESPONSE
 from ..tasks import Task, read_task, select_tasks
 from ..tasks.settings import prompt_for
@@ -48,7 +49,7 @@ def gym_create_params(task: Task, prompt: str) -> dict[str, Any]:
     agent got when the row had none."""
     params = dict(task.extra.get("responses_create_params") or {})
     if not params.get("input"):
-        params["input"] = [{"role": "user", "content": prompt, "type": "message"}]
+        params["input"] = [responses.user_message(prompt)]
     return params
 
 

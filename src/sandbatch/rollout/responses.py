@@ -38,6 +38,21 @@ def function_call_output(call_id: str, output: Any) -> dict[str, Any]:
             "status": "completed"}
 
 
+def user_message(text: str) -> dict[str, Any]:
+    """A Responses input message from the user (the task prompt, as `input` holds it)."""
+    return {"role": "user", "content": text, "type": "message"}
+
+
+def input_text(items: list[dict[str, Any]]) -> str:
+    """The text of Responses input messages (a string content or its text parts), one after another."""
+    out = []
+    for it in items:
+        content = it.get("content")
+        out.append(content if isinstance(content, str) else
+                   "\n".join(p.get("text", "") for p in content or [] if isinstance(p, dict)))
+    return "\n\n".join(out)
+
+
 def item_text(item: dict[str, Any]) -> str:
     """The text of a message (its content parts) or of a reasoning item (its summary)."""
     parts = (item.get("summary") or item.get("content") or []) if item["type"] == "reasoning" else item.get("content") or []
@@ -79,8 +94,13 @@ METADATA_KEYS = ("run", "task_id", "instance_id", "repeat", "harness", "status",
 
 
 def response(items: list[dict[str, Any]], usage_: dict[str, Any], model: str, status: str,
-             run: dict[str, Any], created_at: int | None = None) -> dict[str, Any]:
+             run: dict[str, Any], created_at: int | None = None, instructions: str | None = None,
+             input_: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """A Responses object that OpenAI's `Response` and NeMo Gym's `NeMoGymResponse` accept.
+
+    `instructions`: the system prompt the agent's model got (None when the harness does not
+    record it); `input_`: the input items of the conversation's first turn (the task prompt
+    as a user message), as a request's `input` holds them.
 
     `run` (structured: counts, lists, the harness's own fields) goes to a field of its own,
     `sandbatch`; `metadata` holds its identity keys as strings. The agent's tool list is not
@@ -88,6 +108,6 @@ def response(items: list[dict[str, Any]], usage_: dict[str, Any], model: str, st
     `created_at`: Unix seconds (default: now)."""
     metadata = {k: str(run[k]) for k in METADATA_KEYS if run.get(k) is not None}
     return {"id": _id("resp"), "object": "response", "created_at": int(time.time()) if created_at is None else created_at,
-            "model": model, "status": status,
+            "model": model, "status": status, "instructions": instructions, "input": input_ or [],
             "output": items, "usage": usage_, "tools": [], "tool_choice": "auto", "parallel_tool_calls": True,
             "metadata": metadata, "sandbatch": run}

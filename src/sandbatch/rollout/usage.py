@@ -53,9 +53,8 @@ def summarize_usage(path: str | os.PathLike) -> dict[str, Any]:
     return out
 
 
-def summarize(path: str | Path) -> dict[str, Any]:
-    """Responses-style usage of every model call recorded in `path` (zeros when there were none)."""
-    totals = summarize_usage(path)
+def summarize(totals: dict[str, Any]) -> dict[str, Any]:
+    """Responses-style usage of the model calls `summarize_usage` summed (zeros when there were none)."""
     out = responses.usage(totals["prompt_tokens"], totals["completion_tokens"],
                           totals["cached_tokens"], totals["reasoning_tokens"])
     out["model_calls"] = totals["calls"]

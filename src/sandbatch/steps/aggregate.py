@@ -70,15 +70,16 @@ def write_summary(cfg: Config, grades: list[str] | None) -> list[dict]:
             {"instance_id": t.instance_id, "model_name_or_path": cfg.model.name,
              "model_patch": (out / t.id / str(repeat) / PATCH).read_bytes().decode("utf-8", "surrogateescape")}
             for t, r in rollouts if r == repeat])
-    m = metrics.compute(rows, cfg.grading.reward_threshold)
+    m = metrics.compute(rows, cfg.grading.reward_threshold, cfg.model.prices)
     write_json(out / "metrics.json", m)
     write_atomic(out / "report.md", report.markdown(cfg, m, rows))
     # what `snakemake --report` shows: the metrics table and the plots (workflow/rules/aggregate.smk)
-    write_atomic(out / "report" / "metrics.html", report.html(cfg, m))
+    svgs = {name: plot(rows) for name, plot in plots.PLOTS.items()}
+    for name, svg in svgs.items():
+        write_atomic(out / "report" / f"{name}.svg", svg)
+    write_atomic(out / "report" / "metrics.html", report.html(cfg, m, rows, svgs))
     write_atomic(out / "report" / "metrics.rst", report.rst(cfg, m))
-    for name, plot in plots.PLOTS.items():
-        write_atomic(out / "report" / f"{name}.svg", plot(rows))
-    view.build(cfg, rows, out / "report" / "view")
+    view.build(cfg, rows, out / view.VIEW_DIR)
     return rows
 
 

@@ -32,15 +32,20 @@ class ConvertStep(Step):
         # joined before inline_think, which changes the messages' text
         joined, turns = token_join.attach(conv.items, calls)
         items = responses.inline_think(conv.items) if config.get("inline_think") else conv.items
+        totals = usage.summarize_usage(ctx.path(MODEL_CALLS))
         run = {"run": cfg.run, "harness": harness.name, "status": rec.status, "failure_class": rec.failure_class,
                "task_id": ctx.task_id, "instance_id": ctx.task.instance_id, "repeat": ctx.repeat,
                "events": len(events), "unknown_events": conv.unknown,
-               **({"token_join": joined} if joined else {}), **conv.metadata}
-        resp = responses.response(items, usage.summarize(ctx.path(MODEL_CALLS)), cfg.model.name,
+               "model_s": totals["latency_s"],  # the model calls' latencies summed (metrics.json time_s)
+               **({"token_join": joined} if joined else {}), **({"feedback": conv.feedback} if conv.feedback else {}),
+               **conv.metadata}
+        prompt = prompt_for(ctx.task, cfg.benchmark)
+        resp = responses.response(items, usage.summarize(totals), cfg.model.name,
                                   _RESPONSE_STATUS[rec.status], run,
-                                  int(datetime.fromisoformat(rec.started_at).timestamp()) if rec.started_at else None)
+                                  int(datetime.fromisoformat(rec.started_at).timestamp()) if rec.started_at else None,
+                                  conv.instructions, conv.input or [responses.user_message(prompt)])
         write_json(ctx.path(TRAJECTORY), atif.trajectory(
-            resp, prompt_for(ctx.task, cfg.benchmark),
+            resp, prompt,
             {"name": harness.name, "version": rec.version, "model_name": cfg.model.name if harness.needs_model else None},
             f"{cfg.run}/{ctx.task_id}/{ctx.repeat}", calls,
             {"sandbatch": {"run": cfg.run, "task_id": ctx.task_id, "instance_id": ctx.task.instance_id,

@@ -3,8 +3,8 @@
 `build` writes `index.html` (one short row per rollout, inline: file:// pages may not
 fetch) and `rollouts/<task>/<repeat>.html`. Nothing needs a server: the index renders its
 rows a chunk at a time as they scroll into view, and a rollout page is only read when it
-is opened. The aggregate writes it into the report
-(`results/<run>/report/view/`), `sandbatch view <run>` anywhere.
+is opened. The aggregate writes it into the report (`results/<run>/report/view/`), and
+`sandbatch view <run>` there too (or where -o says).
 """
 
 from __future__ import annotations
@@ -21,24 +21,25 @@ from ...rollout.rows import rollout_row
 from ...tasks import read_task, select_tasks
 from ...tasks.settings import prompt_for
 from ...core.util import write_atomic
+from ..outcomes import category, flagged, rollout_seconds, summary_line
 from . import page
 from .assets import CSS, INDEX_JS
 
-COLUMNS = ("task", "repeat", "repo", "status", "failure_class", "reward", "tokens", "duration", "href")
+# `outcome`: resolved / unresolved / infra_error (outcomes.category), what the filter picks from
+VIEW_DIR = "report/view"  # under results/<run>/: the run's aggregate and `sandbatch view` write it here
+COLUMNS = ("task", "repeat", "repo", "resolved", "status", "failure_class", "reward", "tokens", "duration", "href",
+           "outcome", "flagged")
 
 
 def page_href(row: Mapping[str, Any]) -> str:
     return f"rollouts/{row['task_id']}/{row['repeat']}.html"
 
 
-def _duration(row: Mapping[str, Any]) -> float | None:
-    vals = [v for k, v in (row.get("durations") or {}).items() if k in ("sandbox", "harness", "patch", "grade") and v]
-    return round(sum(vals), 3) if vals else None
-
-
 def index_row(row: Mapping[str, Any]) -> list[Any]:
-    return [row["instance_id"], row["repeat"], row.get("repo") or "", row["status"], row.get("failure_class"),
-            row.get("reward"), (row.get("usage") or {}).get("total_tokens", 0), _duration(row), page_href(row)]
+    infra = row["status"] == "infra_error"  # no reward was earned or lost: none is shown
+    return [row["instance_id"], row["repeat"], row.get("repo") or "", bool(row.get("resolved")), row["status"],
+            row.get("failure_class"), None if infra else row.get("reward"), (row.get("usage") or {}).get("total_tokens", 0),
+            rollout_seconds(row), page_href(row), category(row), flagged(row)]
 
 
 def flagged_html(rows: Iterable[Mapping[str, Any]]) -> str:
@@ -51,15 +52,19 @@ def flagged_html(rows: Iterable[Mapping[str, Any]]) -> str:
     return f'<p id="suspicious">Suspicious code in {len(flagged)} rollouts: {links}</p>'
 
 
-def index_html(rows: list[list[Any]], title: str, subtitle: str, flagged: str = "") -> str:
-    heads = [("task", "task"), ("repeat", "repeat"), ("repo", "repository"), ("status", "status"),
-             ("failure_class", "failure class"), ("reward", "reward"), ("tokens", "tokens"), ("duration", "duration s")]
+def index_html(rows: list[list[Any]], title: str, subtitle: str, flags: str = "", summary: str = "") -> str:
+    heads = [("task", "task"), ("repeat", "repeat"), ("repo", "repository"), ("resolved", "resolved"),
+             ("status", "status"), ("failure_class", "failure class"), ("reward", "reward"), ("tokens", "tokens"),
+             ("duration", "duration s")]
     data = json.dumps(rows, separators=(",", ":")).replace("</", "<\\/")  # a task id cannot end the script
     th = "".join(f'<th class="sort" data-key="{k}">{escape(label)}</th>' for k, label in heads)
     return f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>{escape(title)}</title><style>{CSS}</style></head>
-<body><h1>{escape(title)}</h1><p>{escape(subtitle)}</p>{flagged}
-<div class="filters"><label>status <select id="f-status"><option value="">all</option></select></label>
+<body><h1>{escape(title)}</h1><p id="summary"><b>{escape(summary)}</b></p><p>{escape(subtitle)}</p>{flags}
+<div class="filters"><label>show <select id="f-outcome"><option value="">all</option>
+<option value="resolved">resolved</option><option value="unresolved">unresolved</option>
+<option value="infra_error">infra error</option><option value="flagged">flagged</option></select></label>
+<label>status <select id="f-status"><option value="">all</option></select></label>
 <label>repository <select id="f-repo"><option value="">all</option></select></label>
 <label>task <input id="f-text" type="search" placeholder="filter by task id"></label>
 <span id="count" class="muted"></span></div>
@@ -73,9 +78,10 @@ var ROLLOUT_ROWS = {data};</script>
 """
 
 
-def write_index(out: Path, rows: list[list[Any]], title: str, subtitle: str, flagged: str = "") -> None:
+def write_index(out: Path, rows: list[list[Any]], title: str, subtitle: str, flags: str = "",
+                summary: str = "") -> None:
     """index.html, its rows (as `index_row` makes them) inline: one file, as the report embeds it."""
-    write_atomic(out / "index.html", index_html(rows, title, subtitle, flagged))
+    write_atomic(out / "index.html", index_html(rows, title, subtitle, flags, summary))
 
 
 def _prompts(cfg: Config) -> dict[str, str | None]:
@@ -102,9 +108,9 @@ def build(cfg: Config, rows: Iterable[Mapping[str, Any]], out_dir: str | Path) -
     prompts = _prompts(cfg)
     for row in rows:
         write_atomic(out / page_href(row), page.render(row, prompts.get(row["task_id"]), "../../index.html"))
-    n_tasks = len({r["task_id"] for r in rows})
-    subtitle = (f"{len(rows)} rollouts of {n_tasks} tasks; benchmark {cfg.benchmark.kind}, harness "
-                f"{cfg.harness.name}, model {cfg.model.name}. Click a column to sort; open a task for its trajectory.")
-    write_index(out, [index_row(r) for r in rows], f"Trajectories of run {cfg.run}", subtitle, flagged_html(rows))
+    subtitle = (f"Benchmark {cfg.benchmark.kind}, harness {cfg.harness.name}, model {cfg.model.name}. "
+                "Click a column to sort; open a task for its trajectory.")
+    write_index(out, [index_row(r) for r in rows], f"Trajectories of run {cfg.run}", subtitle, flagged_html(rows),
+                summary_line(rows))
     return out / "index.html"
 

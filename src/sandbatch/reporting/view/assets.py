@@ -7,7 +7,8 @@ table{border-collapse:collapse;margin:.5em 0} td,th{border:1px solid #ccc;paddin
 th{background:#f3f3f3} th.sort{cursor:pointer;user-select:none} th.sort:hover{background:#e6e6e6}
 pre{background:#f7f7f7;padding:.5em;overflow-x:auto;white-space:pre-wrap;word-break:break-word;margin:.3em 0}
 .turn{border-left:4px solid #ccc;padding:.2em .8em;margin:.6em 0}
-.user{border-color:#6a8} .assistant{border-color:#58c} .reasoning{border-color:#bbb;color:#555}
+.user{border-color:#6a8} .system{border-color:#6a8;background:#f6fbf8} .feedback{border-color:#bf8700;background:#fffbea}
+.assistant{border-color:#58c} .reasoning{border-color:#bbb;color:#555}
 .tool-call{border-color:#c84} .tool-output{border-color:#999}
 .role{font-size:.8em;font-weight:bold;text-transform:uppercase;color:#666}
 .fname{font-family:monospace;font-weight:bold;text-transform:none;font-size:1.2em;color:#222}
@@ -15,7 +16,8 @@ pre{background:#f7f7f7;padding:.5em;overflow-x:auto;white-space:pre-wrap;word-br
 .diff .add{color:#1a7f37;background:#e6ffec} .diff .del{color:#cf222e;background:#ffebe9}
 .diff .hunk{color:#8250df} .diff .file{font-weight:bold}
 .diff span{display:block}
-.status-ok,.PASSED{color:#1a7f37} .status-infra_error,.status-agent_error,.status-timeout,.FAILED,.ERROR{color:#cf222e}
+.PASSED,.res-yes{color:#1a7f37} .res-no{color:#cf222e} .res-yes,.res-no{font-weight:bold}
+.res-none{color:#777} .status-infra_error,.status-agent_error,.status-timeout,.FAILED,.ERROR{color:#cf222e}
 .muted{color:#777;font-size:.9em} .filters{margin:.5em 0} .filters label{margin-right:1em}
 .kv td:first-child{font-weight:bold}
 .exit{font-family:monospace;text-transform:none;padding:0 .4em;border-radius:3px;margin-left:.4em}
@@ -39,6 +41,7 @@ INDEX_JS = r"""
   var tbody = document.getElementById('rows'), count = document.getElementById('count');
   var fStatus = document.getElementById('f-status'), fRepo = document.getElementById('f-repo');
   var fText = document.getElementById('f-text'), sentinel = document.getElementById('more');
+  var fOutcome = document.getElementById('f-outcome');
   var sortKey = null, sortDir = 1, view = ROWS, shown = 0;
   function options(sel, key) {
     var seen = {}; ROWS.forEach(function (r) { seen[r[col[key]]] = 1; });
@@ -57,8 +60,12 @@ INDEX_JS = r"""
       var r = view[i], tr = document.createElement('tr'), td = document.createElement('td');
       var a = document.createElement('a'); a.href = r[col.href]; a.textContent = r[col.task];
       td.appendChild(a); tr.appendChild(td);
-      cell(tr, r[col.repeat]); cell(tr, r[col.repo]); cell(tr, r[col.status], 'status-' + r[col.status]);
-      cell(tr, r[col.failure_class] || ''); cell(tr, r[col.reward]); cell(tr, r[col.tokens]);
+      cell(tr, r[col.repeat]); cell(tr, r[col.repo]);
+      // an infrastructure error earned nothing either way: no yes/no for it
+      if (r[col.outcome] === 'infra_error') cell(tr, '\u2014', 'res-none');
+      else cell(tr, r[col.resolved] ? 'yes' : 'no', r[col.resolved] ? 'res-yes' : 'res-no');
+      cell(tr, r[col.status], 'status-' + r[col.status]);
+      cell(tr, r[col.failure_class] || ''); cell(tr, r[col.reward] === null ? '' : r[col.reward]); cell(tr, r[col.tokens]);
       cell(tr, r[col.duration] === null ? '' : r[col.duration].toFixed(1));
       frag.appendChild(tr);
     }
@@ -66,9 +73,10 @@ INDEX_JS = r"""
     sentinel.style.display = shown < view.length ? '' : 'none';
   }
   function refresh() {
-    var s = fStatus.value, p = fRepo.value, t = fText.value.toLowerCase();
+    var s = fStatus.value, p = fRepo.value, t = fText.value.toLowerCase(), o = fOutcome.value;
     view = ROWS.filter(function (r) {
-      return (!s || r[col.status] === s) && (!p || r[col.repo] === p) && (!t || r[col.task].toLowerCase().indexOf(t) >= 0);
+      return (!o || (o === 'flagged' ? r[col.flagged] : r[col.outcome] === o)) &&
+        (!s || r[col.status] === s) && (!p || r[col.repo] === p) && (!t || r[col.task].toLowerCase().indexOf(t) >= 0);
     });
     if (sortKey !== null) {
       var k = col[sortKey];
@@ -82,18 +90,18 @@ INDEX_JS = r"""
   }
   // the filters and the sort live in the address (#status=timeout&sort=tokens&desc=1): links keep a view
   function save() {
-    var h = [['status', fStatus.value], ['repo', fRepo.value], ['task', fText.value], ['sort', sortKey || ''],
+    var h = [['show', fOutcome.value], ['status', fStatus.value], ['repo', fRepo.value], ['task', fText.value], ['sort', sortKey || ''],
              ['desc', sortDir < 0 ? '1' : '']].filter(function (p) { return p[1]; });
     history.replaceState(null, '', '#' + h.map(function (p) { return p[0] + '=' + encodeURIComponent(p[1]); }).join('&'));
   }
   location.hash.slice(1).split('&').forEach(function (p) {
     var kv = p.split('='), v = decodeURIComponent(kv[1] || '');
-    if (kv[0] === 'status') fStatus.value = v; else if (kv[0] === 'repo') fRepo.value = v;
+    if (kv[0] === 'show') fOutcome.value = v; else if (kv[0] === 'status') fStatus.value = v; else if (kv[0] === 'repo') fRepo.value = v;
     else if (kv[0] === 'task') fText.value = v; else if (kv[0] === 'sort' && v in col) sortKey = v;
     else if (kv[0] === 'desc' && v) sortDir = -1;
   });
   function update() { refresh(); save(); }
-  [fStatus, fRepo].forEach(function (el) { el.addEventListener('change', update); });
+  [fOutcome, fStatus, fRepo].forEach(function (el) { el.addEventListener('change', update); });
   fText.addEventListener('input', update);
   Array.prototype.forEach.call(document.querySelectorAll('th.sort'), function (th) {
     th.addEventListener('click', function () {

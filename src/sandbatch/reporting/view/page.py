@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from ...rollout.records import GRADE, MODEL_CALLS, PATCH, RESPONSE
-from ...rollout.responses import item_text
+from ...rollout.responses import input_text, item_text
 from ...trace import TRACE_FILE, read_spans
 from ...rollout.usage import iter_calls
 from ...core.util import read_json
+from ..outcomes import outcome
 from .assets import CSS
 from .waterfall import waterfall_html
 
@@ -89,15 +90,31 @@ def args_text(arguments: str) -> str:
     return "\n".join(f"{k}:\n{v}" if "\n" in v else f"{k}: {v}" for k, v in text.items())
 
 
-def conversation(prompt: str | None, items: Iterable[Mapping[str, Any]]) -> str:
-    """The prompt and the Responses items in order; each tool call carries its output."""
+def _said(cls: str, role: str, text: str) -> str:
+    """A message the model was given (system prompt, task prompt, the harness's feedback)."""
+    return f'<div class="turn {cls}"><div class="role">{escape(role)}</div>{_pre(text, role)}</div>'
+
+
+def conversation(prompt: str | None, items: Iterable[Mapping[str, Any]], instructions: str | None = None,
+                 feedback: Iterable[Mapping[str, Any]] = ()) -> str:
+    """The system prompt, the task prompt and the Responses items in order; each tool call
+    carries its output; the harness's feedback after the item it followed (response.json
+    `sandbatch.feedback`; one whose item is gone, at the end)."""
     items = list(items)
     outputs = {it.get("call_id"): it for it in items if it.get("type") == "function_call_output"}
+    after: dict[Any, list[str]] = {}
+    for f in feedback:
+        after.setdefault(f.get("after"), []).append(str(f.get("text", "")))
     out = []
+    if instructions:
+        out.append(_said("system", "system prompt", instructions))
     if prompt is not None:
-        out.append(f'<div class="turn user"><div class="role">prompt</div>{_pre(prompt, "prompt")}</div>')
-    paired = set()
+        out.append(_said("user", "prompt", prompt))
+    out += [_said("feedback", "harness feedback", t) for t in after.pop(None, [])]
+    paired, prev = set(), None
     for it in items:
+        out += [_said("feedback", "harness feedback", t) for t in after.pop(prev, [])] if prev else []
+        prev = it.get("id")
         kind = it.get("type")
         if kind == "message":
             out.append(f'<div class="turn assistant"><div class="role">assistant</div><pre>{escape(item_text(it))}</pre></div>')
@@ -121,6 +138,7 @@ def conversation(prompt: str | None, items: Iterable[Mapping[str, Any]]) -> str:
         else:
             out.append(f'<div class="turn"><div class="role">{escape(str(kind))}</div>'
                        f'{_pre(json.dumps(it, indent=2, ensure_ascii=False), str(kind))}</div>')
+    out += [_said("feedback", "harness feedback", t) for texts in after.values() for t in texts]
     return "\n".join(out)
 
 
@@ -205,6 +223,10 @@ def calls_html(path: Path) -> str:
             f'<th>latency s</th><th>prompt tokens</th><th>completion tokens</th><th>cached</th></tr>{"".join(rows)}</table></details>')
 
 
+def _outcome_class(row: Mapping[str, Any]) -> str:
+    return "res-yes" if row.get("resolved") else "res-none" if row["status"] == "infra_error" else "res-no"
+
+
 def render(row: Mapping[str, Any], prompt: str | None, index_href: str) -> str:
     """The page of one rollout; `row` is its rollouts.jsonl row (rollout.rows.rollout_row)."""
     d = Path(row["dir"])
@@ -240,11 +262,12 @@ def render(row: Mapping[str, Any], prompt: str | None, index_href: str) -> str:
     return f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>{escape(title)}</title><style>{CSS}</style></head>
 <body><p><a href="{escape(index_href)}">&larr; all rollouts</a></p>
-<h1>{escape(title)} <span class="status-{escape(row['status'])}">{escape(row['status'])}</span></h1>
+<h1>{escape(title)} <span class="{_outcome_class(row)}">{escape(outcome(row))}</span></h1>
 {flags_html(grade)}
 {summary}
 <h2>Conversation</h2>{notes}
-<div id="conversation">{conversation(prompt, resp.get("output") or [])}</div>
+<div id="conversation">{conversation(input_text(resp["input"]) if resp.get("input") else prompt,
+                                      resp.get("output") or [], resp.get("instructions"), meta.get("feedback") or [])}</div>
 <h2>Patch <span class="muted">{size(len(patch.encode()))}</span></h2>{diff_html(patch)}
 <h2>Grade</h2>{grade_html(grade, _log_tail(d / "grade.log"))}
 <h2>Timings</h2><table id="timings"><tr><th>phase</th><th>seconds</th></tr>{timings}</table>
