@@ -170,6 +170,23 @@ def test_a_missing_variable_is_named_in_one_line_by_validate_and_plan(missing, m
     assert not ipaddress.ip_address(advertise).is_loopback
 
 
+def test_every_missing_setting_is_named_at_once(tmp_path):
+    """Nothing set but the config: validate and a plan name the EULA, the server's address and
+    key, the model's URL and key and the task file in one try, one line each."""
+    path = str(REPO_ROOT / "config" / "xs_swe_pro.yaml")
+    env = clean_env(**{key: None for key in PROFILE_ENV})
+    tasks = f'benchmark={{"tasks": "{tmp_path}/tasks.jsonl"}}'
+    for res in (validate(path, "--config", tasks, env=env),
+                snakemake(tmp_path, "-n", "--configfile", path, "--config", tasks, env=env)):
+        assert res.returncode != 0 and "Traceback" not in res.stderr
+        errors = [line for line in res.stderr.splitlines() if line.startswith("sandbatch: error: ")]
+        named = ["harness.config.install.accept_eula", "sandbox.opensandbox.connection.domain:",
+                 "sandbox.opensandbox.connection.api_key_env", "model.base_url", "model.api_key_env",
+                 "benchmark.tasks"]
+        assert [next((n for n in named if n in e), e) for e in errors] == named, res.stderr[-3000:]
+    assert not (tmp_path / "results").exists()
+
+
 def test_profile_sends_the_one_model_the_endpoint_serves(tmp_path):
     """model.name unset: the one model /v1/models lists is the name, asked at plan time; several,
     or an endpoint that does not answer, stop the plan in one line naming the variable to set."""

@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from .core import resources
-from .core.errors import InfraError, UserError
+from .core.errors import InfraError, UserError, error_lines
 
 
 def _overrides(pairs: list[str]) -> dict:
@@ -30,12 +30,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from .core.config import load
     from .harness import get_harness
     from .tasks import load_tasks
-    from .ops.workflow import check_images, check_registries, resolve_model
+    from .ops.workflow import check_images, check_run, resolve_model
 
     default = resources.default_config()
     cfg = load([resources.config_file(c) for c in args.configfile], _overrides(args.config),
                default=default if not args.no_default else None)
-    check_registries(cfg)
+    check_run(cfg)
     tasks = load_tasks(cfg.benchmark)
     check_images(cfg, lambda: tasks)
     cfg = resolve_model(cfg)[0]
@@ -258,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except UserError as exc:
-        print(f"sandbatch: error: {exc}", file=sys.stderr)
+        print(*error_lines(exc), sep="\n", file=sys.stderr)
         return 2
     except InfraError as exc:
         print(f"sandbatch: {args.command}: {exc}", file=sys.stderr)
