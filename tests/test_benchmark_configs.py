@@ -28,7 +28,8 @@ FIXTURE_TASKS = {
     "terminal_bench": FIX / "terminal_bench",
 }
 NAMED = ["lightning_swe_verified", "xs_swe_verified", "xs_swe_multilingual", "xs_swe_pro", "xs_terminal_bench"]
-COMMENTED = set(NAMED) | {"swe_verified", "swe_multilingual", "swe_pro", "terminal_bench"}
+COMMENTED = set(NAMED) | {"swe_verified", "swe_multilingual", "swe_pro", "terminal_bench"} | {
+    p.stem for p in CONFIGS if p.stem.startswith(("mini_", "opencode_"))}
 
 
 # what a named profile reads from the environment, as its header lists it (the pool stand-in
