@@ -45,11 +45,16 @@ PROFILE_ENV = {
 
 
 @pytest.fixture
-def profile_env(monkeypatch):
+def profile_env(monkeypatch, tmp_path_factory):
     for key in (*PROFILE_ENV, "SANDBATCH_POOL_BINARY"):
         monkeypatch.delenv(key, raising=False)
     for key, value in PROFILE_ENV.items():
         monkeypatch.setenv(key, value)
+    # the OpenCode configs upload ~/.opencode/bin/opencode: any file there (planning installs nothing)
+    home = tmp_path_factory.mktemp("home")
+    (home / ".opencode" / "bin").mkdir(parents=True)
+    (home / ".opencode" / "bin" / "opencode").write_text("#!/bin/sh\n")
+    monkeypatch.setenv("HOME", str(home))
 
 
 def load(path: Path, overrides=None) -> config.Config:
