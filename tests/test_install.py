@@ -64,6 +64,12 @@ def test_the_built_wheel_runs_from_an_empty_directory(tmp_path):
     res = run(["sandbatch", "validate"], empty, env)
     assert "# ok: 5 tasks x 1 repeats = 5 rollouts" in res.stderr
     assert "smoke" in run(["sandbatch", "benchmarks"], empty, env).stdout
+    shipped = Path(run(["sandbatch", "path", "mini_swe_verified"], empty, env).stdout.strip())
+    assert shipped == snakefile.parent / "config" / "mini_swe_verified.yaml" and shipped.is_file()
+    res = subprocess.run(["sandbatch", "validate", "config/xs_swe_pro.yaml"], cwd=empty, capture_output=True,
+                         text=True, env={k: v for k, v in env.items() if not k.startswith(("OPEN_", "SANDBATCH_"))})
+    assert res.returncode == 2 and "config file not found" not in res.stderr  # the shipped one, by its repo path
+    assert "export SANDBATCH_MODEL_URL=" in res.stderr and "fetch-tasks swebench_pro" in res.stderr, res.stderr
 
     run([str(bin_dir / "python"), "-m", "snakemake", "-s", str(snakefile), "--cores", "2"], empty, env, timeout=600)
     metrics = json.loads((empty / "results" / "default" / "metrics.json").read_text())
