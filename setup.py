@@ -23,14 +23,15 @@ class BuildPyWithBundle(build_py):
         if getattr(self, "editable_mode", False):
             return  # an editable install reads the checkout's own files
         dest = Path(self.build_lib) / "sandbatch" / "_bundle"
+        shutil.rmtree(dest, ignore_errors=True)  # nothing stale from an earlier build in build/
         for name in BUNDLE:
             src, out = HERE / name, dest / name
             if not src.exists():
                 raise SystemExit(f"setup.py: {src} is missing; build from a checkout or its sdist")
             out.parent.mkdir(parents=True, exist_ok=True)
             if src.is_dir():
-                shutil.copytree(src, out, dirs_exist_ok=True,
-                                ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".snakemake"))
+                shutil.copytree(src, out, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache",
+                                                                         ".snakemake"))
             else:
                 shutil.copy2(src, out)
 
