@@ -28,7 +28,8 @@ FIXTURE_TASKS = {
     "terminal_bench": FIX / "terminal_bench",
 }
 NAMED = ["lightning_swe_verified", "xs_swe_verified", "xs_swe_multilingual", "xs_swe_pro", "xs_terminal_bench"]
-COMMENTED = set(NAMED) | {"swe_verified", "swe_multilingual", "swe_pro", "terminal_bench"}
+COMMENTED = set(NAMED) | {"swe_verified", "swe_multilingual", "swe_pro", "terminal_bench"} | {
+    p.stem for p in CONFIGS if p.stem.startswith(("mini_", "opencode_"))}
 
 
 # what a named profile reads from the environment, as its header lists it (the pool stand-in
@@ -44,11 +45,16 @@ PROFILE_ENV = {
 
 
 @pytest.fixture
-def profile_env(monkeypatch):
+def profile_env(monkeypatch, tmp_path_factory):
     for key in (*PROFILE_ENV, "SANDBATCH_POOL_BINARY"):
         monkeypatch.delenv(key, raising=False)
     for key, value in PROFILE_ENV.items():
         monkeypatch.setenv(key, value)
+    # the OpenCode configs upload ~/.opencode/bin/opencode: any file there (planning installs nothing)
+    home = tmp_path_factory.mktemp("home")
+    (home / ".opencode" / "bin").mkdir(parents=True)
+    (home / ".opencode" / "bin" / "opencode").write_text("#!/bin/sh\n")
+    monkeypatch.setenv("HOME", str(home))
 
 
 def load(path: Path, overrides=None) -> config.Config:
@@ -168,6 +174,23 @@ def test_a_missing_variable_is_named_in_one_line_by_validate_and_plan(missing, m
     # the proxy address is derived toward the server (here on this host): never loopback
     advertise = re.search(r"^# the sandboxes reach the model proxy at (\S+)$", ok.stderr, re.M).group(1)
     assert not ipaddress.ip_address(advertise).is_loopback
+
+
+def test_every_missing_setting_is_named_at_once(tmp_path):
+    """Nothing set but the config: validate and a plan name the EULA, the server's address and
+    key, the model's URL and key and the task file in one try, one line each."""
+    path = str(REPO_ROOT / "config" / "xs_swe_pro.yaml")
+    env = clean_env(**{key: None for key in PROFILE_ENV})
+    tasks = f'benchmark={{"tasks": "{tmp_path}/tasks.jsonl"}}'
+    for res in (validate(path, "--config", tasks, env=env),
+                snakemake(tmp_path, "-n", "--configfile", path, "--config", tasks, env=env)):
+        assert res.returncode != 0 and "Traceback" not in res.stderr
+        errors = [line for line in res.stderr.splitlines() if line.startswith("sandbatch: error: ")]
+        named = ["harness.config.install.accept_eula", "sandbox.opensandbox.connection.domain:",
+                 "sandbox.opensandbox.connection.api_key_env", "model.base_url", "model.api_key_env",
+                 "benchmark.tasks"]
+        assert [next((n for n in named if n in e), e) for e in errors] == named, res.stderr[-3000:]
+    assert not (tmp_path / "results").exists()
 
 
 def test_profile_sends_the_one_model_the_endpoint_serves(tmp_path):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -120,7 +122,7 @@ def test_terminal_bench_task_directories_from_a_git_repository(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["swebench_lite"], "benchmark 'swebench_lite' is not known; choose one of: swebench, "),
+    (["swebench_lite"], "benchmark 'swebench_lite' is not known; `sandbatch benchmarks` lists them: smoke, swebench, "),
     (["swebench", "--dataset", "/nonexistent/dataset"], "cannot load dataset '/nonexistent/dataset'"),
     (["terminal_bench", "--git", "/nonexistent/repo"], "git clone /nonexistent/repo failed"),
 ])
@@ -130,3 +132,52 @@ def test_bad_sources_are_one_line_errors(tmp_path, args, message):
     errors = [line for line in res.stderr.splitlines() if line.startswith("sandbatch: error: ")]
     assert len(errors) == 1 and message in errors[0] and "Traceback" not in res.stderr, res.stderr
     assert not (tmp_path / "data").exists() or not any((tmp_path / "data").rglob("*.jsonl"))
+
+
+def cli(tmp_path: Path, *args: str, **env_extra: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", HF_HOME=str(tmp_path / "hf"), **GIT_ENV, **env_extra)
+    return subprocess.run([sys.executable, "-m", "sandbatch.cli", *args], capture_output=True, text=True,
+                          timeout=300, env=env, cwd=tmp_path)
+
+
+def test_benchmarks_lists_every_known_benchmark(tmp_path):
+    from sandbatch.tasks import BENCHMARKS
+
+    res = cli(tmp_path, "benchmarks", "--json")
+    assert res.returncode == 0, res.stderr
+    listed = {b["name"]: b for b in json.loads(res.stdout)}
+    assert set(listed) == set(BENCHMARKS)  # every benchmark.kind, by the same name
+    assert listed["smoke"]["present"] and listed["smoke"]["rows_present"] == 5
+    assert listed["swebench"]["dataset"] == "princeton-nlp/SWE-bench_Verified" and not listed["swebench"]["present"]
+    assert "jefzda/sweap-images" in listed["swebench_pro"]["images"]
+    text = cli(tmp_path, "benchmarks").stdout
+    assert "not here: sandbatch fetch-tasks terminal_bench" in text and "[SWE-bench Multilingual, 300 tasks]" in text
+
+
+@pytest.mark.parametrize("name", ["swebench", "swebench_multilingual", "swebench_pro", "terminal_bench"])
+def test_fetch_without_network_is_one_line_naming_what_it_tried(tmp_path, name):
+    # the Hub offline, and git's HTTPS through a proxy nothing listens on: no network either way
+    from sandbatch.tasks.catalog import CATALOG
+
+    res = cli(tmp_path, "fetch-tasks", name, https_proxy="http://127.0.0.1:9", HTTPS_PROXY="http://127.0.0.1:9")
+    assert res.returncode == 2
+    errors = [line for line in res.stderr.splitlines() if line.startswith("sandbatch: error: ")]
+    tried = CATALOG[name].git if name in ("swebench_pro", "terminal_bench") else CATALOG[name].dataset
+    assert len(errors) == 1 and tried in errors[0] and "Traceback" not in res.stderr, res.stderr
+    assert not (tmp_path / "data").exists()  # nothing half-written, not even an empty directory
+
+
+def test_the_missing_smoke_file_error_suggests_a_command_that_works(tmp_path):
+    override = 'benchmark={"tasks": "mine/tasks.jsonl"}'
+    res = cli(tmp_path, "validate", "--config", override)
+    assert res.returncode == 2
+    suggested = re.search(r"`(sandbatch fetch-tasks [^`]+)`", res.stderr)
+    assert suggested, res.stderr
+    assert suggested.group(1) == "sandbatch fetch-tasks smoke --out mine/tasks.jsonl"
+    res = cli(tmp_path, *shlex.split(suggested.group(1))[1:])
+    assert res.returncode == 0 and "wrote 5 smoke tasks to mine/tasks.jsonl" in res.stdout, res.stderr
+    assert (tmp_path / "mine" / "repos" / "calc" / "calc.py").is_file()
+    res = cli(tmp_path, "validate", "--config", override)
+    assert res.returncode == 0 and "# ok: 5 tasks x 1 repeats" in res.stderr, res.stderr
+    assert "tasks: mine/tasks.jsonl" in res.stdout

@@ -99,11 +99,11 @@ def graded_files(row: dict) -> list[str]:
     return get_modified_files(row["test_patch"])
 
 
-def swebench_row(base: str, iid: str, tmp: Path) -> dict:
+def swebench_row(base: str, iid: str, tmp: Path, mirror: str = MIRROR) -> dict:
     """A SWE-bench row of the 5.x dataset shape: its own image, eval_script and log_parser."""
     src = smoke_rows()[iid]
     image = f"swebench/sweb.eval.x86_64.{iid.replace('__', '_1776_')}:latest".lower()
-    commit = repo_image(base, MIRROR + image, src, "/testbed", tmp)
+    commit = repo_image(base, mirror + image, src, "/testbed", tmp)
     reset = [f"git checkout {commit} -- {f} 2>/dev/null || rm -f {f}" for f in graded_files(src)]
     eval_script = "\n".join([
         "#!/bin/bash", "set -uxo pipefail", "cd /testbed", *reset,
@@ -115,12 +115,12 @@ def swebench_row(base: str, iid: str, tmp: Path) -> dict:
             "log_parser": "parse_log_pytest", "eval_type": "pass_and_fail"}
 
 
-def pro_row(base: str, iid: str, tmp: Path, out: Path) -> dict:
+def pro_row(base: str, iid: str, tmp: Path, out: Path, mirror: str = MIRROR) -> dict:
     """A SWE-bench Pro row (public dataset columns) with run_scripts/<instance_id>/ beside the file."""
     src = smoke_rows()[iid]
     pro_id = f"instance_{iid}"
     tag = f"{iid.replace('__', '.')}-pro"
-    commit = repo_image(base, f"{MIRROR}jefzda/sweap-images:{tag}", src, "/app", tmp, tests_tag="graded-tests")
+    commit = repo_image(base, f"{mirror}jefzda/sweap-images:{tag}", src, "/app", tmp, tests_tag="graded-tests")
     files = graded_files(src)
     scripts = out / "run_scripts" / pro_id
     scripts.mkdir(parents=True)
@@ -136,7 +136,7 @@ def pro_row(base: str, iid: str, tmp: Path, out: Path) -> dict:
             "dockerhub_tag": tag}
 
 
-def terminal_bench_task(base: str, name: str, out: Path) -> None:
+def terminal_bench_task(base: str, name: str, out: Path, mirror: str = MIRROR) -> None:
     """A Terminal-Bench 2.x task directory (task.toml, instruction.md, tests/, solution/, environment/)."""
     image = f"alexgshaw/sandbatch-{name}:20251031"
     text = TB_TASKS[name]
@@ -157,7 +157,7 @@ def terminal_bench_task(base: str, name: str, out: Path) -> None:
     (d / "environment" / "Dockerfile").write_text("FROM ubuntu:24.04\nWORKDIR /app\n")
     ctx = out.parent / f"ctx-{name}"
     ctx.mkdir()
-    build(MIRROR + image, ctx, f"FROM {base}\nRUN mkdir -p /app /logs\nWORKDIR /app\n")
+    build(mirror + image, ctx, f"FROM {base}\nRUN mkdir -p /app /logs\nWORKDIR /app\n")
 
 
 def write_tasks(profile: str, base: str, tmp: Path) -> Path:
@@ -192,6 +192,22 @@ def model_script() -> dict:
                       {"tool_calls": [{"name": "exit", "arguments": {}}]}]
     # the one model it serves: the profiles leave model.name to the endpoint
     return {"tasks": tasks, "default": [], "final": {"content": "I cannot finish this task."}, "models": [SERVED]}
+
+
+def wait_all(procs: dict, timeout: float) -> dict[str, str]:
+    """Wait for each (Popen, its open log file) of `procs` (killed past `timeout`); the log's
+    tail of each that failed, by name."""
+    failures = {}
+    for name, (proc, log) in procs.items():
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+        if proc.returncode != 0:
+            failures[name] = Path(log.name).read_text()[-3000:]
+    return failures
 
 
 async def live_sandboxes(server, labels: dict[str, str]) -> list:
@@ -231,16 +247,7 @@ def test_every_named_profile_runs_end_to_end_as_shipped(tmp_path, monkeypatch, r
             log = open(workdir.parent / "snakemake.log", "w")
             procs[profile] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=workdir),
                               log)
-        failures = {}
-        for profile, (proc, log) in procs.items():
-            try:
-                proc.wait(timeout=1500)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            log.close()
-            if proc.returncode != 0:
-                failures[profile] = (tmp_path / profile / "snakemake.log").read_text()[-3000:]
+        failures = wait_all(procs, timeout=1500)
         took = time.monotonic() - t0
     leftovers = asyncio.run(live_sandboxes(real_opensandbox, {"owner": owner}))
     assert not failures, failures

@@ -4,6 +4,6 @@ from pathlib import Path
 
 __version__ = "0.1.0"
 
-# The package is installed editable from its checkout; schemas/ and data/ live beside src/.
+# The checkout holding src/ (its tests, corpus/, benchmarks/). The files a run needs are found
+# through sandbatch.core.resources, which also knows an installed wheel's copies.
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SCHEMAS = REPO_ROOT / "schemas"

@@ -1,5 +1,6 @@
-"""`sandbatch`: what lives outside the DAG: validate configs, fetch task files; status, stop,
-rerun-errors, reap, view, export of a run; compare two runs."""
+"""`sandbatch`: what lives outside the DAG: validate configs, list benchmarks, fetch task files,
+the paths of the packaged workflow and configs; status, stop, rerun-errors, reap, view, export
+of a run; compare two runs."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from pathlib import Path
 
 import yaml
 
-from . import REPO_ROOT
-from .core.errors import InfraError, UserError
+from .core import resources
+from .core.errors import InfraError, UserError, error_lines
 
 
 def _overrides(pairs: list[str]) -> dict:
@@ -29,11 +30,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from .core.config import load
     from .harness import get_harness
     from .tasks import load_tasks
-    from .ops.workflow import check_images, check_registries, resolve_model
+    from .ops.workflow import check_images, check_run, resolve_model
 
-    default = REPO_ROOT / "config" / "default.yaml"
-    cfg = load(args.configfile, _overrides(args.config), default=default if not args.no_default else None)
-    check_registries(cfg)
+    default = resources.default_config()
+    cfg = load([resources.config_file(c) for c in args.configfile], _overrides(args.config),
+               default=default if not args.no_default else None)
+    check_run(cfg)
     tasks = load_tasks(cfg.benchmark)
     check_images(cfg, lambda: tasks)
     cfg = resolve_model(cfg)[0]
@@ -55,6 +57,21 @@ def cmd_fetch_tasks(args: argparse.Namespace) -> int:
     path, n = fetch_tasks(args.benchmark, args.out, dataset=args.dataset, split=args.split, revision=args.revision,
                           git=args.git, git_ref=args.git_ref, force=args.force)
     print(f"wrote {n} {args.benchmark} tasks to {path}")
+    return 0
+
+
+def cmd_benchmarks(args: argparse.Namespace) -> int:
+    from .tasks import catalog
+
+    rows = [catalog.describe(b) for b in catalog.CATALOG.values()]
+    print(catalog.as_json(rows) if args.json else catalog.render(rows), end="\n" if args.json else "")
+    return 0
+
+
+def cmd_path(args: argparse.Namespace) -> int:
+    named = {"root": resources.root, "snakefile": resources.snakefile, "configs": lambda: resources.resource("config"),
+             "profiles": lambda: resources.resource("profiles"), "schemas": lambda: resources.resource("schemas")}
+    print(named[args.what]() if args.what in named else resources.config_file(args.what, must_exist=True))
     return 0
 
 
@@ -171,12 +188,22 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sandbatch", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
     v = sub.add_parser("validate", help="print the merged, validated config (or the first error)")
-    v.add_argument("configfile", nargs="*", type=Path, help="config files, merged in order over config/default.yaml")
+    v.add_argument("configfile", nargs="*", help="config files, merged in order over config/default.yaml; a "
+                   "shipped one also by name (swe_verified, config/xs_swe_pro.yaml: `sandbatch path configs`)")
     v.add_argument("--config", nargs="*", default=[], metavar="KEY=VALUE", help="overrides, as with snakemake")
     v.add_argument("--no-default", action="store_true", help="do not start from config/default.yaml")
     v.set_defaults(func=cmd_validate)
+    b = sub.add_parser("benchmarks", help="the benchmarks sandbatch knows: source, size, images, present here")
+    b.add_argument("--json", action="store_true", help="print JSON for machines")
+    b.set_defaults(func=cmd_benchmarks)
+    a = sub.add_parser("path", help="print where the packaged Snakefile, configs, profiles or schemas are")
+    a.add_argument("what", nargs="?", default="root", metavar="WHAT",
+                   help="root (default), snakefile, configs, profiles, schemas, or a shipped config's name: "
+                        'snakemake -s "$(sandbatch path snakefile)" --configfile "$(sandbatch path swe_verified)"')
+    a.set_defaults(func=cmd_path)
     f = sub.add_parser("fetch-tasks", help="write a benchmark's task file from its public dataset / repository")
-    f.add_argument("benchmark", help="swebench (Verified), swebench_multilingual, swebench_pro or terminal_bench")
+    f.add_argument("benchmark", help="a name `sandbatch benchmarks` lists: smoke, swebench (Verified), "
+                   "swebench_multilingual, swebench_pro or terminal_bench")
     f.add_argument("--out", help="where to write (default: the path config/<benchmark>.yaml and the profiles name)")
     f.add_argument("--dataset", help="Hugging Face dataset id or a local dataset directory (default: the public one)")
     f.add_argument("--split", default="test", help="dataset split (default: test)")
@@ -233,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except UserError as exc:
-        print(f"sandbatch: error: {exc}", file=sys.stderr)
+        print(*error_lines(exc), sep="\n", file=sys.stderr)
         return 2
     except InfraError as exc:
         print(f"sandbatch: {args.command}: {exc}", file=sys.stderr)

@@ -16,7 +16,7 @@ from typing import Any, Literal, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-from .. import SCHEMAS
+from . import resources
 from .errors import UserError
 from .util import deep_merge
 
@@ -173,7 +173,7 @@ class Config(_Model):
 def load_schema(name: str = "config.schema.yaml") -> dict[str, Any]:
     import yaml  # not at module level: every step job imports this module, few need YAML
 
-    with open(SCHEMAS / name, encoding="utf-8") as fh:
+    with open(resources.schema(name), encoding="utf-8") as fh:
         return yaml.safe_load(fh)
 
 

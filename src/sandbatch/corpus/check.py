@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .. import REPO_ROOT
+from ..core import resources
 from . import rows
 from .build import build
 
@@ -35,7 +35,7 @@ def _run(workdir: Path, name: str, tasks: Path, mode: str, cores: int, timeout: 
     if mode != "neutralise":
         settings["grading"] = {"tampering": mode}
     cfg.write_text(json.dumps(settings))
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(REPO_ROOT / "Snakefile"), "-d", str(workdir),
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-s", str(resources.snakefile()), "-d", str(workdir),
                            "--cores", str(cores), "--configfile", str(cfg)], capture_output=True, text=True,
                           timeout=timeout, cwd=workdir)
     if proc.returncode != 0:

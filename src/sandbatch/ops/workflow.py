@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from ..core.config import Config, parse, run_config, workflow_sources
-from ..core.errors import UserError
+from ..core.errors import Collector, UserError, error_lines
 from ..core.files import MANIFEST
 from ..tasks import Task, TaskRef, read_task, select_tasks
 
@@ -39,10 +39,7 @@ def load_run(workflow, config: dict[str, Any]) -> tuple[Config, dict[str, Any], 
     """Validate the merged config and read the task table once; a user error exits in one line."""
     try:
         cfg = parse(config, workflow_sources(workflow, config))
-        check_registries(cfg)
-        tasks = select_tasks(cfg.benchmark)
-        if not tasks:
-            raise UserError(f"benchmark: no task of {cfg.benchmark.tasks} is selected by instance_ids/filter/limit")
+        tasks = check_run(cfg)
         if workflow.is_main_process:  # the jobs Snakemake spawns re-parse; they need not check again
             check_images(cfg, lambda: (read_task(cfg.benchmark, ref) for ref in tasks))
             # once per run: the jobs (steps, Slurm jobs) read the name from the run's settings
@@ -50,13 +47,29 @@ def load_run(workflow, config: dict[str, Any]) -> tuple[Config, dict[str, Any], 
             if note:
                 print(f"sandbatch: {note}", file=sys.stderr)
     except UserError as exc:
-        print(f"sandbatch: error: {exc}", file=sys.stderr)
+        print(*error_lines(exc), sep="\n", file=sys.stderr)
         sys.exit(1)
     return cfg, cfg.model_dump(mode="json"), tasks
 
 
+def check_run(cfg: Config) -> list[TaskRef]:
+    """check_registries and the selected tasks, every missing setting reported at once (one
+    line each); the selected tasks."""
+    errors = Collector()
+    with errors.check():
+        check_registries(cfg)
+    tasks: list[TaskRef] = []
+    with errors.check():
+        tasks = select_tasks(cfg.benchmark)
+        if not tasks:
+            raise UserError(f"benchmark: no task of {cfg.benchmark.tasks} is selected by instance_ids/filter/limit")
+    errors.raise_any()
+    return tasks
+
+
 def check_registries(cfg: Config) -> None:
-    """Everything a step would refuse, refused before any sandbox exists (one line each).
+    """Everything a step would refuse, refused before any sandbox exists (one line each, all
+    of them at once).
 
     The schema's enums and the registries must agree; the harness's install settings, the
     model endpoint, its key and the proxy address, and the sandbox service's address and
@@ -68,12 +81,15 @@ def check_registries(cfg: Config) -> None:
     if cfg.harness.name not in HARNESSES:
         raise UserError(f"harness.name: {cfg.harness.name!r} is not known; choose one of: {', '.join(HARNESSES)}")
     harness = get_harness(cfg.harness.name)
-    harness.check_config(harness.merge_config(cfg.harness.config))  # e.g. pool's EULA switch
+    errors = Collector()
+    with errors.check():
+        harness.check_config(harness.merge_config(cfg.harness.config))  # e.g. pool's EULA switch
     if cfg.sandbox.provider not in PROVIDERS:
         raise UserError(f"sandbox.provider: {cfg.sandbox.provider!r} is not known; choose one of: {', '.join(PROVIDERS)}")
-    _check_sandbox_service(cfg)
+    _check_sandbox_service(cfg, errors)
     if harness.needs_model:
-        _check_model(cfg, on_host=harness.model_on_host(harness.merge_config(cfg.harness.config)))
+        _check_model(cfg, errors, on_host=harness.model_on_host(harness.merge_config(cfg.harness.config)))
+    errors.raise_any()
 
 
 def resolve_model(cfg: Config, started: bool = False) -> tuple[Config, str]:
@@ -95,34 +111,43 @@ def _unset(name: str | None) -> bool:
     return bool(name) and not os.environ.get(name, "").strip()
 
 
-def _check_model(cfg: Config, on_host: bool = False) -> None:
+def _check_model(cfg: Config, errors: Collector, on_host: bool = False) -> None:
     model = cfg.model
-    if not model.base_url:
-        how = (f"export {model.base_url_env}=http://host:8000/v1 (named by model.base_url_env)" if model.base_url_env
-               else "give the OpenAI-compatible endpoint, e.g. http://host:8000/v1")
-        raise UserError(f"model.base_url: harness {cfg.harness.name!r} talks to a model but none is set; {how}")
-    if _unset(model.api_key_env):
-        raise UserError(f"model.api_key_env: the environment variable {model.api_key_env} is not set; export it "
-                        "with the model endpoint's API key, or set model.api_key_env: null for an endpoint without one")
-    if model.proxy.enabled and not on_host:  # an agent on this host needs no address the sandboxes reach
-        from ..proxy import proxy_hosts
+    with errors.check():
+        if not model.base_url:
+            how = (f"export {model.base_url_env}=http://host:8000/v1 (named by model.base_url_env)"
+                   if model.base_url_env else "give the OpenAI-compatible endpoint, e.g. http://host:8000/v1")
+            raise UserError(f"model.base_url: harness {cfg.harness.name!r} talks to a model but none is set; {how}")
+    with errors.check():
+        if _unset(model.api_key_env):
+            raise UserError(f"model.api_key_env: the environment variable {model.api_key_env} is not set; export "
+                            "it with the model endpoint's API key, or set model.api_key_env: null for an endpoint "
+                            "without one")
+    # an agent on this host needs no address the sandboxes reach; one in a sandbox service
+    # whose address is missing (reported above) has none to derive it from yet
+    service_known = cfg.sandbox.provider != "opensandbox" or bool(cfg.sandbox.service())
+    with errors.check():
+        if model.proxy.enabled and not on_host and service_known:
+            from ..proxy import proxy_hosts
 
-        proxy_hosts(cfg.sandbox.provider, model.proxy, cfg.sandbox.service())
+            proxy_hosts(cfg.sandbox.provider, model.proxy, cfg.sandbox.service())
 
 
-def _check_sandbox_service(cfg: Config) -> None:
+def _check_sandbox_service(cfg: Config, errors: Collector) -> None:
     if cfg.sandbox.provider != "opensandbox":
         return
     conn = cfg.sandbox.options().get("connection") or {}
     where = "sandbox.opensandbox.connection"
-    if not conn.get("domain"):
-        how = (f"export {conn['domain_env']}=host:port (named by {where}.domain_env)" if conn.get("domain_env")
-               else "set it to the OpenSandbox server's host:port")
-        raise UserError(f"{where}.domain: the OpenSandbox server's address is not set; {how}")
-    if _unset(conn.get("api_key_env")):
-        raise UserError(f"{where}.api_key_env: the environment variable {conn['api_key_env']} is not set; export it "
-                        f"with the OpenSandbox server's API key, or set {where}.api_key_env: null for a server "
-                        "without one")
+    with errors.check():
+        if not conn.get("domain"):
+            how = (f"export {conn['domain_env']}=host:port (named by {where}.domain_env)" if conn.get("domain_env")
+                   else "set it to the OpenSandbox server's host:port")
+            raise UserError(f"{where}.domain: the OpenSandbox server's address is not set; {how}")
+    with errors.check():
+        if _unset(conn.get("api_key_env")):
+            raise UserError(f"{where}.api_key_env: the environment variable {conn['api_key_env']} is not set; export "
+                            f"it with the OpenSandbox server's API key, or set {where}.api_key_env: null for a server "
+                            "without one")
 
 
 def check_images(cfg: Config, tasks: Callable[[], Iterable[Task]]) -> None:

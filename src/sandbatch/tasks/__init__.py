@@ -13,10 +13,11 @@ import functools
 import hashlib
 import importlib
 import json
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .. import REPO_ROOT, SCHEMAS
+from ..core import resources
 from ..core.errors import UserError
 from ..core.util import write_atomic
 from .base import Task, check_unique, resolve_path, select
@@ -53,12 +54,12 @@ def _module(kind: str):
 
 
 def tasks_path(bench: "BenchmarkConfig") -> Path:
-    return resolve_path(bench.tasks, [REPO_ROOT])
+    return resolve_path(bench.tasks, [resources.root()])
 
 
 def _fingerprint(kind: str, path: Path) -> list[Any]:
     module = _module(kind)
-    schema = SCHEMAS / module.SCHEMA
+    schema = resources.schema(module.SCHEMA)
     key: list[Any] = [INDEX_VERSION, kind, str(path), schema.stat().st_mtime_ns]
     if hasattr(module, "fingerprint"):
         return key + module.fingerprint(path)
@@ -89,7 +90,8 @@ def _checked_path(bench: "BenchmarkConfig") -> Path:
     path = tasks_path(bench)
     if not path.exists():
         raise UserError(f"benchmark.tasks: {bench.tasks!r} not found; write it with `sandbatch fetch-tasks "
-                        f"{bench.kind} --out {bench.tasks}`, or point benchmark.tasks at the benchmark's task file")
+                        f"{bench.kind} --out {shlex.quote(str(bench.tasks))}`, or point benchmark.tasks at the "
+                        f"benchmark's task file")
     return path
 
 

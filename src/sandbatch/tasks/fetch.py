@@ -3,7 +3,9 @@
 SWE-bench Verified / Multilingual / Pro rows come from their datasets through the
 `datasets` library (a Hugging Face id, or a local dataset directory); Pro's
 `run_scripts/<instance_id>/` come from its public evaluation repository, and
-Terminal-Bench 2.x task directories from its git repository, both by `git clone`.
+Terminal-Bench 2.x task directories from its git repository, both by `git clone`; the
+smoke benchmark is copied from the package (with the repositories its rows name). The
+names and sources are sandbatch.tasks.catalog's.
 What is written is loaded with the benchmark's own loader before it replaces anything,
 so a fetched file that the run would refuse is refused here.
 """
@@ -15,43 +17,44 @@ import json
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
+from ..core import resources
 from ..core.errors import UserError
 from . import BENCHMARKS
-
-
-@dataclass(frozen=True)
-class Source:
-    dataset: str | None  # Hugging Face dataset id (rows), or None for a git repository of task dirs
-    git: str | None  # git repository: Pro's run_scripts/, or Terminal-Bench's task directories
-    out: str  # where the benchmark configs (config/<benchmark>.yaml) expect the tasks
-
-
-SOURCES: dict[str, Source] = {
-    "swebench": Source("princeton-nlp/SWE-bench_Verified", None, "data/swe_verified/tasks.jsonl"),
-    "swebench_multilingual": Source("SWE-bench/SWE-bench_Multilingual", None, "data/swe_multilingual/tasks.jsonl"),
-    "swebench_pro": Source("ScaleAI/SWE-bench_Pro", "https://github.com/scaleapi/SWE-bench_Pro-os",
-                           "data/swe_pro/tasks.jsonl"),
-    "terminal_bench": Source(None, "https://github.com/laude-institute/terminal-bench-2", "data/terminal_bench"),
-}
+from .catalog import Benchmark, get
 
 
 def fetch_tasks(benchmark: str, out: str | None = None, dataset: str | None = None, split: str = "test",
                 revision: str | None = None, git: str | None = None, git_ref: str | None = None,
                 force: bool = False) -> tuple[Path, int]:
     """Write the benchmark's tasks to `out`; (path written, number of tasks)."""
-    if benchmark not in SOURCES:
-        raise UserError(f"fetch-tasks: benchmark {benchmark!r} is not known; choose one of: {', '.join(SOURCES)}")
-    src = SOURCES[benchmark]
+    try:
+        src = get(benchmark)
+    except UserError as exc:
+        raise UserError(f"fetch-tasks: {exc}") from None
     path = Path(out or src.out)
     if path.exists() and not force:
         raise UserError(f"fetch-tasks: {path} exists; pass --force to replace it")
+    made = [d for d in (path.parent, *path.parent.parents) if not d.exists()]
     path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        return _fetch(src, path, dataset, split, revision, git, git_ref)
+    except BaseException:
+        for d in made:  # a failed fetch leaves no empty directory behind
+            if d.is_dir() and not any(d.iterdir()):
+                d.rmdir()
+        raise
+
+
+def _fetch(src: Benchmark, path: Path, dataset: str | None, split: str, revision: str | None, git: str | None,
+           git_ref: str | None) -> tuple[Path, int]:
+    benchmark = src.name
     with tempfile.TemporaryDirectory(dir=path.parent, prefix=f".{path.name}.") as tmp:
         staged = Path(tmp) / path.name
-        if src.dataset is None:
+        if src.bundled:
+            _bundled(src.out, staged, Path(tmp) / "repos")
+        elif src.dataset is None:
             _task_dirs(_clone(git or src.git, git_ref, Path(tmp) / "repo"), staged)
         else:
             if benchmark == "swebench_pro":  # first: the small download that fails fast
@@ -59,9 +62,17 @@ def fetch_tasks(benchmark: str, out: str | None = None, dataset: str | None = No
             _rows(dataset or src.dataset, split, revision, staged)
         n = _check(benchmark, staged)
         _replace(staged, path)
-        if benchmark == "swebench_pro":
-            _replace(Path(tmp) / "run_scripts", path.parent / "run_scripts")
+        for beside in ("run_scripts", "repos"):  # what the rows name relative to the task file
+            if (Path(tmp) / beside).exists():
+                _replace(Path(tmp) / beside, path.parent / beside)
     return path, n
+
+
+def _bundled(out: str, staged: Path, repos: Path) -> None:
+    """The package's own copy: the task file and the repositories its rows name (repo_dir)."""
+    shipped = resources.resource(out)
+    shutil.copy(shipped, staged)
+    shutil.copytree(shipped.parent / "repos", repos, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
 
 
 def _rows(dataset: str, split: str, revision: str | None, dest: Path) -> None:
