@@ -13,6 +13,8 @@ from ..core.errors import UserError
 from ..core.files import MANIFEST
 from ..tasks import Task, TaskRef, read_task, select_tasks
 
+SUMMARY_BY_CALLER = "SANDBATCH_SUMMARY_BY_CALLER"  # set: the workflow's end leaves the summary to its caller
+
 
 def executes_jobs(workflow) -> bool:
     """This invocation runs jobs: the main process of a real run. Not a dry run, `--touch`, nor
@@ -39,10 +41,7 @@ def load_run(workflow, config: dict[str, Any]) -> tuple[Config, dict[str, Any], 
     """Validate the merged config and read the task table once; a user error exits in one line."""
     try:
         cfg = parse(config, workflow_sources(workflow, config))
-        check_registries(cfg)
-        tasks = select_tasks(cfg.benchmark)
-        if not tasks:
-            raise UserError(f"benchmark: no task of {cfg.benchmark.tasks} is selected by instance_ids/filter/limit")
+        tasks = check_run(cfg)
         if workflow.is_main_process:  # the jobs Snakemake spawns re-parse; they need not check again
             check_images(cfg, lambda: (read_task(cfg.benchmark, ref) for ref in tasks))
             # once per run: the jobs (steps, Slurm jobs) read the name from the run's settings
@@ -53,6 +52,15 @@ def load_run(workflow, config: dict[str, Any]) -> tuple[Config, dict[str, Any], 
         print(f"sandbatch: error: {exc}", file=sys.stderr)
         sys.exit(1)
     return cfg, cfg.model_dump(mode="json"), tasks
+
+
+def check_run(cfg: Config) -> list[TaskRef]:
+    """What a run refuses before anything starts (check_registries), and its selected tasks."""
+    check_registries(cfg)
+    tasks = select_tasks(cfg.benchmark)
+    if not tasks:
+        raise UserError(f"benchmark: no task of {cfg.benchmark.tasks} is selected by instance_ids/filter/limit")
+    return tasks
 
 
 def check_registries(cfg: Config) -> None:
@@ -190,3 +198,22 @@ def reaped_since(run_dir: str | os.PathLike, since: float) -> bool:
         return path.stat().st_mtime >= since and json.loads(path.read_text())["sandboxes_reaped"] is not None
     except (OSError, ValueError, KeyError, TypeError):
         return False
+
+
+def end_summary(cfg: Config, since: float, success: bool) -> list[str]:
+    """The run's last lines (sandbatch.reporting.summary) when a run's Snakemake ends: those of
+    the aggregate it wrote (after `since`, a time.time()), or why there is none. Empty when the
+    caller prints them itself (`sandbatch run`, which sets SUMMARY_BY_CALLER)."""
+    from ..reporting.summary import summary_lines
+
+    if os.environ.get(SUMMARY_BY_CALLER):
+        return []
+    metrics = cfg.run_dir / "metrics.json"
+    try:
+        fresh = metrics.stat().st_mtime >= since
+    except OSError:
+        fresh = False
+    if fresh or success:
+        return summary_lines(cfg.run_dir, cfg.run)
+    return [f"sandbatch: run {cfg.run}: the aggregate did not run (a step failed: see the FAILED lines above, "
+            f"`sandbatch status {cfg.run}`); the same command retries what is missing"]
