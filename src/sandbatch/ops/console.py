@@ -176,10 +176,12 @@ class LogHandler(LogHandlerBase):
         return False
 
     def emit(self, record: logging.LogRecord) -> None:
+        # errors to stderr even where Snakemake prints to stdout (a plan: -n)
+        stream = sys.stderr if record.levelno >= logging.ERROR else self.stream
         try:
             for line in self.lines(record, time.time()):
-                self.stream.write(line + "\n")
-            self.stream.flush()
+                stream.write(line + "\n")
+            stream.flush()
         except BrokenPipeError:
             raise
         except Exception:  # a console line must never stop the run

@@ -1,0 +1,116 @@
+"""`sandbatch run` and the run's console, through the real workflow (local provider, smoke
+tasks, oracle): the config-free form with --set, the resolved config in the run's directory,
+short console lines with progress, the summary as the last lines; Ctrl-C (SIGINT to the
+process group) stops the run in one line with no traceback and no sandbox left, and the same
+command resumes it without redoing what had finished. Plus the cheap refusals: a bad --set,
+a dotted `snakemake --config` key."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ops_util import sandboxes, wait_for
+from workflow_util import REPO, SMOKE_TASKS, metrics, snakemake
+
+RUN = "r"
+# the config-free form, with an override, against the smoke tasks wherever the test runs
+COMMAND = ["run", "--run", RUN, "--benchmark", "smoke", "--tasks", str(SMOKE_TASKS), "--harness", "oracle",
+           "--provider", "local", "--limit", "2", "--repeats", "2", "--set", "timeouts.grade=600", "--cores", "2"]
+
+
+def sandbatch_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "sandbatch.cli", *args]
+
+
+def lines_of(path: Path) -> list[str]:
+    return path.read_text(errors="replace").splitlines()
+
+
+@pytest.mark.slow
+def test_run_interrupted_then_resumed(tmp_path):
+    out = tmp_path / "first.out"
+    with open(out, "wb") as fh:
+        proc = subprocess.Popen(sandbatch_cmd(*COMMAND), cwd=tmp_path, stdout=fh, stderr=subprocess.STDOUT,
+                                start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        # a sandbox step has finished: Ctrl-C lands while later steps of its rollout run
+        wait_for(lambda: any("done sandbox " in ln for ln in lines_of(out)), 180,
+                 "a finished sandbox step on the console", proc)
+        os.killpg(proc.pid, signal.SIGINT)
+        code = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    first = lines_of(out)
+    assert code == 130, first
+    said = [ln for ln in first if ln.startswith("sandbatch: interrupted: ")]
+    assert len(said) == 1 and first[-1] == said[0], first
+    assert "the same command resumes the run" in said[0]
+    text = "\n".join(first)
+    assert "Traceback" not in text and "KeyboardInterrupt" not in text and "Error in rule" not in text, text
+    assert sandboxes(tmp_path) == [], "sandboxes left after Ctrl-C"
+    finished = {p: p.stat().st_mtime_ns for p in (tmp_path / "results" / RUN).glob("*/*/sandbox.json")}
+    assert finished, first
+
+    again = subprocess.run(sandbatch_cmd(*COMMAND), cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    console = again.stderr.splitlines()
+    assert all(len(ln) <= 200 for ln in console), max(console, key=len)
+    assert any("ETA " in ln and " rollouts graded" in ln for ln in console), console
+    # the summary, once, as the last lines
+    assert console[-3:] == [
+        f"sandbatch: run {RUN}: 4 rollouts of 2 tasks: 4 resolved (100.0% of 4 graded), 0 unresolved, "
+        "0 infrastructure errors",
+        "sandbatch: pass@1 100.0%, pass@2 100.0%",
+        f"sandbatch: report results/{RUN}/report.md, viewer results/{RUN}/report/view/index.html",
+    ], console[-6:]
+    assert sum(ln.startswith(f"sandbatch: run {RUN}:") for ln in console) == 1
+    # what had finished before Ctrl-C was not done again
+    assert {p: p.stat().st_mtime_ns for p in finished} == finished
+    assert metrics(tmp_path, RUN)["rollouts"] == 4 and sandboxes(tmp_path) == []
+    resolved = yaml.safe_load((tmp_path / "results" / RUN / "config.yaml").read_text())
+    assert (resolved["run"], resolved["repeats"], resolved["benchmark"]["limit"], resolved["timeouts"]["grade"],
+            resolved["harness"]["name"], resolved["sandbox"]["provider"]) == (RUN, 2, 2, 600, "oracle", "local")
+    assert resolved["benchmark"]["tasks"] == str(SMOKE_TASKS)
+
+
+def test_run_plan_of_config_files_and_refusals(tmp_path):
+    cfg = tmp_path / "my.yaml"
+    cfg.write_text(json.dumps({"run": "plan", "benchmark": {"tasks": str(SMOKE_TASKS), "limit": 3}}))
+    plan = subprocess.run(sandbatch_cmd("run", str(cfg), "--set", "repeats=2", "--set", "benchmark.limit=1", "-n"),
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert plan.returncode == 0, plan.stderr[-3000:]
+    # a plan: one line per job, 1 task x 2 repeats, no summary
+    planned = [ln for ln in (plan.stdout + plan.stderr).splitlines() if ln.startswith("would run grade ")]
+    assert sorted(planned) == ["would run grade smoke__calc-1/0", "would run grade smoke__calc-1/1"], plan.stdout
+    assert "sandbatch: run plan:" not in plan.stderr
+    resolved = yaml.safe_load((tmp_path / "results" / "plan" / "config.yaml").read_text())
+    assert (resolved["repeats"], resolved["benchmark"]["limit"]) == (2, 1)
+
+    bad = subprocess.run(sandbatch_cmd("run", "--run", "bad", "--set", "repeats=0"), cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.splitlines() == [
+        "sandbatch: error: --set: repeats: 0 is too small; it must be >= 1"], bad.stderr
+    assert not (tmp_path / "results" / "bad").exists()
+
+    # Snakemake refuses a dotted --config key before the workflow is read: one line with the fix
+    dotted = snakemake(tmp_path, "-n", "--config", "harness.name=none", "run=x")
+    assert dotted.returncode == 1 and "Traceback" not in dotted.stderr, dotted.stderr
+    assert [ln for ln in dotted.stderr.splitlines() if ln.startswith("sandbatch: ")] == [
+        "sandbatch: error: --config harness.name=none: Snakemake's --config takes no dotted keys; write "
+        "--config 'harness={name: none}' instead, or run `sandbatch run --set harness.name=none`"], dotted.stderr
+    # the form it suggests is taken
+    nested = snakemake(tmp_path, "-n", "--configfile", str(cfg), "--config", "harness={name: none}")
+    assert nested.returncode == 0, nested.stderr[-3000:]
+    valid = subprocess.run(sandbatch_cmd("validate", str(cfg), "--config", "harness.name=none"), cwd=tmp_path,
+                           capture_output=True, text=True, timeout=120)
+    assert valid.returncode == 0 and yaml.safe_load(valid.stdout)["harness"]["name"] == "none", valid.stderr
