@@ -140,6 +140,7 @@ def run(req: RunRequest) -> int:
     if interrupted or code in (-signal.SIGINT, INTERRUPTED_EXIT):
         return INTERRUPTED_EXIT
     if not dry:
-        for line in end_summary(cfg, started, code == 0):
+        # a failed run's reason is on the console already (a refused config, a failed step)
+        for line in end_summary(cfg, started, code == 0, in_workflow=False):
             print(line, file=sys.stderr)
     return code

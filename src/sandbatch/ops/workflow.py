@@ -200,13 +200,14 @@ def reaped_since(run_dir: str | os.PathLike, since: float) -> bool:
         return False
 
 
-def end_summary(cfg: Config, since: float, success: bool) -> list[str]:
+def end_summary(cfg: Config, since: float, success: bool, in_workflow: bool = True) -> list[str]:
     """The run's last lines (sandbatch.reporting.summary) when a run's Snakemake ends: those of
-    the aggregate it wrote (after `since`, a time.time()), or why there is none. Empty when the
-    caller prints them itself (`sandbatch run`, which sets SUMMARY_BY_CALLER)."""
+    the aggregate it wrote (after `since`, a time.time()), or (in_workflow: at the workflow's
+    end) why there is none. The workflow's end leaves them to its caller when SUMMARY_BY_CALLER
+    is set (`sandbatch run` prints them after Snakemake exits, with in_workflow=False)."""
     from ..reporting.summary import summary_lines
 
-    if os.environ.get(SUMMARY_BY_CALLER):
+    if in_workflow and os.environ.get(SUMMARY_BY_CALLER):
         return []
     metrics = cfg.run_dir / "metrics.json"
     try:
@@ -215,5 +216,7 @@ def end_summary(cfg: Config, since: float, success: bool) -> list[str]:
         fresh = False
     if fresh or success:
         return summary_lines(cfg.run_dir, cfg.run)
+    if not in_workflow:
+        return []
     return [f"sandbatch: run {cfg.run}: the aggregate did not run (a step failed: see the FAILED lines above, "
             f"`sandbatch status {cfg.run}`); the same command retries what is missing"]
