@@ -207,6 +207,12 @@ class LogHandler(LogHandlerBase):
             return []
         if record.levelno < logging.INFO and not getattr(s, "verbose", False) and event != LogEvent.DEBUG_DAG:
             return []
+        quiet = {getattr(q, "name", str(q)).upper() for q in (getattr(s, "quiet", None) or ())}
+        if record.levelno < logging.WARNING and ("ALL" in quiet or (
+                "RULES" in quiet and event == LogEvent.JOB_INFO) or ("PROGRESS" in quiet and event in (
+                    LogEvent.JOB_FINISHED, LogEvent.RUN_INFO))):
+            self.lines_unseen(record, event, now)
+            return []
         message = record.getMessage() if event is None or isinstance(record.msg, str) else ""
         if event is None and message.startswith(INTERRUPTED):
             self.interrupted = True
@@ -238,6 +244,15 @@ class LogHandler(LogHandlerBase):
         if message.startswith("Using workflow specific profile") or message.startswith("Using profile"):
             return []
         return [clip(line) for line in message.splitlines() if line.strip()]
+
+    def lines_unseen(self, record: logging.LogRecord, event: Any, now: float) -> None:
+        """What a line kept quiet (--quiet) tells: the jobs running, for the closing line."""
+        if event == LogEvent.JOB_INFO:
+            self._job_info(record, now)
+        elif event == LogEvent.JOB_FINISHED:
+            self._job_finished(record, now)
+        elif event is None and record.getMessage().startswith(INTERRUPTED):
+            self.interrupted = True
 
     def closing_lines(self) -> list[str]:
         if self.interrupted:
