@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,9 +96,10 @@ def resolve(req: RunRequest) -> tuple[dict[str, Any], Any]:
     return validate(merged, sources), cfg
 
 
-def write_resolved(resolved: dict[str, Any], cfg) -> Path:
-    """results/<run>/config.yaml, rewritten only when it changes (a rerun leaves it as it was)."""
-    path = Path(cfg.results_dir) / cfg.run / RESOLVED
+def write_resolved(resolved: dict[str, Any], cfg, path: Path | None = None) -> Path:
+    """results/<run>/config.yaml (or `path`), rewritten only when it changes (a rerun leaves it
+    as it was)."""
+    path = path or Path(cfg.results_dir) / cfg.run / RESOLVED
     text = ("# The merged config of this run, written by `sandbatch run`; run it again with\n"
             f"#   sandbatch run {path}    or    snakemake --configfile {path}\n"
             + yaml.safe_dump(resolved, sort_keys=False))
@@ -119,8 +121,14 @@ def snakemake_command(config_path: Path, args: list[str]) -> list[str]:
 
 def run(req: RunRequest) -> int:
     resolved, cfg = resolve(req)
-    path = write_resolved(resolved, cfg)
     dry = any(a in ("-n", "--dry-run", "--dryrun") for a in req.snakemake_args)
+    if dry:  # a plan creates nothing: its config goes to a temporary file
+        with tempfile.TemporaryDirectory(prefix="sandbatch-plan-") as tmp:
+            return _snakemake(write_resolved(resolved, cfg, Path(tmp) / RESOLVED), req.snakemake_args, cfg, dry)
+    return _snakemake(write_resolved(resolved, cfg), req.snakemake_args, cfg, dry)
+
+
+def _snakemake(path: Path, args: list[str], cfg, dry: bool) -> int:
     env = {**os.environ, SUMMARY_BY_CALLER: "1"}
     interrupted = []
     # Ctrl-C reaches Snakemake too (the terminal signals the whole process group): it stops
@@ -128,13 +136,7 @@ def run(req: RunRequest) -> int:
     previous = signal.signal(signal.SIGINT, lambda *_: interrupted.append(True))
     started = time.time()
     try:
-        proc = subprocess.Popen(snakemake_command(path, req.snakemake_args), env=env)
-        while True:
-            try:
-                code = proc.wait()
-                break
-            except InterruptedError:
-                continue
+        code = subprocess.Popen(snakemake_command(path, args), env=env).wait()
     finally:
         signal.signal(signal.SIGINT, previous)
     if interrupted or code in (-signal.SIGINT, INTERRUPTED_EXIT):
