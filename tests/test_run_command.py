@@ -2,8 +2,9 @@
 tasks, oracle): the config-free form with --set, the resolved config in the run's directory,
 short console lines with progress, the summary as the last lines; Ctrl-C (SIGINT to the
 process group) stops the run in one line with no traceback and no sandbox left, and the same
-command resumes it without redoing what had finished. Plus the cheap refusals: a bad --set,
-a dotted `snakemake --config` key."""
+command resumes it without redoing what had finished. Plus the cheap refusals (a bad --set,
+a dotted `snakemake --config` key), the summary's infrastructure-error line and the ETA's
+arithmetic."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ import pytest
 import yaml
 
 from ops_util import sandboxes, wait_for
+from sandbatch.ops.console import ProgressClock
+from sandbatch.reporting.summary import summary_lines
 from workflow_util import SMOKE_TASKS, metrics, snakemake
 
 RUN = "r"
@@ -115,3 +118,35 @@ def test_run_plan_of_config_files_and_refusals(tmp_path):
     valid = subprocess.run(sandbatch_cmd("validate", str(cfg), "--config", "harness.name=none"), cwd=tmp_path,
                            capture_output=True, text=True, timeout=120)
     assert valid.returncode == 0 and yaml.safe_load(valid.stdout)["harness"]["name"] == "none", valid.stderr
+
+
+def test_summary_names_infra_errors_by_class(tmp_path):
+    (tmp_path / "metrics.json").write_text(json.dumps({
+        "tasks": 3, "rollouts": 6, "resolved": 2, "pass_at_k": {"2": 33.3, "1": 25.0},
+        "resolved_rate_excluding_infra_errors": {"value": 0.5, "numerator": 2, "denominator": 4},
+        "infra_error_rate": {"value": 0.333, "numerator": 2, "denominator": 6},
+        "infra_error_classes": {"sandbox_prepare": 1, "model_unreachable": 1}}))
+    assert summary_lines(tmp_path, "x") == [
+        "sandbatch: run x: 6 rollouts of 3 tasks: 2 resolved (50.0% of 4 graded), 2 unresolved, "
+        "2 infrastructure errors",
+        "sandbatch: infrastructure errors by class: sandbox_prepare 1, model_unreachable 1; "
+        "`sandbatch rerun-errors x` drops them, and the same command redoes them",
+        "sandbatch: pass@1 25.0%, pass@2 33.3%",
+        f"sandbatch: report {tmp_path / 'report.md'}",
+    ]
+    assert summary_lines(tmp_path / "missing") == []
+
+
+def test_eta_from_rule_means_running_jobs_and_parallelism():
+    clock = ProgressClock()
+    clock.planned({"agent": 3, "aggregate": 1, "total": 4})
+    clock.started(1, "agent", "agent t/0", now=0.0)
+    clock.started(2, "agent", "agent t/1", now=0.0)
+    assert clock.eta(5.0) is None  # nothing finished: no estimate
+    clock.finished(1, now=10.0)
+    clock.started(3, "agent", "agent t/2", now=10.0)
+    # left: 2 agents (10 s each) + the aggregate (unseen: the mean job, 10 s) = 30 job-seconds,
+    # less the 10 + 2 s the running ones have done; 10 job-seconds in 12 s is no parallelism
+    assert clock.eta(12.0) == pytest.approx(18.0)
+    clock.finished(2, now=12.0)  # 12 s: agents now average 11 s, 22 job-seconds done in 12 s
+    assert clock.eta(12.0) == pytest.approx((11 + 11 - 2) / (22 / 12))
