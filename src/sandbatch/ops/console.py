@@ -241,6 +241,8 @@ class LogHandler(LogHandlerBase):
             return [dotted_config_fix(sys.argv)]
         if record.levelno < logging.WARNING and NOISE.match(message):
             return []
+        if message.startswith("RuleException:\nCalledProcessError in file"):
+            return []  # a step's nonzero exit: its FAILED line follows, with the tail of its log
         if message.startswith("Using workflow specific profile") or message.startswith("Using profile"):
             return []
         return [clip(line) for line in message.splitlines() if line.strip()]
