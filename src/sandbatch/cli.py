@@ -211,7 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
     u.set_defaults(func=cmd_run, snakemake_args=[])
     v = sub.add_parser("validate", help="print the merged, validated config (or the first error)")
     v.add_argument("configfile", nargs="*", type=Path, help="config files, merged in order over config/default.yaml")
-    v.add_argument("--config", nargs="*", default=[], metavar="KEY=VALUE", help="overrides, as with snakemake")
+    v.add_argument("--config", nargs="*", default=[], metavar="KEY=VALUE",
+                   help="overrides, as with snakemake; a dotted KEY.PATH=VALUE sets a nested key")
     v.add_argument("--no-default", action="store_true", help="do not start from config/default.yaml")
     v.set_defaults(func=cmd_validate)
     f = sub.add_parser("fetch-tasks", help="write a benchmark's task file from its public dataset / repository")
