@@ -30,8 +30,8 @@ rule all:
 # Whatever a run leaves behind (killed jobs, failed deletes) is deleted by label at the end,
 # successful or not.
 onsuccess:
-    finish_run()
+    finish_run(success=True)
 
 
 onerror:
-    finish_run()
+    finish_run(success=False)

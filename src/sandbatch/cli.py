@@ -15,15 +15,36 @@ from .core import resources
 from .core.errors import InfraError, UserError, error_lines
 
 
-def _overrides(pairs: list[str]) -> dict:
-    """`key=value` pairs like Snakemake's --config (values parsed as YAML)."""
+def _overrides(pairs: list[str], flag: str = "--config") -> dict:
+    """`key=value` pairs like Snakemake's --config (values parsed as YAML); a dotted key names
+    a nested one (`harness.name=none`)."""
+    from .core.config import nest_dotted
+
     out: dict = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise UserError(f"--config: {pair!r} is not key=value")
-        out[key] = yaml.safe_load(value)
-    return out
+        if not sep or not key or "" in key.split("."):
+            raise UserError(f"{flag}: {pair!r} is not KEY=VALUE or KEY.PATH=VALUE; e.g. {flag} harness.name=none")
+        try:
+            out[key] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise UserError(f"{flag}: the value of {pair!r} is not valid YAML; quote it") from None
+    return nest_dotted(out)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .ops.run import FLAGS, RunRequest, run
+
+    passthrough = list(args.snakemake_args)
+    for flag, value in (("--cores", args.cores), ("--jobs", args.jobs), ("--profile", args.profile),
+                        ("--executor", args.executor)):
+        if value is not None:
+            passthrough += [flag, str(value)]
+    if args.dry_run:
+        passthrough.append("--dry-run")
+    req = RunRequest(configfiles=args.configfile, flags={k: getattr(args, k) for k in FLAGS},
+                     sets=_overrides(args.set, "--set"), snakemake_args=passthrough)
+    return run(req)
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -187,10 +208,30 @@ def _run_args(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sandbatch", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
+    u = sub.add_parser("run", help="run the workflow: the embedded default, config files, or the flags below",
+                       description="Merge config/default.yaml, the CONFIG files in order, the flags and --set; "
+                       "write the result to results/<run>/config.yaml; run Snakemake on it. Options Snakemake "
+                       "takes (and everything after --) pass through to it.")
+    u.add_argument("configfile", nargs="*", type=Path, metavar="CONFIG", help="config files, merged in order")
+    u.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
+                   help="override one key (value parsed as YAML), e.g. --set model.sampling.temperature=0.6")
+    for flag, key, hint in (("--run", "run", "NAME"), ("--benchmark", "benchmark.kind", "KIND"),
+                            ("--tasks", "benchmark.tasks", "PATH"), ("--limit", "benchmark.limit", "N"),
+                            ("--repeats", "repeats", "N"), ("--harness", "harness.name", "NAME"),
+                            ("--model", "model.name", "NAME"), ("--base-url", "model.base_url", "URL"),
+                            ("--provider", "sandbox.provider", "NAME"), ("--concurrency", "concurrency", "N")):
+        u.add_argument(flag, metavar=hint, type=int if hint == "N" else str, help=f"sets {key}")
+    u.add_argument("-c", "--cores", help="Snakemake's --cores (default: the profile's)")
+    u.add_argument("-j", "--jobs", help="Snakemake's --jobs")
+    u.add_argument("--profile", help="Snakemake's --profile (e.g. profiles/slurm)")
+    u.add_argument("--executor", help="Snakemake's --executor (e.g. slurm)")
+    u.add_argument("-n", "--dry-run", action="store_true", help="plan only: list the jobs Snakemake would run")
+    u.set_defaults(func=cmd_run, snakemake_args=[])
     v = sub.add_parser("validate", help="print the merged, validated config (or the first error)")
     v.add_argument("configfile", nargs="*", help="config files, merged in order over config/default.yaml; a "
                    "shipped one also by name (swe_verified, config/xs_swe_pro.yaml: `sandbatch path configs`)")
-    v.add_argument("--config", nargs="*", default=[], metavar="KEY=VALUE", help="overrides, as with snakemake")
+    v.add_argument("--config", nargs="*", default=[], metavar="KEY=VALUE",
+                   help="overrides, as with snakemake; a dotted KEY.PATH=VALUE sets a nested key")
     v.add_argument("--no-default", action="store_true", help="do not start from config/default.yaml")
     v.set_defaults(func=cmd_validate)
     b = sub.add_parser("benchmarks", help="the benchmarks sandbatch knows: source, size, images, present here")
@@ -256,7 +297,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    rest = argv[argv.index("--") + 1:] if "--" in argv else []
+    args, unknown = parser.parse_known_args(argv[:len(argv) - len(rest) - (1 if "--" in argv else 0)])
+    if (unknown or rest) and args.command != "run":
+        parser.error(f"unrecognized arguments: {' '.join(unknown + rest)}")
+    if unknown or rest:  # Snakemake's own options, and everything after `--`, pass through
+        args.snakemake_args = unknown + rest
     try:
         return args.func(args)
     except UserError as exc:

@@ -6,8 +6,8 @@ import time
 
 from sandbatch.ops.owners import register as register_owner, unregister as unregister_owner
 from sandbatch.steps.forkserver import StepServer, executor_on_command_line
-from sandbatch.ops.workflow import (check_model_endpoint_or_exit, load_run, reaped_since, recover_before_run,
-                                    sandboxes_at_once, stamps)
+from sandbatch.ops.workflow import (check_model_endpoint_or_exit, end_summary, load_run, reaped_since,
+                                    recover_before_run, sandboxes_at_once, stamps)
 
 STARTED = time.time()  # this invocation's start: what its aggregate wrote is newer
 CFG, CFG_RAW, TASKS = load_run(workflow, config)
@@ -117,11 +117,18 @@ def claim_instance():
         print(note, file=sys.stderr)
 
 
-def finish_run():
-    """End of a real run, successful or not: release the owner record, delete leftovers."""
+def finish_run(success):
+    """End of a real run, successful or not: release the owner record, delete leftovers, say
+    how it went (the console's logger prints the summary last; sandbatch.ops.console)."""
+    from snakemake.logging import logger
+    from sandbatch.ops.console import SUMMARY
+
     STEP_SERVER.stop()
     unregister_owner()
     reap_at_exit()
+    lines = end_summary(CFG, STARTED, success)
+    if lines:
+        logger.info("\n".join(lines), extra={SUMMARY: True})
 
 
 # A real run first asks the model endpoint what the config leaves to it (pool's context

@@ -362,12 +362,25 @@ def read_yaml(path: str | os.PathLike) -> dict[str, Any]:
     return data
 
 
-def load(
+def nest_dotted(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """Dotted keys as the nested mappings they name, in order: {"harness.name": "none"} is
+    {"harness": {"name": "none"}} (the overrides NeMo Gym's and Hydra's users type)."""
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        for part in reversed(key.split(".")):
+            value = {part: value}
+        out = deep_merge(out, value)
+    return out
+
+
+def merged_sources(
     configfiles: Sequence[str | os.PathLike],
     overrides: Mapping[str, Any] | None = None,
     default: str | os.PathLike | None = None,
-) -> Config:
-    """Merge like Snakemake does (default file, then each --configfile, then --config)."""
+    overrides_label: str = "--config",
+) -> tuple[dict[str, Any], list[tuple[str, Mapping[str, Any]]]]:
+    """Merge like Snakemake does (default file, then each --configfile, then --config):
+    the merged config and its sources, lowest precedence first."""
     sources: list[tuple[str, Mapping[str, Any]]] = []
     merged: dict[str, Any] = {}
     for path in ([default] if default else []) + list(configfiles):
@@ -375,9 +388,18 @@ def load(
         sources.append((str(path), raw))
         merged = deep_merge(merged, raw)
     if overrides:
-        sources.append(("--config", overrides))
+        sources.append((overrides_label, overrides))
         merged = deep_merge(merged, overrides)
-    return parse(merged, sources)
+    return merged, sources
+
+
+def load(
+    configfiles: Sequence[str | os.PathLike],
+    overrides: Mapping[str, Any] | None = None,
+    default: str | os.PathLike | None = None,
+) -> Config:
+    """The validated config of merged files and overrides (merged_sources)."""
+    return parse(*merged_sources(configfiles, overrides, default))
 
 
 def run_config(run: str, results_dir: str | os.PathLike = "results",

@@ -72,6 +72,14 @@ def iter_jsonl(path: str | os.PathLike) -> Iterator[Any]:
                 yield json.loads(line)
 
 
+def duration_text(seconds: float) -> str:
+    """A duration as people read it: 45s, 3m07s, 1h02m00s."""
+    s = int(round(seconds))
+    h, rem = divmod(s, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m{s:02d}s" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
+
+
 def backoff_delay(attempt: int, initial: float, cap: float) -> float:
     """Seconds before retry `attempt` (0-based): `initial` doubled per attempt up to `cap`,
     then jittered to between half and all of that, so that clients retrying together spread out."""

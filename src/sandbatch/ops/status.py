@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..core.util import duration_text
 from ..rollout.records import GRADE, HARNESS, PATCH_INFO, RESPONSE, SANDBOX, read_index, summary
 
 # step -> the record that marks it done (in chain order)
@@ -156,12 +157,7 @@ def _account(st: RunStatus, recs: dict[str, dict[str, Any]]) -> None:
 
 
 def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "n/a"
-    s = int(round(seconds))
-    h, rem = divmod(s, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}h{m:02d}m{s:02d}s" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
+    return "n/a" if seconds is None else duration_text(seconds)
 
 
 def render(st: RunStatus) -> str:

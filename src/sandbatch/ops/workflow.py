@@ -13,6 +13,8 @@ from ..core.errors import Collector, UserError, error_lines
 from ..core.files import MANIFEST
 from ..tasks import Task, TaskRef, read_task, select_tasks
 
+SUMMARY_BY_CALLER = "SANDBATCH_SUMMARY_BY_CALLER"  # set: the workflow's end leaves the summary to its caller
+
 
 def executes_jobs(workflow) -> bool:
     """This invocation runs jobs: the main process of a real run. Not a dry run, `--touch`, nor
@@ -215,3 +217,25 @@ def reaped_since(run_dir: str | os.PathLike, since: float) -> bool:
         return path.stat().st_mtime >= since and json.loads(path.read_text())["sandboxes_reaped"] is not None
     except (OSError, ValueError, KeyError, TypeError):
         return False
+
+
+def end_summary(cfg: Config, since: float, success: bool, in_workflow: bool = True) -> list[str]:
+    """The run's last lines (sandbatch.reporting.summary) when a run's Snakemake ends: those of
+    the aggregate it wrote (after `since`, a time.time()), or (in_workflow: at the workflow's
+    end) why there is none. The workflow's end leaves them to its caller when SUMMARY_BY_CALLER
+    is set (`sandbatch run` prints them after Snakemake exits, with in_workflow=False)."""
+    from ..reporting.summary import summary_lines
+
+    if in_workflow and os.environ.get(SUMMARY_BY_CALLER):
+        return []
+    metrics = cfg.run_dir / "metrics.json"
+    try:
+        fresh = metrics.stat().st_mtime >= since
+    except OSError:
+        fresh = False
+    if fresh or success:
+        return summary_lines(cfg.run_dir, cfg.run)
+    if not in_workflow:
+        return []
+    return [f"sandbatch: run {cfg.run}: the aggregate did not run (a step failed: see the FAILED lines above, "
+            f"`sandbatch status {cfg.run}`); the same command retries what is missing"]

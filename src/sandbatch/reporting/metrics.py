@@ -76,6 +76,7 @@ def compute(rollouts: Iterable[Mapping[str, Any]], threshold: float, prices: Any
         "status_counts": dict(Counter(r["status"] for r in rows)),
         "failure_classes": dict(Counter(r["failure_class"] for r in rows if r["failure_class"])),
         "infra_error_rate": _rate(len(infra), len(rows)),
+        "infra_error_classes": dict(Counter(r["failure_class"] or "unknown" for r in infra)),
         "empty_patches": sum(1 for r in rows if r["patch_empty"]),
         # rollouts whose patch changed what grades it (neutralised or failed, grading.tampering)
         "tampering_rate": _rate(sum(1 for r in rows if r.get("tampering")), len(rows)),

@@ -42,12 +42,17 @@ CATALOG: dict[str, Benchmark] = {b.name: b for b in (
               "data/terminal_bench", 89, "one per task: task.toml's environment.docker_image (Docker Hub)"),
 )}
 SPLIT = "test"  # fetch-tasks' default split of every dataset
+# the names people type for them elsewhere (Harbor's and the datasets' spelling), hyphens or not
+ALIASES = {"swebench_verified": "swebench", "swe_bench_verified": "swebench",
+           "swe_bench_multilingual": "swebench_multilingual", "swe_bench_pro": "swebench_pro"}
 
 
 def get(name: str) -> Benchmark:
-    if name not in CATALOG:
+    key = name.replace("-", "_")
+    key = ALIASES.get(key, key)
+    if key not in CATALOG:
         raise UserError(f"benchmark {name!r} is not known; `sandbatch benchmarks` lists them: {', '.join(CATALOG)}")
-    return CATALOG[name]
+    return CATALOG[key]
 
 
 def source(b: Benchmark) -> str:
