@@ -60,6 +60,7 @@ class ProxyConfig(_Model):
     retry_budget: float
     connect_timeout: float
     read_timeout: float | None
+    stop_after_failures: int
     max_calls: int | None
     max_tokens: int | None
     cap_status: int
@@ -79,6 +80,10 @@ class ModelConfig(_Model):
     sampling: dict[str, Any]
     tokens: Literal["auto", "on", "off"]
     proxy: ProxyConfig
+
+    def upstream_key(self) -> str | None:
+        """The endpoint's API key, read when needed and never stored: the variable api_key_env names."""
+        return os.environ.get(self.api_key_env, "").strip() or None if self.api_key_env else None
 
 
 class ImageRewrite(_Model):

@@ -1,0 +1,177 @@
+"""A failing model endpoint is an infrastructure failure, never the agent's: the failure
+classes of the proxy's records, the rollout's verdict from them, the early stop, and real
+runs of mini-swe-agent against real servers that refuse, answer 503 or answer 401."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import socket
+
+import httpx
+import pytest
+from aiohttp import web
+
+from failing_model import failing_model
+from harness_support import leftover_sandboxes, rollout, run_workflow, smoke_config
+from sandbatch.core.model_calls import ENDPOINT_FAILURES, outage, status_failure
+from sandbatch.core.util import iter_jsonl
+from sandbatch.proxy import ModelProxy
+from sandbatch.proxy.server import ServerThread, catch_all
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "fix it"}]}
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Failing(ServerThread):
+    """Answers every request with `status`."""
+
+    def __init__(self, status: int):
+        self.status = status
+        super().__init__(catch_all(self.handle), name="failing-upstream")
+
+    async def handle(self, request):
+        return web.json_response({"error": {"message": f"status {self.status} on purpose"}}, status=self.status)
+
+
+def _proxy(url: str, tmp_path, **settings) -> ModelProxy:
+    return ModelProxy({"require_agent_key": False, "retries": 1, "backoff": 0.01, "connect_timeout": 1, **settings},
+                      url, None, tmp_path / "model_calls.jsonl")
+
+
+def test_each_failure_of_the_endpoint_is_recorded_with_its_class(tmp_path):
+    """Refused connection, 503 after the retries, 401, 404: each call's record names its class;
+    a 400 (a request the agent built) names none."""
+    seen = {}
+    for status in (503, 429, 401, 403, 404, 400, 422):
+        server = Failing(status)
+        server.start()
+        try:
+            with _proxy(f"http://127.0.0.1:{server.port}/v1", tmp_path / str(status)) as p:
+                assert httpx.post(p.url_for("127.0.0.1") + "/chat/completions", json=CHAT).status_code == status
+        finally:
+            server.stop()
+        seen[status] = next(iter_jsonl(tmp_path / str(status) / "model_calls.jsonl")).get("endpoint_failure")
+    with _proxy(f"http://127.0.0.1:{_closed_port()}/v1", tmp_path / "refused") as p:
+        assert httpx.post(p.url_for("127.0.0.1") + "/chat/completions", json=CHAT).status_code == 502
+    seen["refused"] = next(iter_jsonl(tmp_path / "refused" / "model_calls.jsonl"))["endpoint_failure"]
+    assert seen == {503: "model_unavailable", 429: "model_unavailable", 401: "model_auth", 403: "model_auth",
+                    404: "model_not_found", 400: None, 422: None, "refused": "model_unreachable"}
+    assert set(seen.values()) - {None} == set(ENDPOINT_FAILURES)
+
+
+def test_the_proxy_says_down_after_failures_in_a_row_not_before(tmp_path):
+    server = Failing(503)
+    server.start()
+
+    async def go():
+        with _proxy(f"http://127.0.0.1:{server.port}/v1", tmp_path, stop_after_failures=3) as p:
+            down = p.down()
+            url = p.url_for("127.0.0.1") + "/chat/completions"
+            async with httpx.AsyncClient() as client:
+                for n in range(1, 4):
+                    assert not down.is_set(), f"down after {n - 1} failed calls"
+                    assert (await client.post(url, json=CHAT)).status_code == 503
+            await asyncio.wait_for(down.wait(), 5)  # set from the proxy's thread
+            return p.outage
+
+    try:
+        assert asyncio.run(go()) == "model_unavailable"
+    finally:
+        server.stop()
+
+
+def _row(status, failure=None, **kw):
+    return {"endpoint": "chat", "status": status, **({"endpoint_failure": failure} if failure else {}), **kw}
+
+
+def test_the_rollout_is_the_endpoints_failure_when_its_last_call_was():
+    good, down = _row(200), _row(503, "model_unavailable", error="still down")
+    assert outage([good, good, down]) == ("model_unavailable", down, 1, 3)  # good calls, then an outage
+    assert outage([down, good]) is None  # met a passing failure and went on
+    assert outage([good, _row(400)]) is None  # a request the agent built: the agent's failure
+    assert outage([]) is None
+    # the proxy's own refusals (caps), calls cut off by the proxy's stop, other paths: not calls
+    capped = _row(400, refused="max_calls")
+    assert outage([down, capped, _row(None), {"endpoint": "models", "status": 401, "endpoint_failure": "x"}]) == (
+        "model_unavailable", down, 1, 1)
+    assert [status_failure(s) for s in (200, 400, 401, 404, 429, 500, 502)] == [
+        None, None, "model_auth", "model_not_found", "model_unavailable", "model_unavailable", "model_unavailable"]
+
+
+# --- through the real workflow: mini-swe-agent on this host, local sandboxes -----------------
+
+LOOK = {"content": "Looking around.", "tool_calls": [{"name": "bash", "arguments": {"command": "ls"}}]}
+CALC_EDIT = {"content": "Fixing.", "tool_calls": [{"name": "bash", "arguments": {
+    "command": "sed -i 's|a // b|a / b|' calc.py"}}]}
+SUBMIT = {"content": "Submitting.", "tool_calls": [{"name": "bash", "arguments": {
+    "command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"}}]}
+SCRIPT = {"tasks": {"divide() truncates": [LOOK, CALC_EDIT]}, "default": [LOOK] * 20, "final": SUBMIT}
+CALC, SLUG, DURATION = "smoke__calc-1", "smoke__textutils-1", "smoke__duration-1"
+FAST_PROXY = {"retries": 1, "backoff": 0.05, "connect_timeout": 2}
+
+
+def _run(tmp_path, url, tasks, **extra):
+    harness = {"name": "mini-swe-agent", "config": {"mode": "host", "step_limit": 3}}
+    cfg = smoke_config(tmp_path, harness, tasks, model={"base_url": url, "proxy": FAST_PROXY},
+                       timeouts={"agent": 300}, aggregate={"exports": ["gym"]}, **extra)
+    return run_workflow(tmp_path, cfg)
+
+
+def _rows(run_dir):
+    return {r["instance_id"]: r for r in map(json.loads, (run_dir / "rollouts.jsonl").read_text().splitlines())}
+
+
+@pytest.mark.slow
+def test_503_and_401_end_infra_error_retried_and_kept_out_of_the_metrics(tmp_path):
+    """calc: a working endpoint (resolved); textutils: 401 from the first call; duration: one
+    good call, then 503 on every completion."""
+    slug, duration = "slugify() leaves", "parse_duration() rejects"
+    with failing_model(SCRIPT, {slug: (0, 401), duration: (1, 503)}) as (url, model):
+        run_dir, took = _run(tmp_path, url, [CALC, SLUG, DURATION], retries=1)
+    assert model.calls[slug] == 2  # mini stops at a 401; once per attempt
+    for task, failure, status in ((SLUG, "model_auth", 401), (DURATION, "model_unavailable", 503)):
+        h = rollout(run_dir, task, "harness.json")
+        assert (h["status"], h["failure_class"], h["attempt"]) == ("infra_error", failure, 2), h
+        assert f"failing on purpose with {status}" in h["error"], h["error"]
+        # stopped as soon as the endpoint was down, not at the agent's 300 s timeout
+        assert h["duration_s"] < 60, h
+        assert rollout(run_dir, task, "grade.json")["status"] == "infra_error"
+    assert rollout(run_dir, CALC, "grade.json")["reward"] == 1.0
+    rows = _rows(run_dir)
+    assert {t: (r["status"], r["failure_class"]) for t, r in rows.items()} == {
+        CALC: ("ok", None), SLUG: ("infra_error", "model_auth"), DURATION: ("infra_error", "model_unavailable")}
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["failure_classes"] == {"model_unavailable": 1, "model_auth": 1}
+    # the outages are no samples: pass@1 is calc's alone
+    assert metrics["pass_at_k"] == {"1": 100.0}, metrics["pass_at_k"]
+    assert metrics["resolved_rate_excluding_infra_errors"] == {"value": 1.0, "numerator": 1, "denominator": 1}
+    failures = [json.loads(line) for line in (run_dir / "gym" / "rollouts_failures.jsonl").read_text().splitlines()]
+    assert sorted((f["instance_id"], f["_ng_failure_class"]) for f in failures) == [
+        (DURATION, "model_unavailable"), (SLUG, "model_auth")]
+    graded = [json.loads(line)["instance_id"] for line in (run_dir / "gym" / "rollouts.jsonl").read_text().splitlines()]
+    assert graded == [CALC]
+    assert leftover_sandboxes(tmp_path) == []
+    print(f"\nok/401/503, retries 1: workflow {took:.1f} s")
+
+
+@pytest.mark.slow
+def test_an_endpoint_gone_after_good_calls_is_infra_error(tmp_path):
+    """The boundary: an agent that made good calls and then met a refused connection."""
+    with failing_model(SCRIPT, {"divide() truncates": (2, "refuse")}) as (url, model):
+        run_dir, took = _run(tmp_path, url, [CALC])
+    h = rollout(run_dir, CALC, "harness.json")
+    assert (h["status"], h["failure_class"]) == ("infra_error", "model_unreachable"), h
+    failed, calls = map(int, re.search(r"\((\d+) of (\d+) model calls failed", h["error"]).groups())
+    assert failed >= 3 and calls == failed + 2, h["error"]  # stopped after 3 failures in a row
+    calls = rollout(run_dir, CALC, "model_calls.jsonl")
+    assert [c["status"] for c in calls][:2] == [200, 200] and calls[-1]["endpoint_failure"] == "model_unreachable"
+    assert _rows(run_dir)[CALC]["status"] == "infra_error"
+    assert leftover_sandboxes(tmp_path) == []
+    print(f"\nrefused after 2 good calls: workflow {took:.1f} s")
