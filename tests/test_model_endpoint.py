@@ -175,3 +175,63 @@ def test_an_endpoint_gone_after_good_calls_is_infra_error(tmp_path):
     assert _rows(run_dir)[CALC]["status"] == "infra_error"
     assert leftover_sandboxes(tmp_path) == []
     print(f"\nrefused after 2 good calls: workflow {took:.1f} s")
+
+
+# --- the ecosystem's conventions: OPENAI_BASE_URL, OPENAI_API_KEY -----------------------------
+
+def test_endpoint_and_key_precedence(monkeypatch):
+    from sandbatch.core.config import parse
+
+    for name in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "SITE_URL", "SITE_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://openai-env:1/v1")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai")
+    assert parse({}).model.base_url == "http://openai-env:1/v1"  # the config names no URL
+    assert parse({"model": {"base_url": "http://config:2/v1"}}).model.base_url == "http://config:2/v1"
+    named = {"model": {"base_url": "http://config:2/v1", "base_url_env": "SITE_URL"}}
+    assert parse(named).model.base_url == "http://config:2/v1"  # SITE_URL unset: the config value
+    monkeypatch.setenv("SITE_URL", "http://site:3/v1")
+    assert parse(named).model.base_url == "http://site:3/v1"
+    assert parse({"model": {"base_url_env": "SITE_URL"}}).model.base_url == "http://site:3/v1"
+    assert parse({}).model.upstream_key() == "sk-openai"  # no key variable named
+    assert parse({"model": {"api_key_env": "SITE_KEY"}}).model.upstream_key() is None  # named, unset: no fallback
+    monkeypatch.setenv("SITE_KEY", "sk-site")
+    assert parse({"model": {"api_key_env": "SITE_KEY"}}).model.upstream_key() == "sk-site"
+
+
+def test_version():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "sandbatch.cli", "--version"], capture_output=True, text=True)
+    from sandbatch import __version__
+
+    assert out.returncode == 0 and out.stdout.strip() == f"sandbatch {__version__}"
+
+
+@pytest.mark.slow
+def test_openai_variables_reach_the_endpoint_and_the_key_never_the_sandbox(tmp_path, monkeypatch):
+    """No model.base_url, no api_key_env: OPENAI_BASE_URL and OPENAI_API_KEY; the key goes
+    upstream as `Authorization: Bearer` on every request, the agent gets the proxy's own."""
+    from harness_support import scripted_model_server
+
+    secret = "sk-openai-7d3e1c9b0a5f"
+    env = {"content": "What is set here?", "tool_calls": [{"name": "bash", "arguments": {"command": "env; ls"}}]}
+    script = {"tasks": {"divide() truncates": [env, CALC_EDIT]}, "final": SUBMIT}
+    with scripted_model_server(script) as (url, model):
+        monkeypatch.setenv("OPENAI_BASE_URL", url)
+        monkeypatch.setenv("OPENAI_API_KEY", secret)
+        harness = {"name": "mini-swe-agent", "config": {"mode": "host", "step_limit": 4}}
+        run_dir, took = run_workflow(tmp_path, smoke_config(tmp_path, harness, [CALC]))
+    assert rollout(run_dir, CALC, "grade.json")["reward"] == 1.0
+    settings = json.loads((run_dir / "_settings" / "run.json").read_text())
+    assert settings["model"]["base_url"] == url and settings["model"]["api_key_env"] is None
+    assert model.requests and {r["headers"].get("authorization") for r in model.requests} == {f"Bearer {secret}"}
+    assert {r["path"] for r in model.requests} >= {"/v1/models", "/v1/chat/completions"}
+    # the sandbox's environment, as the agent saw it: no key of the host's
+    events = rollout(run_dir, CALC, "events.jsonl")
+    seen = json.dumps(events)
+    assert "HOME=" in seen and "OPENAI_API_KEY" not in seen
+    leaked = [p for p in tmp_path.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+    assert leaked == []
+    print(f"\nOPENAI_* run: workflow {took:.1f} s")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from . import REPO_ROOT
+from . import REPO_ROOT, __version__
 from .core.errors import InfraError, UserError
 
 
@@ -168,6 +168,7 @@ def _run_args(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sandbatch", description=__doc__)
+    p.add_argument("--version", action="version", version=f"sandbatch {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     v = sub.add_parser("validate", help="print the merged, validated config (or the first error)")
     v.add_argument("configfile", nargs="*", type=Path, help="config files, merged in order over config/default.yaml")

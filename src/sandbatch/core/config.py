@@ -82,8 +82,9 @@ class ModelConfig(_Model):
     proxy: ProxyConfig
 
     def upstream_key(self) -> str | None:
-        """The endpoint's API key, read when needed and never stored: the variable api_key_env names."""
-        return os.environ.get(self.api_key_env, "").strip() or None if self.api_key_env else None
+        """The endpoint's API key, read when needed and never stored: the variable api_key_env
+        names, else OPENAI_API_KEY when the config names no variable (docs/running.md)."""
+        return os.environ.get(self.api_key_env or OPENAI_API_KEY, "").strip() or None
 
 
 class ImageRewrite(_Model):
@@ -293,13 +294,21 @@ def parse(data: Mapping[str, Any], sources: Sequence[tuple[str, Mapping[str, Any
     return cfg
 
 
+# the OpenAI clients' own variables: read when the config names no URL or key variable
+OPENAI_BASE_URL, OPENAI_API_KEY = "OPENAI_BASE_URL", "OPENAI_API_KEY"
+
+
 def _apply_env(filled: dict[str, Any]) -> None:
     """`*_env` keys: a set, non-empty environment variable replaces the value beside it
-    (model.base_url, model.name; sandbox.opensandbox.connection.domain, whose variable may be a URL)."""
+    (model.base_url, model.name; sandbox.opensandbox.connection.domain, whose variable may be a URL).
+    OPENAI_BASE_URL gives model.base_url when the config names neither it nor base_url_env."""
+    model = filled["model"]
     for key in ("base_url", "name"):
-        name = filled["model"].get(f"{key}_env")
+        name = model.get(f"{key}_env")
         if name and os.environ.get(name, "").strip():
-            filled["model"][key] = os.environ[name].strip()
+            model[key] = os.environ[name].strip()
+    if not model.get("base_url") and not model.get("base_url_env") and os.environ.get(OPENAI_BASE_URL, "").strip():
+        model["base_url"] = os.environ[OPENAI_BASE_URL].strip()
     conn = (filled["sandbox"].get("opensandbox") or {}).get("connection") or {}
     name = conn.get("domain_env")
     value = os.environ.get(name, "").strip() if name else ""

@@ -99,7 +99,7 @@ def _check_model(cfg: Config, on_host: bool = False) -> None:
     model = cfg.model
     if not model.base_url:
         how = (f"export {model.base_url_env}=http://host:8000/v1 (named by model.base_url_env)" if model.base_url_env
-               else "give the OpenAI-compatible endpoint, e.g. http://host:8000/v1")
+               else "give the OpenAI-compatible endpoint, e.g. http://host:8000/v1, or export OPENAI_BASE_URL")
         raise UserError(f"model.base_url: harness {cfg.harness.name!r} talks to a model but none is set; {how}")
     if _unset(model.api_key_env):
         raise UserError(f"model.api_key_env: the environment variable {model.api_key_env} is not set; export it "
