@@ -13,12 +13,14 @@ import httpx
 import pytest
 from aiohttp import web
 
+from docker_fixtures import docker_base_image, docker_engine  # noqa: F401 (fixtures)
 from failing_model import failing_model
 from harness_support import leftover_sandboxes, rollout, run_workflow, smoke_config
 from sandbatch.core.model_calls import ENDPOINT_FAILURES, outage, status_failure
 from sandbatch.core.util import iter_jsonl
 from sandbatch.proxy import ModelProxy
 from sandbatch.proxy.server import ServerThread, catch_all
+from workflow_util import SMOKE_TASKS
 
 CHAT = {"model": "m", "messages": [{"role": "user", "content": "fix it"}]}
 
@@ -38,6 +40,10 @@ class Failing(ServerThread):
 
     async def handle(self, request):
         return web.json_response({"error": {"message": f"status {self.status} on purpose"}}, status=self.status)
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.port}/v1"
 
 
 def _proxy(url: str, tmp_path, **settings) -> ModelProxy:
@@ -235,3 +241,106 @@ def test_openai_variables_reach_the_endpoint_and_the_key_never_the_sandbox(tmp_p
     leaked = [p for p in tmp_path.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
     assert leaked == []
     print(f"\nOPENAI_* run: workflow {took:.1f} s")
+
+
+# --- preflight: before anything is created ------------------------------------------------------
+
+def _preflight_run(tmp_path, model):
+    """The real workflow on one smoke task with mini-swe-agent; (its exit code, its stderr)."""
+    from workflow_util import snakemake, write_config
+
+    harness = {"name": "mini-swe-agent", "config": {"mode": "host"}}
+    tmp_path.mkdir()
+    config = write_config(tmp_path, "config.yaml", smoke_config(tmp_path, harness, [CALC], model=model))
+    proc = snakemake(tmp_path, "--configfile", str(config))
+    return proc.returncode, proc.stderr
+
+
+def _nothing_created(tmp_path):
+    run_dir = tmp_path / "results" / "t"
+    return not (run_dir / CALC).exists() and not (tmp_path / "sandboxes").exists()
+
+
+@pytest.mark.slow
+def test_preflight_stops_a_run_whose_endpoint_cannot_serve_it(tmp_path):
+    """Nothing listens; 401 on every request; a model the endpoint does not serve: one line
+    naming the config file, the key and the fix, and nothing created."""
+    from harness_support import scripted_model_server
+
+    cases = []
+    code, err = _preflight_run(tmp_path / "refused", {"base_url": f"http://127.0.0.1:{_closed_port()}/v1", "name": "m"})
+    cases.append((code, err, tmp_path / "refused", r"config\.yaml: model\.base_url: .*/v1/models did not answer "
+                  r"with a model list .*Connect call failed.*; start the model server"))
+    server = Failing(401)
+    server.start()
+    try:
+        code, err = _preflight_run(tmp_path / "auth", {"base_url": server.url, "name": "m"})
+    finally:
+        server.stop()
+    cases.append((code, err, tmp_path / "auth", r"config\.yaml: model\.api_key_env: .*/v1/models answered 401 .*; "
+                  r"export the endpoint's API key in OPENAI_API_KEY or name its variable in model\.api_key_env"))
+    with scripted_model_server(SCRIPT) as (url, _):
+        code, err = _preflight_run(tmp_path / "name", {"base_url": url, "name": "gpt-9"})
+    cases.append((code, err, tmp_path / "name", r"config\.yaml: model\.name: 'gpt-9' is not among the models "
+                  r".*/v1/models serves \(scripted\); set model\.name to one of them"))
+    for code, err, where, expected in cases:
+        errors = [line for line in err.splitlines() if line.startswith("sandbatch: error:")]
+        assert code != 0 and len(errors) == 1 and re.search(expected, errors[0]), err[-3000:]
+        assert "Traceback" not in err and _nothing_created(where), err[-3000:]
+
+
+def test_validate_checks_urls_and_sampling_offline_and_the_rest_with_preflight(tmp_path, capsys, monkeypatch):
+    from sandbatch.cli import main
+
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+
+    def validate(model, *flags):
+        path = tmp_path / "v.yaml"
+        path.write_text(json.dumps({"harness": {"name": "mini-swe-agent"}, "model": model}))
+        code = main(["validate", str(path), *flags])
+        return code, capsys.readouterr().err
+
+    for url, fixed in (("localhost:18555/v1", "http://localhost:18555/v1"), ("htp:/localhost:8000", "http://localhost:8000")):
+        code, err = validate({"base_url": url, "name": "m"})
+        assert code == 2 and err.strip() == (f"sandbatch: error: {tmp_path}/v.yaml: model.base_url: {url!r} is not an "
+                                             f"http(s) URL; write it as {fixed}")
+    code, err = validate({"base_url": "http://127.0.0.1:9/v1", "name": "m", "sampling": {"temprature": 0.5}})
+    assert code == 2 and "model.sampling.temprature: not a request field of the OpenAI APIs (did you mean " \
+                         "'temperature'?)" in err
+    code, err = validate({"base_url": "http://127.0.0.1:9/v1", "name": "m", "sampling": {"mirostat": 2}})
+    assert code == 0 and "# note: model.sampling.mirostat is not a request field known here" in err
+    code, err = validate({"base_url": f"http://127.0.0.1:{_closed_port()}/v1", "name": "m"}, "--preflight")
+    assert code == 2 and f"{tmp_path}/v.yaml: model.base_url: " in err and "did not answer with a model list" in err
+    with failing_model(SCRIPT, {}) as (url, model):
+        code, err = validate({"base_url": url, "name": "scripted"}, "--preflight")
+    assert code == 0 and "the model endpoint, the sandbox service and the images answer" in err, err
+    assert [r["path"] for r in model.requests] == ["/v1/models"]  # asked once, nothing else
+    code, err = validate({"base_url": "http://127.0.0.1:9/v1", "name": "m", "samplng": {}})
+    assert code == 2 and "unknown key 'samplng' under model (did you mean 'sampling'?)" in err
+
+
+def test_validate_preflight_asks_the_docker_engine_for_every_image(tmp_path, capsys, docker_base_image):
+    from sandbatch.cli import main
+
+    def validate(sandbox):
+        path = tmp_path / "d.yaml"
+        path.write_text(json.dumps({"harness": {"name": "none"}, "sandbox": {"provider": "docker", **sandbox},
+                                    "benchmark": {"kind": "smoke", "tasks": str(SMOKE_TASKS)}}))
+        code = main(["validate", str(path), "--preflight"])
+        return code, capsys.readouterr().err.strip().splitlines()[-1]
+
+    assert validate({"default_image": docker_base_image, "docker": {"pull": "never"}})[0] == 0
+    code, err = validate({"default_image": "sandbatch/no-such-image:0", "docker": {"pull": "never"}})
+    assert code == 2 and err == (f"sandbatch: error: {tmp_path}/d.yaml: sandbox.docker.pull: image "
+                                 "sandbatch/no-such-image:0 is not on the engine and sandbox.docker.pull is never; "
+                                 "docker pull it first, or set sandbox.docker.pull: missing")
+    # pulled when missing: the registry is asked for its manifest (it has none, or is out of reach)
+    code, err = validate({"default_image": "sandbatch/no-such-image:0"})
+    assert code == 2 and err.startswith(f"sandbatch: error: {tmp_path}/d.yaml: sandbox.default_image: image "
+                                        "sandbatch/no-such-image:0 is not on the engine and its registry does not "
+                                        "have it ("), err
+    rewrites = [{"prefix": "sandbatch/", "replace": "sandbatch-mirror/"}]
+    code, err = validate({"default_image": "sandbatch/no-such-image:0", "image_rewrites": rewrites})
+    assert code == 2 and "d.yaml: sandbox.image_rewrites: image sandbatch-mirror/no-such-image:0 " in err, err
+    code, err = validate({"default_image": docker_base_image, "docker": {"host": f"tcp://127.0.0.1:{_closed_port()}"}})
+    assert code == 2 and "d.yaml: sandbox.docker.host: Docker engine not reachable" in err, err

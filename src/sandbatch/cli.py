@@ -26,19 +26,28 @@ def _overrides(pairs: list[str]) -> dict:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from .core.config import load
+    from .core.config import merged_sources, parse
+    from .core.endpoint import unknown_fields
     from .harness import get_harness
     from .tasks import load_tasks
-    from .ops.workflow import check_images, check_registries, resolve_model
+    from .ops.workflow import check_images, check_registries, preflight, resolve_model
 
     default = REPO_ROOT / "config" / "default.yaml"
-    cfg = load(args.configfile, _overrides(args.config), default=default if not args.no_default else None)
+    merged, sources = merged_sources(args.configfile, _overrides(args.config),
+                                     default=default if not args.no_default else None)
+    cfg = parse(merged, sources)
     check_registries(cfg)
     tasks = load_tasks(cfg.benchmark)
     check_images(cfg, lambda: tasks)
     cfg = resolve_model(cfg)[0]
+    if args.preflight:
+        preflight(cfg, tasks, sources)
     yaml.safe_dump(cfg.model_dump(mode="json"), sys.stdout, sort_keys=False)
-    print(f"# ok: {len(tasks)} tasks x {cfg.repeats} repeats = {len(tasks) * cfg.repeats} rollouts", file=sys.stderr)
+    for name in unknown_fields(cfg.model):
+        print(f"# note: {name} is not a request field known here; it is sent as it is", file=sys.stderr)
+    print(f"# ok: {len(tasks)} tasks x {cfg.repeats} repeats = {len(tasks) * cfg.repeats} rollouts"
+          + ("; the model endpoint, the sandbox service and the images answer" if args.preflight else ""),
+          file=sys.stderr)
     harness = get_harness(cfg.harness.name)
     if harness.needs_model and cfg.model.proxy.enabled and not harness.model_on_host(
             harness.merge_config(cfg.harness.config)):
@@ -174,6 +183,9 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("configfile", nargs="*", type=Path, help="config files, merged in order over config/default.yaml")
     v.add_argument("--config", nargs="*", default=[], metavar="KEY=VALUE", help="overrides, as with snakemake")
     v.add_argument("--no-default", action="store_true", help="do not start from config/default.yaml")
+    v.add_argument("--preflight", action="store_true",
+                   help="also ask what a run asks before it starts: the model endpoint serves model.name, the "
+                        "sandbox service answers, every image is there or pullable (creates nothing)")
     v.set_defaults(func=cmd_validate)
     f = sub.add_parser("fetch-tasks", help="write a benchmark's task file from its public dataset / repository")
     f.add_argument("benchmark", help="swebench (Verified), swebench_multilingual, swebench_pro or terminal_bench")

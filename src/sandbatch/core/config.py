@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict
 
 from .. import SCHEMAS
 from .errors import UserError
-from .util import deep_merge
+from .util import deep_merge, did_you_mean
 
 
 class _Model(BaseModel):
@@ -227,8 +227,17 @@ def _dotted(path: Sequence[Any]) -> str:
     return ".".join(str(p) for p in path) or "<top level>"
 
 
-def _source_of(path: Sequence[Any], sources: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
+def source_of(path: Sequence[Any], sources: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
     """Name the last source (highest precedence) that sets `path`."""
+    found = _source_set(path, sources)
+    if found is not None:
+        return found
+    return sources[-1][0] if sources else "config"
+
+
+def _source_set(path: Sequence[Any], sources: Sequence[tuple[str, Mapping[str, Any]]],
+                skip_null: bool = False) -> str | None:
+    """The last source that sets `path` (skip_null: to a value other than null), or None."""
     for label, raw in reversed(sources):
         node: Any = raw
         for part in path:
@@ -239,8 +248,9 @@ def _source_of(path: Sequence[Any], sources: Sequence[tuple[str, Mapping[str, An
             else:
                 break
         else:
-            return label
-    return sources[-1][0] if sources else "config"
+            if node is not None or not skip_null:
+                return label
+    return None
 
 
 def _explain_schema_error(error) -> tuple[list[Any], str]:
@@ -253,7 +263,7 @@ def _explain_schema_error(error) -> tuple[list[Any], str]:
         extra = sorted(set(error.instance) - set(allowed))
         key = extra[0] if extra else "?"
         where = f" under {_dotted(path)}" if path else ""
-        return path + [key], f"unknown key '{key}'{where}; allowed keys: {', '.join(allowed)}"
+        return path + [key], f"unknown key '{key}'{where}{did_you_mean(key, allowed)}; allowed keys: {', '.join(allowed)}"
     if v == "enum":
         return path, f"{_dotted(path)}: {error.instance!r} is not allowed; choose one of: {', '.join(map(str, error.validator_value))}"
     if v == "type":
@@ -281,7 +291,7 @@ def validate(
     errors = sorted(validator.iter_errors(instance), key=lambda e: (len(e.absolute_path), str(e.absolute_path)))
     if errors:
         path, message = _explain_schema_error(errors[0])
-        raise UserError(f"{_source_of(path, sources)}: {message}")
+        raise UserError(f"{source_of(path, sources)}: {message}")
     return instance
 
 
@@ -289,6 +299,7 @@ def parse(data: Mapping[str, Any], sources: Sequence[tuple[str, Mapping[str, Any
     """Validate and build the typed config; checks the registries too (harness, provider, benchmark)."""
     filled = validate(data, sources)
     _apply_env(filled)
+    _check_endpoint(filled["model"], sources)
     cfg = Config.model_validate(filled)
     _check_benchmark(cfg)
     return cfg
@@ -317,6 +328,25 @@ def _apply_env(filled: dict[str, Any]) -> None:
         if sep and scheme in ("http", "https"):
             conn["protocol"], value = scheme, rest
         conn["domain"] = value.rstrip("/")
+
+
+def base_url_source(model: Mapping[str, Any], sources: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
+    """Where model.base_url came from (_apply_env's order): a variable, or the config source that sets it."""
+    name = model.get("base_url_env")
+    if name and os.environ.get(name, "").strip():
+        return f"{name} (named by model.base_url_env)"
+    if _source_set(["model", "base_url"], sources, skip_null=True) is None and os.environ.get(OPENAI_BASE_URL, "").strip():
+        return OPENAI_BASE_URL
+    return f"{source_of(['model', 'base_url'], sources)}: model.base_url"
+
+
+def _check_endpoint(model: Mapping[str, Any], sources: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
+    """The endpoint's URL and request fields, as far as they can be checked offline (core.endpoint)."""
+    from .endpoint import check_fields, check_url
+
+    if model.get("base_url"):
+        check_url(model["base_url"], base_url_source(model, sources))
+    check_fields(model.get("sampling") or {}, f"{source_of(['model', 'sampling'], sources)}: model.sampling")
 
 
 PLACEHOLDERS = ("prompt", "problem_statement", "requirements", "interface", "instance_id", "repo", "workdir")
@@ -374,6 +404,15 @@ def load(
     default: str | os.PathLike | None = None,
 ) -> Config:
     """Merge like Snakemake does (default file, then each --configfile, then --config)."""
+    return parse(*merged_sources(configfiles, overrides, default))
+
+
+def merged_sources(
+    configfiles: Sequence[str | os.PathLike],
+    overrides: Mapping[str, Any] | None = None,
+    default: str | os.PathLike | None = None,
+) -> tuple[dict[str, Any], list[tuple[str, Mapping[str, Any]]]]:
+    """(the merged config, its sources lowest precedence first), as `load` merges them."""
     sources: list[tuple[str, Mapping[str, Any]]] = []
     merged: dict[str, Any] = {}
     for path in ([default] if default else []) + list(configfiles):
@@ -383,7 +422,7 @@ def load(
     if overrides:
         sources.append(("--config", overrides))
         merged = deep_merge(merged, overrides)
-    return parse(merged, sources)
+    return merged, sources
 
 
 def run_config(run: str, results_dir: str | os.PathLike = "results",

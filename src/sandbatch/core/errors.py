@@ -11,7 +11,16 @@ class SandbatchError(Exception):
 
 
 class UserError(SandbatchError):
-    """Bad input: the message names the file, the field, the value and the fix."""
+    """Bad input: the message names the file, the field, the value and the fix.
+
+    `key`: the config key at fault (dotted) when the message leaves it to the caller to name
+    it with the file that sets it (sandbatch.ops.workflow.preflight); str() then starts with it.
+    """
+
+    def __init__(self, message: str, key: str | None = None):
+        super().__init__(f"{key}: {message}" if key else message)
+        self.key = key
+        self.detail = message
 
 
 class InfraError(SandbatchError):

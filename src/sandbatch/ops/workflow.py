@@ -6,9 +6,9 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from ..core.config import Config, parse, run_config, workflow_sources
+from ..core.config import Config, base_url_source, parse, run_config, source_of, workflow_sources
 from ..core.errors import UserError
 from ..core.files import MANIFEST
 from ..tasks import Task, TaskRef, read_task, select_tasks
@@ -35,10 +35,16 @@ def recover_before_run(workflow) -> None:
             print(note, file=sys.stderr)
 
 
+# the config sources of this Snakemake's run (load_run), for preflight's messages: onstart
+# gets only the Config
+_SOURCES: list[tuple[str, Mapping[str, Any]]] = []
+
+
 def load_run(workflow, config: dict[str, Any]) -> tuple[Config, dict[str, Any], list[TaskRef]]:
     """Validate the merged config and read the task table once; a user error exits in one line."""
     try:
-        cfg = parse(config, workflow_sources(workflow, config))
+        _SOURCES[:] = workflow_sources(workflow, config)
+        cfg = parse(config, _SOURCES)
         check_registries(cfg)
         tasks = select_tasks(cfg.benchmark)
         if not tasks:
@@ -135,18 +141,57 @@ def check_images(cfg: Config, tasks: Callable[[], Iterable[Task]]) -> None:
                             f"and provider {cfg.sandbox.provider} needs one; set sandbox.default_image")
 
 
-def check_model_endpoint(cfg: Config) -> None:
-    """What the harness needs to know from the model endpoint (pool: its context window)."""
+def preflight(cfg: Config, tasks: Iterable[Task], sources: Sequence[tuple[str, Mapping[str, Any]]] = ()) -> None:
+    """What a run needs from outside, asked before anything is created; UserError (one line
+    naming the config source, the key and the fix) at the first that fails:
+
+    - the model endpoint answers its model list, through the proxy's client with its
+      headers and key, and serves model.name (a harness that talks to a model);
+    - what the harness needs to know from it (pool: its context window);
+    - the sandbox provider's service answers and takes its key, and every image the tasks
+      need is on it or can be pulled under its pull policy (the provider's own preflight).
+    """
+    import asyncio
+
     from ..harness import get_harness
+    from ..sandbox import get_provider, rewrite_image
+    from ..sandbox.base import ImageUnavailable
 
-    harness = get_harness(cfg.harness.name)
-    harness.check_model(harness.merge_config(cfg.harness.config), cfg.model)
-
-
-def check_model_endpoint_or_exit(cfg: Config) -> None:
-    """check_model_endpoint when a real run starts (a plan needs no model): a user error exits in one line."""
     try:
-        check_model_endpoint(cfg)
+        harness = get_harness(cfg.harness.name)
+        if harness.needs_model:
+            from ..proxy.served import check_served
+
+            check_served(cfg.model)
+            harness.check_model(harness.merge_config(cfg.harness.config), cfg.model)
+        origin: dict[str, str] = {}  # image -> the setting that names it
+        for task in tasks:
+            named = task.image or cfg.sandbox.default_image
+            if named:
+                image = rewrite_image(named, cfg.sandbox.image_rewrites)
+                origin.setdefault(image, "sandbox.image_rewrites" if image != named else
+                                  "benchmark.tasks" if task.image else "sandbox.default_image")
+
+        async def ask() -> None:
+            async with get_provider(cfg.sandbox) as provider:
+                await provider.preflight(sorted(origin))
+
+        try:
+            asyncio.run(ask())
+        except ImageUnavailable as exc:
+            raise UserError(exc.detail, exc.key or origin[exc.image]) from None
+    except UserError as exc:
+        if exc.key is None:
+            raise
+        where = (base_url_source(cfg.model.model_dump(), sources) if exc.key == "model.base_url"
+                 else f"{source_of(exc.key.split('.'), sources)}: {exc.key}")
+        raise UserError(f"{where}: {exc.detail}") from None
+
+
+def preflight_or_exit(cfg: Config) -> None:
+    """preflight when a real run starts (a plan asks nothing): a user error exits in one line."""
+    try:
+        preflight(cfg, (read_task(cfg.benchmark, ref) for ref in select_tasks(cfg.benchmark)), _SOURCES)
     except UserError as exc:
         print(f"sandbatch: error: {exc}", file=sys.stderr)
         sys.exit(1)

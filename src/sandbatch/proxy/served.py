@@ -87,6 +87,19 @@ def _entries(url: str, status: int, body: bytes, model: ModelConfig) -> list[dic
     return [m for m in listed if isinstance(m, dict) and isinstance(m.get("id"), str)]
 
 
+def check_served(model: ModelConfig) -> None:
+    """UserError (with the key at fault) unless the endpoint answers its model list, as the
+    proxy will ask it, and serves model.name."""
+    try:
+        ids = [m["id"] for m in served_models(model)]
+    except EndpointUnavailable as exc:
+        raise UserError(f"{exc}; {exc.fix}", exc.key) from None
+    if model.name not in ids:
+        listed = ", ".join(ids[:10]) + (", ..." if len(ids) > 10 else "") if ids else "none"
+        raise UserError(f"{model.name!r} is not among the models {models_url(model)} serves ({listed}); "
+                        f"set model.name to one of them", "model.name")
+
+
 def served_context_window(model: ModelConfig, timeout: float = 10) -> tuple[int | None, str]:
     """(context length, "") as the endpoint's /models reports it (`max_model_len`, as vLLM and
     SGLang do) for model.name, or (None, why not)."""

@@ -568,6 +568,17 @@ class OpenSandboxProvider(Provider):
                 return None
             raise self._api_error(f"cannot get sandbox {sandbox_id}", exc) from exc
 
+    async def preflight(self, images: list[str]) -> None:
+        """The server answers and takes the key: one list call (the images are the server's to pull)."""
+        where = "sandbox.opensandbox.connection"
+        try:
+            await self.list({"run": "sandbatch-preflight"})
+        except SandboxError as exc:
+            if exc.failure_class == "sandbox_auth":
+                raise UserError(f"{exc}; export the server's key in the variable it names", f"{where}.api_key_env") from None
+            raise UserError(f"the OpenSandbox server does not answer ({exc}); start it, or fix the address",
+                            f"{where}.domain") from None
+
     async def list(self, labels: dict[str, str]) -> list[SandboxInfo]:
         manager = await self.manager()
         metadata = metadata_for(labels)
