@@ -15,6 +15,7 @@ from aiohttp import web
 
 from docker_fixtures import docker_base_image, docker_engine  # noqa: F401 (fixtures)
 from failing_model import failing_model
+from real_opensandbox import real_opensandbox  # noqa: F401 (fixture)
 from harness_support import leftover_sandboxes, rollout, run_workflow, smoke_config
 from sandbatch.core.model_calls import ENDPOINT_FAILURES, outage, status_failure
 from sandbatch.core.util import iter_jsonl
@@ -344,3 +345,25 @@ def test_validate_preflight_asks_the_docker_engine_for_every_image(tmp_path, cap
     assert code == 2 and "d.yaml: sandbox.image_rewrites: image sandbatch-mirror/no-such-image:0 " in err, err
     code, err = validate({"default_image": docker_base_image, "docker": {"host": f"tcp://127.0.0.1:{_closed_port()}"}})
     assert code == 2 and "d.yaml: sandbox.docker.host: Docker engine not reachable" in err, err
+
+
+def test_validate_preflight_asks_the_opensandbox_server(tmp_path, capsys, monkeypatch, real_opensandbox):
+    from sandbatch.cli import main
+
+    def validate(options):
+        path = tmp_path / "o.yaml"
+        path.write_text(json.dumps({"harness": {"name": "none"}, "sandbox": {
+            "provider": "opensandbox", "default_image": "sandbatch/base:bookworm", "opensandbox": options},
+            "benchmark": {"kind": "smoke", "tasks": str(SMOKE_TASKS)}}))
+        code = main(["validate", str(path), "--preflight"])
+        return code, capsys.readouterr().err.strip().splitlines()[-1]
+
+    fast = {"operations": {"retries": 0, "timeout": 10}}
+    assert validate(real_opensandbox.options(**fast))[0] == 0
+    monkeypatch.setenv("SANDBATCH_TEST_WRONG_KEY", "not-the-key")
+    wrong = real_opensandbox.options(**fast)
+    wrong["connection"]["api_key_env"] = "SANDBATCH_TEST_WRONG_KEY"
+    code, err = validate(wrong)
+    assert code == 2 and "o.yaml: sandbox.opensandbox.connection.api_key_env: " in err and "refused the API key" in err
+    code, err = validate(real_opensandbox.options(domain=f"127.0.0.1:{_closed_port()}", **fast))
+    assert code == 2 and "o.yaml: sandbox.opensandbox.connection.domain: the OpenSandbox server does not answer" in err

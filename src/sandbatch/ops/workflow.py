@@ -69,7 +69,7 @@ def check_registries(cfg: Config) -> None:
     key must all be there. Variables are named as the config names them.
     """
     from ..harness import HARNESSES, get_harness
-    from ..sandbox import PROVIDERS
+    from ..sandbox import PROVIDERS, provider_class
 
     if cfg.harness.name not in HARNESSES:
         raise UserError(f"harness.name: {cfg.harness.name!r} is not known; choose one of: {', '.join(HARNESSES)}")
@@ -77,7 +77,7 @@ def check_registries(cfg: Config) -> None:
     harness.check_config(harness.merge_config(cfg.harness.config))  # e.g. pool's EULA switch
     if cfg.sandbox.provider not in PROVIDERS:
         raise UserError(f"sandbox.provider: {cfg.sandbox.provider!r} is not known; choose one of: {', '.join(PROVIDERS)}")
-    _check_sandbox_service(cfg)
+    provider_class(cfg.sandbox.provider).check_options(cfg.sandbox.options())  # e.g. a service's address
     if harness.needs_model:
         _check_model(cfg, on_host=harness.model_on_host(harness.merge_config(cfg.harness.config)))
 
@@ -114,21 +114,6 @@ def _check_model(cfg: Config, on_host: bool = False) -> None:
         from ..proxy import proxy_hosts
 
         proxy_hosts(cfg.sandbox.provider, model.proxy, cfg.sandbox.service())
-
-
-def _check_sandbox_service(cfg: Config) -> None:
-    if cfg.sandbox.provider != "opensandbox":
-        return
-    conn = cfg.sandbox.options().get("connection") or {}
-    where = "sandbox.opensandbox.connection"
-    if not conn.get("domain"):
-        how = (f"export {conn['domain_env']}=host:port (named by {where}.domain_env)" if conn.get("domain_env")
-               else "set it to the OpenSandbox server's host:port")
-        raise UserError(f"{where}.domain: the OpenSandbox server's address is not set; {how}")
-    if _unset(conn.get("api_key_env")):
-        raise UserError(f"{where}.api_key_env: the environment variable {conn['api_key_env']} is not set; export it "
-                        f"with the OpenSandbox server's API key, or set {where}.api_key_env: null for a server "
-                        "without one")
 
 
 def check_images(cfg: Config, tasks: Callable[[], Iterable[Task]]) -> None:

@@ -269,6 +269,11 @@ class Provider(abc.ABC):
         script then runs in each sandbox)."""
         return None
 
+    @classmethod
+    def check_options(cls, options: dict[str, Any]) -> None:
+        """UserError for options of this provider that cannot work, known without asking
+        anything (called when a run is planned and by validate). Default: none."""
+
     async def preflight(self, images: "list[str]") -> None:
         """Before a run creates anything: UserError (with the config key at fault) when the
         provider's service does not answer, refuses the key, or cannot have one of `images`

@@ -417,6 +417,21 @@ class OpenSandboxProvider(Provider):
         self._manager: SandboxManager | None = None
         self._transport: httpx.AsyncBaseTransport | None = None
 
+    @classmethod
+    def check_options(cls, options: dict[str, Any]) -> None:
+        """The server's address and key must be there (one line each, before any job)."""
+        conn = options.get("connection") or {}
+        where = "sandbox.opensandbox.connection"
+        if not conn.get("domain"):
+            how = (f"export {conn['domain_env']}=host:port (named by {where}.domain_env)" if conn.get("domain_env")
+                   else "set it to the OpenSandbox server's host:port")
+            raise UserError(f"{where}.domain: the OpenSandbox server's address is not set; {how}")
+        key_env = conn.get("api_key_env")
+        if key_env and not os.environ.get(key_env, "").strip():
+            raise UserError(f"{where}.api_key_env: the environment variable {key_env} is not set; export it "
+                            f"with the OpenSandbox server's API key, or set {where}.api_key_env: null for a server "
+                            "without one")
+
     # connection plumbing -------------------------------------------------------------------
     def _config(self) -> ConnectionConfig:
         """The SDK's connection settings, with the one transport every SDK client shares."""
