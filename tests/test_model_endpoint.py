@@ -114,7 +114,7 @@ def test_the_rollout_is_the_endpoints_failure_when_its_last_call_was():
 
 # --- through the real workflow: mini-swe-agent on this host, local sandboxes -----------------
 
-LOOK = {"content": "Looking around.", "tool_calls": [{"name": "bash", "arguments": {"command": "ls"}}]}
+LOOK = {"content": "Looking around.", "tool_calls": [{"name": "bash", "arguments": {"command": "env; ls"}}]}
 CALC_EDIT = {"content": "Fixing.", "tool_calls": [{"name": "bash", "arguments": {
     "command": "sed -i 's|a // b|a / b|' calc.py"}}]}
 SUBMIT = {"content": "Submitting.", "tool_calls": [{"name": "bash", "arguments": {
@@ -125,8 +125,10 @@ FAST_PROXY = {"retries": 1, "backoff": 0.05, "connect_timeout": 2}
 
 
 def _run(tmp_path, url, tasks, **extra):
+    """mini-swe-agent on this host against `url` (None: the config names no endpoint)."""
     harness = {"name": "mini-swe-agent", "config": {"mode": "host", "step_limit": 3}}
-    cfg = smoke_config(tmp_path, harness, tasks, model={"base_url": url, "proxy": FAST_PROXY},
+    model = {"proxy": FAST_PROXY, **({"base_url": url} if url else {})}
+    cfg = smoke_config(tmp_path, harness, tasks, model=model,
                        timeouts={"agent": 300}, aggregate={"exports": ["gym"]}, **extra)
     return run_workflow(tmp_path, cfg)
 
@@ -136,13 +138,26 @@ def _rows(run_dir):
 
 
 @pytest.mark.slow
-def test_503_and_401_end_infra_error_retried_and_kept_out_of_the_metrics(tmp_path):
+def test_503_and_401_end_infra_error_retried_and_kept_out_of_the_metrics(tmp_path, monkeypatch):
     """calc: a working endpoint (resolved); textutils: 401 from the first call; duration: one
-    good call, then 503 on every completion."""
+    good call, then 503 on every completion. The config names no endpoint and no key
+    variable: OPENAI_BASE_URL and OPENAI_API_KEY give them."""
     slug, duration = "slugify() leaves", "parse_duration() rejects"
+    secret = "sk-openai-7d3e1c9b0a5f"
     with failing_model(SCRIPT, {slug: (0, 401), duration: (1, 503)}) as (url, model):
-        run_dir, took = _run(tmp_path, url, [CALC, SLUG, DURATION], retries=1)
+        monkeypatch.setenv("OPENAI_BASE_URL", url)
+        monkeypatch.setenv("OPENAI_API_KEY", secret)
+        run_dir, took = _run(tmp_path, None, [CALC, SLUG, DURATION], retries=1)
     assert model.calls[slug] == 2  # mini stops at a 401; once per attempt
+    # the key went upstream as a Bearer key on every request (the model list too), never to
+    # the agent: its sandbox's environment has no key, no file of the run holds it
+    assert {r["authorization"] for r in model.requests} == {f"Bearer {secret}"}
+    assert {r["path"] for r in model.requests} >= {"/v1/models", "/v1/chat/completions"}
+    settings = json.loads((run_dir / "_settings" / "run.json").read_text())
+    assert settings["model"]["base_url"] == url and settings["model"]["api_key_env"] is None
+    seen = json.dumps(rollout(run_dir, CALC, "events.jsonl"))
+    assert "HOME=" in seen and "OPENAI_API_KEY" not in seen
+    assert [p for p in tmp_path.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()] == []
     for task, failure, status in ((SLUG, "model_auth", 401), (DURATION, "model_unavailable", 503)):
         h = rollout(run_dir, task, "harness.json")
         assert (h["status"], h["failure_class"], h["attempt"]) == ("infra_error", failure, 2), h
@@ -214,34 +229,6 @@ def test_version():
     from sandbatch import __version__
 
     assert out.returncode == 0 and out.stdout.strip() == f"sandbatch {__version__}"
-
-
-@pytest.mark.slow
-def test_openai_variables_reach_the_endpoint_and_the_key_never_the_sandbox(tmp_path, monkeypatch):
-    """No model.base_url, no api_key_env: OPENAI_BASE_URL and OPENAI_API_KEY; the key goes
-    upstream as `Authorization: Bearer` on every request, the agent gets the proxy's own."""
-    from harness_support import scripted_model_server
-
-    secret = "sk-openai-7d3e1c9b0a5f"
-    env = {"content": "What is set here?", "tool_calls": [{"name": "bash", "arguments": {"command": "env; ls"}}]}
-    script = {"tasks": {"divide() truncates": [env, CALC_EDIT]}, "final": SUBMIT}
-    with scripted_model_server(script) as (url, model):
-        monkeypatch.setenv("OPENAI_BASE_URL", url)
-        monkeypatch.setenv("OPENAI_API_KEY", secret)
-        harness = {"name": "mini-swe-agent", "config": {"mode": "host", "step_limit": 4}}
-        run_dir, took = run_workflow(tmp_path, smoke_config(tmp_path, harness, [CALC]))
-    assert rollout(run_dir, CALC, "grade.json")["reward"] == 1.0
-    settings = json.loads((run_dir / "_settings" / "run.json").read_text())
-    assert settings["model"]["base_url"] == url and settings["model"]["api_key_env"] is None
-    assert model.requests and {r["headers"].get("authorization") for r in model.requests} == {f"Bearer {secret}"}
-    assert {r["path"] for r in model.requests} >= {"/v1/models", "/v1/chat/completions"}
-    # the sandbox's environment, as the agent saw it: no key of the host's
-    events = rollout(run_dir, CALC, "events.jsonl")
-    seen = json.dumps(events)
-    assert "HOME=" in seen and "OPENAI_API_KEY" not in seen
-    leaked = [p for p in tmp_path.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
-    assert leaked == []
-    print(f"\nOPENAI_* run: workflow {took:.1f} s")
 
 
 # --- preflight: before anything is created ------------------------------------------------------
