@@ -282,9 +282,9 @@ def test_validate_checks_urls_and_sampling_offline_and_the_rest_with_preflight(t
 
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
 
-    def validate(model, *flags):
+    def validate(model, *flags, **extra):
         path = tmp_path / "v.yaml"
-        path.write_text(json.dumps({"harness": {"name": "mini-swe-agent"}, "model": model}))
+        path.write_text(json.dumps({"harness": {"name": "mini-swe-agent"}, "model": model, **extra}))
         code = main(["validate", str(path), *flags])
         return code, capsys.readouterr().err
 
@@ -303,6 +303,9 @@ def test_validate_checks_urls_and_sampling_offline_and_the_rest_with_preflight(t
         code, err = validate({"base_url": url, "name": "scripted"}, "--preflight")
     assert code == 0 and "the model endpoint, the sandbox service and the images answer" in err, err
     assert [r["path"] for r in model.requests] == ["/v1/models"]  # asked once, nothing else
+    code, err = validate({"base_url": "http://127.0.0.1:9/v1", "name": "m"},
+                         benchmark={"kind": "smoke", "tasks": str(tmp_path / "gone.jsonl")})
+    assert code == 2 and err.startswith(f"sandbatch: error: {tmp_path}/v.yaml: benchmark.tasks: "), err
     code, err = validate({"base_url": "http://127.0.0.1:9/v1", "name": "m", "samplng": {}})
     assert code == 2 and "unknown key 'samplng' under model (did you mean 'sampling'?)" in err
 

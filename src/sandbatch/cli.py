@@ -30,16 +30,19 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from .core.endpoint import unknown_fields
     from .harness import get_harness
     from .tasks import load_tasks
-    from .ops.workflow import check_images, check_registries, preflight, resolve_model
+    from .ops.workflow import check_images, check_registries, located, preflight, resolve_model
 
     default = REPO_ROOT / "config" / "default.yaml"
     merged, sources = merged_sources(args.configfile, _overrides(args.config),
                                      default=default if not args.no_default else None)
     cfg = parse(merged, sources)
-    check_registries(cfg)
-    tasks = load_tasks(cfg.benchmark)
-    check_images(cfg, lambda: tasks)
-    cfg = resolve_model(cfg)[0]
+    try:
+        check_registries(cfg)
+        tasks = load_tasks(cfg.benchmark)
+        check_images(cfg, lambda: tasks)
+        cfg = resolve_model(cfg)[0]
+    except UserError as exc:
+        raise located(exc, sources, cfg) from None
     if args.preflight:
         preflight(cfg, tasks, sources)
     yaml.safe_dump(cfg.model_dump(mode="json"), sys.stdout, sort_keys=False)

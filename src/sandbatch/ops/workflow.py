@@ -56,7 +56,7 @@ def load_run(workflow, config: dict[str, Any]) -> tuple[Config, dict[str, Any], 
             if note:
                 print(f"sandbatch: {note}", file=sys.stderr)
     except UserError as exc:
-        print(f"sandbatch: error: {exc}", file=sys.stderr)
+        print(f"sandbatch: error: {located(exc, _SOURCES)}", file=sys.stderr)
         sys.exit(1)
     return cfg, cfg.model_dump(mode="json"), tasks
 
@@ -166,11 +166,17 @@ def preflight(cfg: Config, tasks: Iterable[Task], sources: Sequence[tuple[str, M
         except ImageUnavailable as exc:
             raise UserError(exc.detail, exc.key or origin[exc.image]) from None
     except UserError as exc:
-        if exc.key is None:
-            raise
-        where = (base_url_source(cfg.model.model_dump(), sources) if exc.key == "model.base_url"
-                 else f"{source_of(exc.key.split('.'), sources)}: {exc.key}")
-        raise UserError(f"{where}: {exc.detail}") from None
+        raise located(exc, sources, cfg) from None
+
+
+def located(exc: UserError, sources: Sequence[tuple[str, Mapping[str, Any]]], cfg: Config | None = None) -> UserError:
+    """`exc` with the config source that sets its key (or the variable the value came from)
+    before the key; as it is when it names no key (its message then names what it is about)."""
+    if exc.key is None:
+        return exc
+    where = (base_url_source(cfg.model.model_dump(), sources) if exc.key == "model.base_url" and cfg is not None
+             else f"{source_of(exc.key.split('.'), sources)}: {exc.key}")
+    return UserError(f"{where}: {exc.detail}")
 
 
 def preflight_or_exit(cfg: Config) -> None:
