@@ -51,7 +51,8 @@ class FailingModel:
 
 
 @contextlib.contextmanager
-def failing_model(script: dict[str, Any], failures: dict[str, tuple[int, int | str]]) -> Iterator[tuple[str, FailingModel]]:
+def failing_model(script: dict[str, Any],
+                  failures: dict[str, tuple[int, int | str]]) -> Iterator[tuple[str, FailingModel]]:
     """A FailingModel serving on 127.0.0.1: yields (base URL, the model)."""
     model = FailingModel(script, failures)
     model.server = ServerThread(catch_all(model.handle), "127.0.0.1", 0, name="failing-model")

@@ -288,7 +288,8 @@ def test_validate_checks_urls_and_sampling_offline_and_the_rest_with_preflight(t
         code = main(["validate", str(path), *flags])
         return code, capsys.readouterr().err
 
-    for url, fixed in (("localhost:18555/v1", "http://localhost:18555/v1"), ("htp:/localhost:8000", "http://localhost:8000")):
+    for url, fixed in (("localhost:18555/v1", "http://localhost:18555/v1"),
+                       ("htp:/localhost:8000", "http://localhost:8000")):
         code, err = validate({"base_url": url, "name": "m"})
         assert code == 2 and err.strip() == (f"sandbatch: error: {tmp_path}/v.yaml: model.base_url: {url!r} is not an "
                                              f"http(s) URL; write it as {fixed}")

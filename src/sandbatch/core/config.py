@@ -263,7 +263,8 @@ def _explain_schema_error(error) -> tuple[list[Any], str]:
         extra = sorted(set(error.instance) - set(allowed))
         key = extra[0] if extra else "?"
         where = f" under {_dotted(path)}" if path else ""
-        return path + [key], f"unknown key '{key}'{where}{did_you_mean(key, allowed)}; allowed keys: {', '.join(allowed)}"
+        hint = did_you_mean(key, allowed)
+        return path + [key], f"unknown key '{key}'{where}{hint}; allowed keys: {', '.join(allowed)}"
     if v == "enum":
         return path, f"{_dotted(path)}: {error.instance!r} is not allowed; choose one of: {', '.join(map(str, error.validator_value))}"
     if v == "type":

@@ -154,7 +154,8 @@ class Upstream:
             except self.errors as exc:
                 statuses.append(type(exc).__name__)
                 raise Failure(error_response(502, f"sandbatch model proxy: upstream request failed ({exception_text(exc)})",
-                                    "upstream_error"), exception_text(exc), attempt, statuses, "model_unavailable") from None
+                                             "upstream_error"),
+                              exception_text(exc), attempt, statuses, "model_unavailable") from None
             else:
                 statuses.append(resp.status)
                 if resp.status not in RETRY_STATUSES:

@@ -590,7 +590,8 @@ class OpenSandboxProvider(Provider):
             await self.list({"run": "sandbatch-preflight"})
         except SandboxError as exc:
             if exc.failure_class == "sandbox_auth":
-                raise UserError(f"{exc}; export the server's key in the variable it names", f"{where}.api_key_env") from None
+                raise UserError(f"{exc}; export the server's key in the variable it names",
+                                f"{where}.api_key_env") from None
             raise UserError(f"the OpenSandbox server does not answer ({exc}); start it, or fix the address",
                             f"{where}.domain") from None
 
