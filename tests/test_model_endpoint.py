@@ -172,7 +172,7 @@ def test_503_and_401_end_infra_error_retried_and_kept_out_of_the_metrics(tmp_pat
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["failure_classes"] == {"model_unavailable": 1, "model_auth": 1}
     # the outages are no samples: pass@1 is calc's alone
-    assert metrics["pass_at_k"] == {"1": 100.0}, metrics["pass_at_k"]
+    assert metrics["pass_at_k"] == {"1": 100.0} and metrics["mean_reward"] == 1.0, metrics
     assert metrics["resolved_rate_excluding_infra_errors"] == {"value": 1.0, "numerator": 1, "denominator": 1}
     failures = [json.loads(line) for line in (run_dir / "gym" / "rollouts_failures.jsonl").read_text().splitlines()]
     assert sorted((f["instance_id"], f["_ng_failure_class"]) for f in failures) == [

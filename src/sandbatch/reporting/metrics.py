@@ -74,7 +74,9 @@ def compute(rollouts: Iterable[Mapping[str, Any]], threshold: float) -> dict[str
         "resolved": resolved,
         "resolved_rate": _rate(resolved, len(rows)),
         "resolved_rate_excluding_infra_errors": _rate(resolved, graded),
-        "mean_reward": round(sum((r["reward"] or 0) for r in rows) / len(rows), 6) if rows else None,
+        # over the graded rollouts, as Gym's profile takes it: an infrastructure failure earns no 0
+        "mean_reward": round(sum((r["reward"] or 0) for r in rows if r["status"] != "infra_error") / graded, 6)
+        if graded else None,
         "status_counts": dict(Counter(r["status"] for r in rows)),
         "failure_classes": dict(Counter(r["failure_class"] for r in rows if r["failure_class"])),
         "infra_error_rate": _rate(len(infra), len(rows)),
