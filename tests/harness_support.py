@@ -89,6 +89,14 @@ def scripted_model_server(script: dict[str, Any]):
         server.stop()
 
 
+@contextlib.contextmanager
+def listed_model(name: str = "m"):
+    """A real endpoint whose /models lists `name` (a run's start asks it there), for runs whose
+    agents never call their model: yields its base URL."""
+    with scripted_model_server({"models": [name]}) as (url, _):
+        yield url
+
+
 # --- a scripted conversation that fixes two smoke tasks -----------------------------------
 
 def fix_turns(check: str, edit: str) -> list[dict]:

@@ -20,8 +20,8 @@ import pytest
 import yaml
 
 from gym_env import assert_valid_responses
-from harness_support import (assert_token_data, items_of, leftover_sandboxes, rollout, run_context, run_workflow,
-                             scripted_model_server, smoke_config)
+from harness_support import (assert_token_data, items_of, leftover_sandboxes, listed_model, rollout, run_context,
+                             run_workflow, scripted_model_server, smoke_config)
 from workflow_util import snakemake
 from sandbatch.core.errors import UserError
 from sandbatch.harness import get_harness
@@ -266,9 +266,10 @@ def test_hanging_mini_swe_agent_is_stopped_at_its_timeout(tmp_path):
     fake.write_text("#!/bin/sh\nexec sleep 300\n")
     fake.chmod(0o755)
     harness = {"name": "mini-swe-agent", "config": {"mode": "sandbox", "install": {"method": "path", "path": str(fake)}}}
-    cfg = smoke_config(tmp_path, harness, ["smoke__calc-1"], model={"name": "m", "base_url": "http://127.0.0.1:9/v1"},
-                       timeouts={"agent": 3})
-    run_dir, _ = run_workflow(tmp_path, cfg)
+    with listed_model() as url:  # never called
+        cfg = smoke_config(tmp_path, harness, ["smoke__calc-1"], model={"name": "m", "base_url": url},
+                           timeouts={"agent": 3})
+        run_dir, _ = run_workflow(tmp_path, cfg)
     h = rollout(run_dir, "smoke__calc-1", "harness.json")
     assert (h["status"], h["failure_class"], h["timed_out"]) == ("timeout", "agent_timeout", True)
     assert rollout(run_dir, "smoke__calc-1", "patch.json")["sandbox_deleted"] is True

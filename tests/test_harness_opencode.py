@@ -15,8 +15,8 @@ import pytest
 
 from services import need_program
 from gym_env import assert_valid_responses
-from harness_support import (OPENCODE_SCRIPT as SCRIPT, assert_token_data, items_of, leftover_sandboxes, rollout,
-                             run_context, run_workflow, scripted_model_server, sleeper, smoke_config)
+from harness_support import (OPENCODE_SCRIPT as SCRIPT, assert_token_data, items_of, leftover_sandboxes, listed_model,
+                             rollout, run_context, run_workflow, scripted_model_server, sleeper, smoke_config)
 from sandbatch.core.errors import UserError
 from sandbatch.harness import get_harness
 from sandbatch.harness.opencode import DEFAULT_PERMISSION
@@ -164,9 +164,10 @@ def test_hanging_opencode_is_stopped_at_its_timeout(tmp_path, monkeypatch):
     monkeypatch.setenv("SANDBATCH_PROGRESS_EVERY", "1")
     # uploaded as a user's own opencode binary would be
     harness = {"name": "opencode", "config": {"install": {"method": "upload", "source": str(sleeper(tmp_path / "oc"))}}}
-    cfg = smoke_config(tmp_path, harness, ["smoke__calc-1"], model={"name": "m", "base_url": "http://127.0.0.1:9/v1"},
-                       timeouts={"agent": 3})
-    run_dir, _ = run_workflow(tmp_path, cfg)
+    with listed_model() as url:  # never called
+        cfg = smoke_config(tmp_path, harness, ["smoke__calc-1"], model={"name": "m", "base_url": url},
+                           timeouts={"agent": 3})
+        run_dir, _ = run_workflow(tmp_path, cfg)
     h = rollout(run_dir, "smoke__calc-1", "harness.json")
     assert (h["status"], h["failure_class"], h["timed_out"]) == ("timeout", "agent_timeout", True)
     assert 2.5 < h["agent_s"] < 30

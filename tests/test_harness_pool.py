@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from gym_env import assert_valid_responses
-from harness_support import (CALC_EDIT, SLUG_EDIT, assert_token_data, items_of, leftover_sandboxes, rollout,
-                             run_context, run_workflow, scripted_model_server, smoke_config)
+from harness_support import (CALC_EDIT, SLUG_EDIT, assert_token_data, items_of, leftover_sandboxes, listed_model,
+                             rollout, run_context, run_workflow, scripted_model_server, smoke_config)
 from sandbatch.core.errors import UserError
 from sandbatch.harness import get_harness
 from sandbatch.harness.pool import AGENT_DEFAULT
@@ -224,9 +224,10 @@ def test_pool_runs_through_the_workflow(tmp_path):
         "agent_config": {"model": {"max_completion_retries": 7}, "tools": {"shell": {"foreground_timeout": "30s"}}},
         "env": {"STANDIN_SCENARIOS": str(tmp_path / "scenarios.json"), "STANDIN_DUMP_DIR": str(dumps)}}}
     tasks = ["smoke__calc-1", "smoke__textutils-1", "smoke__duration-1", "smoke__lrucache-1"]
-    cfg = smoke_config(tmp_path, harness, tasks, model={"name": "pool-model", "base_url": "http://127.0.0.1:9/v1"},
-                       timeouts={"agent": 8})
-    run_dir, took = run_workflow(tmp_path, cfg)
+    with listed_model("pool-model") as url:  # the stand-in never calls it
+        cfg = smoke_config(tmp_path, harness, tasks, model={"name": "pool-model", "base_url": url},
+                           timeouts={"agent": 8})
+        run_dir, took = run_workflow(tmp_path, cfg)
 
     # fixed: converted items, status ok, graded 1.0
     h = rollout(run_dir, "smoke__calc-1", "harness.json")

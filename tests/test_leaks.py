@@ -21,7 +21,7 @@ from sandbatch.core.ids import label_value
 from sandbatch.sandbox import SandboxError, SandboxSpec
 
 from docker_fixtures import docker_base_image, docker_engine, docker_run_label  # noqa: F401 (fixtures)
-from harness_support import sleeper
+from harness_support import listed_model, sleeper
 from opensandbox_proxy import FaultProxy
 from real_opensandbox import real_opensandbox  # noqa: F401 (fixture)
 from real_opensandbox import IMAGE, host_address, reap_run, unique_run, with_provider
@@ -30,16 +30,15 @@ from workflow_util import rollouts, write_config
 
 pytestmark = pytest.mark.slow
 TASKS = 2  # smoke tasks per run: two rollouts at once on --cores 2
-NO_MODEL = "http://127.0.0.1:9/v1"  # the hanging agent never calls its model
 
 
 class DockerBackend:
     """Containers of the run on the local engine."""
 
-    def __init__(self, cli: str, image: str, run: str):
+    def __init__(self, cli: str, image: str, run: str, model_url: str):
         self.cli, self.run = cli, run
         self.sandbox = {"provider": "docker", "default_image": image}
-        self.model = {"name": "m", "base_url": NO_MODEL}
+        self.model = {"name": "m", "base_url": model_url}
 
     def live(self) -> list[str]:
         out = subprocess.run([self.cli, "ps", "-a", "--filter", f"label=sandbatch.run={self.run}",
@@ -57,12 +56,12 @@ class OpenSandboxBackend:
     """Sandboxes of the run on the real OpenSandbox server (reached at `domain`: the server
     itself, or a fault proxy in front of it)."""
 
-    def __init__(self, real, run: str, domain: str | None = None):
+    def __init__(self, real, run: str, model_url: str, domain: str | None = None):
         self.real, self.run = real, run
         self.sandbox = {"provider": "opensandbox", "default_image": IMAGE,
                         "opensandbox": real.options(domain, create={"retries": 1, "backoff_initial": 0.05},
                                                     operations={"retries": 1, "backoff_initial": 0.02})}
-        self.model = {"name": "m", "base_url": NO_MODEL, "proxy": {"advertise_host": host_address()}}
+        self.model = {"name": "m", "base_url": model_url, "proxy": {"advertise_host": host_address()}}
 
     def live(self) -> list[str]:
         infos = with_provider(self.real.options(), lambda p: p.list({"run": label_value(self.run)}))
@@ -80,15 +79,22 @@ class OpenSandboxBackend:
             return False
 
 
+@pytest.fixture(scope="module")
+def no_model():
+    """A real endpoint listing model m, which a run's start asks; the hanging agent never calls it."""
+    with listed_model() as url:
+        yield url
+
+
 @pytest.fixture(params=["docker", "opensandbox"])
-def backend(request):
+def backend(request, no_model):
     if request.param == "docker":
         yield DockerBackend(request.getfixturevalue("docker_engine"), request.getfixturevalue("docker_base_image"),
-                             request.getfixturevalue("docker_run_label"))  # the label's fixture sweeps leftovers
+                            request.getfixturevalue("docker_run_label"), no_model)  # its fixture sweeps leftovers
         return
     real = request.getfixturevalue("real_opensandbox")
     run_name = unique_run("leaks")
-    yield OpenSandboxBackend(real, run_name)
+    yield OpenSandboxBackend(real, run_name, no_model)
     reap_run(real, run_name)  # whatever a failed test left
 
 
@@ -174,7 +180,7 @@ def test_sigkilled_run_leaves_no_sandbox(tmp_path, backend, recovery):
     assert backend.live() == []
 
 
-def test_api_faults_leave_no_sandbox(tmp_path, real_opensandbox):
+def test_api_faults_leave_no_sandbox(tmp_path, real_opensandbox, no_model):
     """A create the client gives up on while the server makes it anyway, whose clean-up
     delete fails beyond its retries, and a delete that fails once.
 
@@ -184,7 +190,7 @@ def test_api_faults_leave_no_sandbox(tmp_path, real_opensandbox):
     (the other rollout's patch step) is retried.
     """
     with FaultProxy(real_opensandbox.url) as proxy:
-        backend = OpenSandboxBackend(real_opensandbox, unique_run("leaks-faults"), proxy.domain)
+        backend = OpenSandboxBackend(real_opensandbox, unique_run("leaks-faults"), no_model, proxy.domain)
         try:
             options = backend.sandbox["opensandbox"]
             options["connection"]["request_timeout"] = 5

@@ -50,7 +50,9 @@ def _row(iid, reward, status="ok", fc=None):
 def test_compute_separates_infra_errors_and_states_denominators():
     rows = [_row("a", 1), _row("a", 0), _row("b", 0, "infra_error", "sandbox_create"), _row("b", 1)]
     m = compute(rows, 1.0)
-    assert m["pass_at_k"] == {"1": 50.0, "2": 100.0}
+    # the infra error is no sample: b has one (resolved), a two (one resolved)
+    assert m["pass_at_k"] == {"1": 75.0} and m["samples_per_task_min"] == 1
+    assert m["mean_reward"] == pytest.approx(2 / 3)  # over the graded three
     assert m["resolved_rate"] == {"value": 0.5, "numerator": 2, "denominator": 4}
     assert m["resolved_rate_excluding_infra_errors"]["denominator"] == 3
     assert m["failure_classes"] == {"sandbox_create": 1}

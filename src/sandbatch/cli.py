@@ -11,6 +11,7 @@ from pathlib import Path
 
 import yaml
 
+from . import __version__
 from .core import resources
 from .core.errors import InfraError, UserError, error_lines
 
@@ -48,20 +49,31 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from .core.config import load
+    from .core.config import merged_sources, parse
+    from .core.endpoint import unknown_fields
     from .harness import get_harness
     from .tasks import load_tasks
-    from .ops.workflow import check_images, check_run, resolve_model
+    from .ops.workflow import check_images, check_run, located, preflight, resolve_model
 
     default = resources.default_config()
-    cfg = load([resources.config_file(c) for c in args.configfile], _overrides(args.config),
-               default=default if not args.no_default else None)
-    check_run(cfg)
-    tasks = load_tasks(cfg.benchmark)
-    check_images(cfg, lambda: tasks)
-    cfg = resolve_model(cfg)[0]
+    merged, sources = merged_sources([resources.config_file(c) for c in args.configfile], _overrides(args.config),
+                                     default=default if not args.no_default else None)
+    cfg = parse(merged, sources)
+    check_run(cfg, sources)
+    try:
+        tasks = load_tasks(cfg.benchmark)
+        check_images(cfg, lambda: tasks)
+        cfg = resolve_model(cfg)[0]
+    except UserError as exc:
+        raise located(exc, sources, cfg) from None
+    if args.preflight:
+        preflight(cfg, tasks, sources)
     yaml.safe_dump(cfg.model_dump(mode="json"), sys.stdout, sort_keys=False)
-    print(f"# ok: {len(tasks)} tasks x {cfg.repeats} repeats = {len(tasks) * cfg.repeats} rollouts", file=sys.stderr)
+    for name in unknown_fields(cfg.model):
+        print(f"# note: {name} is not a request field known here; it is sent as it is", file=sys.stderr)
+    print(f"# ok: {len(tasks)} tasks x {cfg.repeats} repeats = {len(tasks) * cfg.repeats} rollouts"
+          + ("; the model endpoint, the sandbox service and the images answer" if args.preflight else ""),
+          file=sys.stderr)
     harness = get_harness(cfg.harness.name)
     if harness.needs_model and cfg.model.proxy.enabled and not harness.model_on_host(
             harness.merge_config(cfg.harness.config)):
@@ -207,6 +219,7 @@ def _run_args(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sandbatch", description=__doc__)
+    p.add_argument("--version", action="version", version=f"sandbatch {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     u = sub.add_parser("run", help="run the workflow: the embedded default, config files, or the flags below",
                        description="Merge config/default.yaml, the CONFIG files in order, the flags and --set; "
@@ -233,6 +246,9 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--config", nargs="*", default=[], metavar="KEY=VALUE",
                    help="overrides, as with snakemake; a dotted KEY.PATH=VALUE sets a nested key")
     v.add_argument("--no-default", action="store_true", help="do not start from config/default.yaml")
+    v.add_argument("--preflight", action="store_true",
+                   help="also ask what a run asks before it starts: the model endpoint serves model.name, the "
+                        "sandbox service answers, every image is there or pullable (creates nothing)")
     v.set_defaults(func=cmd_validate)
     b = sub.add_parser("benchmarks", help="the benchmarks sandbatch knows: source, size, images, present here")
     b.add_argument("--json", action="store_true", help="print JSON for machines")

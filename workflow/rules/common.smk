@@ -6,8 +6,8 @@ import time
 
 from sandbatch.ops.owners import register as register_owner, unregister as unregister_owner
 from sandbatch.steps.forkserver import StepServer, executor_on_command_line
-from sandbatch.ops.workflow import (check_model_endpoint_or_exit, end_summary, load_run, reaped_since,
-                                    recover_before_run, sandboxes_at_once, stamps)
+from sandbatch.ops.workflow import (end_summary, load_run, preflight_or_exit, reaped_since, recover_before_run,
+                                    sandboxes_at_once, stamps)
 
 STARTED = time.time()  # this invocation's start: what its aggregate wrote is newer
 CFG, CFG_RAW, TASKS = load_run(workflow, config)
@@ -131,13 +131,13 @@ def finish_run(success):
         logger.info("\n".join(lines), extra={SUMMARY: True})
 
 
-# A real run first asks the model endpoint what the config leaves to it (pool's context
-# window); a plan (-n) does not. Owner record of a real run (see sandbatch.ops.owners): `sandbatch stop` and `sandbatch status`
+# A real run first checks what it needs from outside (sandbatch.ops.workflow.preflight: the
+# model endpoint, the sandbox service, the images); a plan (-n) does not. Owner record of a real run (see sandbatch.ops.owners): `sandbatch stop` and `sandbatch status`
 # find the run's Snakemake by it, and the next run tells stale locks from live ones.
 # Local runs get a step server (sandbatch.steps.forkserver): each step job then costs a
 # fork instead of a Python start-up with every import.
 onstart:
-    check_model_endpoint_or_exit(CFG)
+    preflight_or_exit(CFG)
     register_owner(CFG.run)
     claim_instance()
     if workflow.local_exec and not workflow.touch:

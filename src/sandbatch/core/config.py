@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict
 
 from . import resources
 from .errors import UserError
-from .util import deep_merge
+from .util import deep_merge, did_you_mean
 
 
 class _Model(BaseModel):
@@ -60,6 +60,7 @@ class ProxyConfig(_Model):
     retry_budget: float
     connect_timeout: float
     read_timeout: float | None
+    stop_after_failures: int
     max_calls: int | None
     max_tokens: int | None
     cap_status: int
@@ -87,6 +88,11 @@ class ModelConfig(_Model):
     tokens: Literal["auto", "on", "off"]
     proxy: ProxyConfig
     prices: "Prices | None"
+
+    def upstream_key(self) -> str | None:
+        """The endpoint's API key, read when needed and never stored: the variable api_key_env
+        names, else OPENAI_API_KEY when the config names no variable (docs/running.md)."""
+        return os.environ.get(self.api_key_env or OPENAI_API_KEY, "").strip() or None
 
 
 class ImageRewrite(_Model):
@@ -229,8 +235,17 @@ def _dotted(path: Sequence[Any]) -> str:
     return ".".join(str(p) for p in path) or "<top level>"
 
 
-def _source_of(path: Sequence[Any], sources: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
+def source_of(path: Sequence[Any], sources: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
     """Name the last source (highest precedence) that sets `path`."""
+    found = _source_set(path, sources)
+    if found is not None:
+        return found
+    return sources[-1][0] if sources else "config"
+
+
+def _source_set(path: Sequence[Any], sources: Sequence[tuple[str, Mapping[str, Any]]],
+                skip_null: bool = False) -> str | None:
+    """The last source that sets `path` (skip_null: to a value other than null), or None."""
     for label, raw in reversed(sources):
         node: Any = raw
         for part in path:
@@ -241,8 +256,9 @@ def _source_of(path: Sequence[Any], sources: Sequence[tuple[str, Mapping[str, An
             else:
                 break
         else:
-            return label
-    return sources[-1][0] if sources else "config"
+            if node is not None or not skip_null:
+                return label
+    return None
 
 
 def _explain_schema_error(error) -> tuple[list[Any], str]:
@@ -255,7 +271,8 @@ def _explain_schema_error(error) -> tuple[list[Any], str]:
         extra = sorted(set(error.instance) - set(allowed))
         key = extra[0] if extra else "?"
         where = f" under {_dotted(path)}" if path else ""
-        return path + [key], f"unknown key '{key}'{where}; allowed keys: {', '.join(allowed)}"
+        hint = did_you_mean(key, allowed)
+        return path + [key], f"unknown key '{key}'{where}{hint}; allowed keys: {', '.join(allowed)}"
     if v == "enum":
         return path, f"{_dotted(path)}: {error.instance!r} is not allowed; choose one of: {', '.join(map(str, error.validator_value))}"
     if v == "type":
@@ -283,7 +300,7 @@ def validate(
     errors = sorted(validator.iter_errors(instance), key=lambda e: (len(e.absolute_path), str(e.absolute_path)))
     if errors:
         path, message = _explain_schema_error(errors[0])
-        raise UserError(f"{_source_of(path, sources)}: {message}")
+        raise UserError(f"{source_of(path, sources)}: {message}")
     return instance
 
 
@@ -291,18 +308,27 @@ def parse(data: Mapping[str, Any], sources: Sequence[tuple[str, Mapping[str, Any
     """Validate and build the typed config; checks the registries too (harness, provider, benchmark)."""
     filled = validate(data, sources)
     _apply_env(filled)
+    _check_endpoint(filled["model"], sources)
     cfg = Config.model_validate(filled)
     _check_benchmark(cfg)
     return cfg
 
 
+# the OpenAI clients' own variables: read when the config names no URL or key variable
+OPENAI_BASE_URL, OPENAI_API_KEY = "OPENAI_BASE_URL", "OPENAI_API_KEY"
+
+
 def _apply_env(filled: dict[str, Any]) -> None:
     """`*_env` keys: a set, non-empty environment variable replaces the value beside it
-    (model.base_url, model.name; sandbox.opensandbox.connection.domain, whose variable may be a URL)."""
+    (model.base_url, model.name; sandbox.opensandbox.connection.domain, whose variable may be a URL).
+    OPENAI_BASE_URL gives model.base_url when the config names neither it nor base_url_env."""
+    model = filled["model"]
     for key in ("base_url", "name"):
-        name = filled["model"].get(f"{key}_env")
+        name = model.get(f"{key}_env")
         if name and os.environ.get(name, "").strip():
-            filled["model"][key] = os.environ[name].strip()
+            model[key] = os.environ[name].strip()
+    if not model.get("base_url") and not model.get("base_url_env") and os.environ.get(OPENAI_BASE_URL, "").strip():
+        model["base_url"] = os.environ[OPENAI_BASE_URL].strip()
     conn = (filled["sandbox"].get("opensandbox") or {}).get("connection") or {}
     name = conn.get("domain_env")
     value = os.environ.get(name, "").strip() if name else ""
@@ -311,6 +337,25 @@ def _apply_env(filled: dict[str, Any]) -> None:
         if sep and scheme in ("http", "https"):
             conn["protocol"], value = scheme, rest
         conn["domain"] = value.rstrip("/")
+
+
+def base_url_source(model: Mapping[str, Any], sources: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
+    """Where model.base_url came from (_apply_env's order): a variable, or the config source that sets it."""
+    name = model.get("base_url_env")
+    if name and os.environ.get(name, "").strip():
+        return f"{name} (named by model.base_url_env)"
+    if _source_set(["model", "base_url"], sources, skip_null=True) is None and os.environ.get(OPENAI_BASE_URL, "").strip():
+        return OPENAI_BASE_URL
+    return f"{source_of(['model', 'base_url'], sources)}: model.base_url"
+
+
+def _check_endpoint(model: Mapping[str, Any], sources: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
+    """The endpoint's URL and request fields, as far as they can be checked offline (core.endpoint)."""
+    from .endpoint import check_fields, check_url
+
+    if model.get("base_url"):
+        check_url(model["base_url"], base_url_source(model, sources))
+    check_fields(model.get("sampling") or {}, f"{source_of(['model', 'sampling'], sources)}: model.sampling")
 
 
 PLACEHOLDERS = ("prompt", "problem_statement", "requirements", "interface", "instance_id", "repo", "workdir")

@@ -7,7 +7,7 @@ Snakemake while attempts remain, then recorded as `infra_error` in the rollout.
 """
 
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Callable, Iterator
 
 
 class SandbatchError(Exception):
@@ -15,22 +15,32 @@ class SandbatchError(Exception):
 
 
 class UserError(SandbatchError):
-    """Bad input: the message names the file, the field, the value and the fix."""
+    """Bad input: the message names the file, the field, the value and the fix.
+
+    `key`: the config key at fault (dotted) when the message leaves it to the caller to name
+    it with the file that sets it (sandbatch.ops.workflow.preflight); str() then starts with it.
+    """
+
+    def __init__(self, message: str, key: str | None = None):
+        super().__init__(f"{key}: {message}" if key else message)
+        self.key = key
+        self.detail = message
 
 
 class Collector:
     """Runs independent checks and keeps every UserError they raise, so a user learns all
     that is missing in one try: `with errors.check(): ...` for each, then `errors.raise_any()`."""
 
-    def __init__(self) -> None:
+    def __init__(self, locate: Callable[[UserError], UserError] | None = None) -> None:
         self.messages: list[str] = []
+        self.locate = locate  # names the config file that sets an error's key
 
     @contextmanager
     def check(self) -> Iterator[None]:
         try:
             yield
         except UserError as exc:
-            self.messages += str(exc).splitlines()
+            self.messages += str(self.locate(exc) if self.locate else exc).splitlines()
 
     def raise_any(self) -> None:
         if self.messages:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 # endpoints that generate tokens; the others (models, ...) are recorded but not counted as calls
 MODEL_ENDPOINTS = frozenset({"chat", "responses", "completions"})
@@ -79,3 +79,45 @@ def iter_calls(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
                 continue
             if isinstance(row, dict):
                 yield row
+
+
+# --- the model endpoint's failures --------------------------------------------------------
+# A rollout whose agent met one of these is an infrastructure failure of that class, never a
+# reward (docs/proxy.md, "When the model endpoint fails"). The proxy writes the class of each
+# failed call as `endpoint_failure`; the harness step decides from them.
+ENDPOINT_FAILURES: dict[str, str] = {
+    "model_unreachable": "no connection to model.base_url: refused, reset, DNS or TLS failure, connect timeout",
+    "model_unavailable": "the endpoint answered 5xx or 429 after the proxy's retries, broke off its answer, or "
+                         "sent nothing within model.proxy.read_timeout",
+    "model_auth": "the endpoint refused the key: 401 or 403",
+    "model_not_found": "the endpoint does not serve the model asked for (404)",
+}
+
+
+def status_failure(status: int) -> str | None:
+    """The endpoint failure an upstream HTTP status stands for; None for a success or a
+    request the agent got wrong (400, 413, 422, ...: the agent's own failure)."""
+    if status in (401, 403):
+        return "model_auth"
+    if status == 404:
+        return "model_not_found"
+    if status == 429 or status >= 500:
+        return "model_unavailable"
+    return None
+
+
+def outage(rows: Iterable[Mapping[str, Any]]) -> tuple[str, Mapping[str, Any], int, int] | None:
+    """(failure class, the call, failed calls, calls) when the rollout's last finished model
+    call failed for the endpoint's reasons: the agent ended in an outage, whatever it did
+    before. None when the last call was answered (an agent that met a passing failure and
+    went on is judged by what it did) or refused by the proxy's own caps."""
+    last, failed, calls = None, 0, 0
+    for row in rows:
+        if row.get("endpoint") not in MODEL_ENDPOINTS or row.get("refused") or row.get("status") is None:
+            continue  # not a model call, a cap's refusal, or one cut off when the proxy stopped
+        calls += 1
+        failed += bool(row.get("endpoint_failure"))
+        last = row
+    if last is None or not last.get("endpoint_failure"):
+        return None
+    return last["endpoint_failure"], last, failed, calls

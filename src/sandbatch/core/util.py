@@ -85,3 +85,11 @@ def backoff_delay(attempt: int, initial: float, cap: float) -> float:
     then jittered to between half and all of that, so that clients retrying together spread out."""
     ceiling = min(cap, initial * 2 ** attempt)
     return ceiling * random.uniform(0.5, 1.0)
+
+
+def did_you_mean(key: str, known: Iterable[str], cutoff: float = 0.85) -> str:
+    """" (did you mean 'x'?)" when a known key is close to `key` (a typo), else ""."""
+    import difflib
+
+    close = difflib.get_close_matches(key, list(known), n=1, cutoff=cutoff)
+    return f" (did you mean '{close[0]}'?)" if close else ""

@@ -18,7 +18,7 @@ from ..core.errors import UserError
 from ..rollout.records import Status
 from ..sandbox import Sandbox
 from ..tasks import Task
-from ..core.util import deep_merge
+from ..core.util import deep_merge, did_you_mean
 
 
 @dataclass
@@ -87,7 +87,8 @@ class Harness(abc.ABC):
                                       set(self.default_config.get("install") or ()))):
             unknown = sorted(set(have or ()) - allowed) if isinstance(have, dict) and allowed else []
             if unknown:
-                raise UserError(f"{where}: unknown key '{unknown[0]}' for harness {self.name}; "
+                raise UserError(f"{where}: unknown key '{unknown[0]}' for harness {self.name}"
+                                f"{did_you_mean(unknown[0], allowed)}; "
                                 f"allowed keys: {', '.join(sorted(allowed))}")
 
     def check_model(self, config: dict[str, Any], model: ModelConfig) -> None:

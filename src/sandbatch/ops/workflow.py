@@ -6,9 +6,9 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from ..core.config import Config, parse, run_config, workflow_sources
+from ..core.config import Config, base_url_source, parse, run_config, source_of, workflow_sources
 from ..core.errors import Collector, UserError, error_lines
 from ..core.files import MANIFEST
 from ..tasks import Task, TaskRef, read_task, select_tasks
@@ -37,11 +37,17 @@ def recover_before_run(workflow) -> None:
             print(note, file=sys.stderr)
 
 
+# the config sources of this Snakemake's run (load_run), for preflight's messages: onstart
+# gets only the Config
+_SOURCES: list[tuple[str, Mapping[str, Any]]] = []
+
+
 def load_run(workflow, config: dict[str, Any]) -> tuple[Config, dict[str, Any], list[TaskRef]]:
     """Validate the merged config and read the task table once; a user error exits in one line."""
     try:
-        cfg = parse(config, workflow_sources(workflow, config))
-        tasks = check_run(cfg)
+        _SOURCES[:] = workflow_sources(workflow, config)
+        cfg = parse(config, _SOURCES)
+        tasks = check_run(cfg, _SOURCES)
         if workflow.is_main_process:  # the jobs Snakemake spawns re-parse; they need not check again
             check_images(cfg, lambda: (read_task(cfg.benchmark, ref) for ref in tasks))
             # once per run: the jobs (steps, Slurm jobs) read the name from the run's settings
@@ -49,17 +55,17 @@ def load_run(workflow, config: dict[str, Any]) -> tuple[Config, dict[str, Any], 
             if note:
                 print(f"sandbatch: {note}", file=sys.stderr)
     except UserError as exc:
-        print(*error_lines(exc), sep="\n", file=sys.stderr)
+        print(*error_lines(located(exc, _SOURCES)), sep="\n", file=sys.stderr)
         sys.exit(1)
     return cfg, cfg.model_dump(mode="json"), tasks
 
 
-def check_run(cfg: Config) -> list[TaskRef]:
+def check_run(cfg: Config, sources: Sequence[tuple[str, Mapping[str, Any]]] = ()) -> list[TaskRef]:
     """check_registries and the selected tasks, every missing setting reported at once (one
-    line each); the selected tasks."""
-    errors = Collector()
+    line each, with the config source that sets its key); the selected tasks."""
+    errors = Collector(locate=lambda exc: located(exc, sources, cfg))
     with errors.check():
-        check_registries(cfg)
+        check_registries(cfg, errors)
     tasks: list[TaskRef] = []
     with errors.check():
         tasks = select_tasks(cfg.benchmark)
@@ -69,7 +75,7 @@ def check_run(cfg: Config) -> list[TaskRef]:
     return tasks
 
 
-def check_registries(cfg: Config) -> None:
+def check_registries(cfg: Config, errors: Collector | None = None) -> None:
     """Everything a step would refuse, refused before any sandbox exists (one line each, all
     of them at once).
 
@@ -78,20 +84,23 @@ def check_registries(cfg: Config) -> None:
     key must all be there. Variables are named as the config names them.
     """
     from ..harness import HARNESSES, get_harness
-    from ..sandbox import PROVIDERS
+    from ..sandbox import PROVIDERS, provider_class
 
     if cfg.harness.name not in HARNESSES:
         raise UserError(f"harness.name: {cfg.harness.name!r} is not known; choose one of: {', '.join(HARNESSES)}")
     harness = get_harness(cfg.harness.name)
-    errors = Collector()
+    raise_here = errors is None
+    errors = errors or Collector()
     with errors.check():
         harness.check_config(harness.merge_config(cfg.harness.config))  # e.g. pool's EULA switch
     if cfg.sandbox.provider not in PROVIDERS:
         raise UserError(f"sandbox.provider: {cfg.sandbox.provider!r} is not known; choose one of: {', '.join(PROVIDERS)}")
-    _check_sandbox_service(cfg, errors)
+    with errors.check():
+        provider_class(cfg.sandbox.provider).check_options(cfg.sandbox.options())  # e.g. a service's address
     if harness.needs_model:
         _check_model(cfg, errors, on_host=harness.model_on_host(harness.merge_config(cfg.harness.config)))
-    errors.raise_any()
+    if raise_here:
+        errors.raise_any()
 
 
 def resolve_model(cfg: Config, started: bool = False) -> tuple[Config, str]:
@@ -118,7 +127,8 @@ def _check_model(cfg: Config, errors: Collector, on_host: bool = False) -> None:
     with errors.check():
         if not model.base_url:
             how = (f"export {model.base_url_env}=http://host:8000/v1 (named by model.base_url_env)"
-                   if model.base_url_env else "give the OpenAI-compatible endpoint, e.g. http://host:8000/v1")
+                   if model.base_url_env
+                   else "give the OpenAI-compatible endpoint, e.g. http://host:8000/v1, or export OPENAI_BASE_URL")
             raise UserError(f"model.base_url: harness {cfg.harness.name!r} talks to a model but none is set; {how}")
     with errors.check():
         if _unset(model.api_key_env):
@@ -135,23 +145,6 @@ def _check_model(cfg: Config, errors: Collector, on_host: bool = False) -> None:
             proxy_hosts(cfg.sandbox.provider, model.proxy, cfg.sandbox.service())
 
 
-def _check_sandbox_service(cfg: Config, errors: Collector) -> None:
-    if cfg.sandbox.provider != "opensandbox":
-        return
-    conn = cfg.sandbox.options().get("connection") or {}
-    where = "sandbox.opensandbox.connection"
-    with errors.check():
-        if not conn.get("domain"):
-            how = (f"export {conn['domain_env']}=host:port (named by {where}.domain_env)" if conn.get("domain_env")
-                   else "set it to the OpenSandbox server's host:port")
-            raise UserError(f"{where}.domain: the OpenSandbox server's address is not set; {how}")
-    with errors.check():
-        if _unset(conn.get("api_key_env")):
-            raise UserError(f"{where}.api_key_env: the environment variable {conn['api_key_env']} is not set; export "
-                            f"it with the OpenSandbox server's API key, or set {where}.api_key_env: null for a server "
-                            "without one")
-
-
 def check_images(cfg: Config, tasks: Callable[[], Iterable[Task]]) -> None:
     """A provider that runs images needs one for every task (the task's, or sandbox.default_image)."""
     if cfg.sandbox.provider == "local" or cfg.sandbox.default_image:
@@ -162,18 +155,63 @@ def check_images(cfg: Config, tasks: Callable[[], Iterable[Task]]) -> None:
                             f"and provider {cfg.sandbox.provider} needs one; set sandbox.default_image")
 
 
-def check_model_endpoint(cfg: Config) -> None:
-    """What the harness needs to know from the model endpoint (pool: its context window)."""
+def preflight(cfg: Config, tasks: Iterable[Task], sources: Sequence[tuple[str, Mapping[str, Any]]] = ()) -> None:
+    """What a run needs from outside, asked before anything is created; UserError (one line
+    naming the config source, the key and the fix) at the first that fails:
+
+    - the model endpoint answers its model list, through the proxy's client with its
+      headers and key, and serves model.name (a harness that talks to a model);
+    - what the harness needs to know from it (pool: its context window);
+    - the sandbox provider's service answers and takes its key, and every image the tasks
+      need is on it or can be pulled under its pull policy (the provider's own preflight).
+    """
+    import asyncio
+
     from ..harness import get_harness
+    from ..sandbox import get_provider, rewrite_image
+    from ..sandbox.base import ImageUnavailable
 
-    harness = get_harness(cfg.harness.name)
-    harness.check_model(harness.merge_config(cfg.harness.config), cfg.model)
-
-
-def check_model_endpoint_or_exit(cfg: Config) -> None:
-    """check_model_endpoint when a real run starts (a plan needs no model): a user error exits in one line."""
     try:
-        check_model_endpoint(cfg)
+        harness = get_harness(cfg.harness.name)
+        if harness.needs_model:
+            from ..proxy.served import check_served
+
+            check_served(cfg.model)
+            harness.check_model(harness.merge_config(cfg.harness.config), cfg.model)
+        origin: dict[str, str] = {}  # image -> the setting that names it
+        for task in tasks:
+            named = task.image or cfg.sandbox.default_image
+            if named:
+                image = rewrite_image(named, cfg.sandbox.image_rewrites)
+                origin.setdefault(image, "sandbox.image_rewrites" if image != named else
+                                  "benchmark.tasks" if task.image else "sandbox.default_image")
+
+        async def ask() -> None:
+            async with get_provider(cfg.sandbox) as provider:
+                await provider.preflight(sorted(origin))
+
+        try:
+            asyncio.run(ask())
+        except ImageUnavailable as exc:
+            raise UserError(exc.detail, exc.key or origin[exc.image]) from None
+    except UserError as exc:
+        raise located(exc, sources, cfg) from None
+
+
+def located(exc: UserError, sources: Sequence[tuple[str, Mapping[str, Any]]], cfg: Config | None = None) -> UserError:
+    """`exc` with the config source that sets its key (or the variable the value came from)
+    before the key; as it is when it names no key (its message then names what it is about)."""
+    if exc.key is None:
+        return exc
+    where = (base_url_source(cfg.model.model_dump(), sources) if exc.key == "model.base_url" and cfg is not None
+             else f"{source_of(exc.key.split('.'), sources)}: {exc.key}")
+    return UserError(f"{where}: {exc.detail}")
+
+
+def preflight_or_exit(cfg: Config) -> None:
+    """preflight when a real run starts (a plan asks nothing): a user error exits in one line."""
+    try:
+        preflight(cfg, (read_task(cfg.benchmark, ref) for ref in select_tasks(cfg.benchmark)), _SOURCES)
     except UserError as exc:
         print(f"sandbatch: error: {exc}", file=sys.stderr)
         sys.exit(1)

@@ -11,10 +11,10 @@ import os
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .. import trace
-from ..core.model_calls import usage_of
+from ..core.model_calls import status_failure, usage_of
 from . import tokens as token_data
 
 
@@ -85,12 +85,17 @@ class CallLog:
 
     token_mode: `model.tokens` (auto, on, off). `tokens`: total tokens reported by the
     upstream so far. Each call is also an LLM span under `trace_parent` (the harness step's).
+    `on_outage(failure class)` is called (on the proxy's thread) when `stop_after` calls in a
+    row failed for the endpoint's reasons (0: never).
     """
 
-    def __init__(self, path: str | os.PathLike, token_mode: str, trace_parent: Any):
+    def __init__(self, path: str | os.PathLike, token_mode: str, trace_parent: Any, stop_after: int = 0):
         self.path = Path(path)
         self.token_mode = token_mode
         self.tokens = 0
+        self.stop_after = stop_after
+        self.failing = 0  # model calls in a row that failed for the endpoint's reasons
+        self.on_outage: Callable[[str], None] | None = None
         self._prompts = token_data.PromptLog()
         self._trace_parent = trace_parent
         self._log = None
@@ -110,12 +115,19 @@ class CallLog:
         self._log.flush()  # a killed job keeps every finished call
 
     def account(self, record: dict[str, Any]) -> None:
-        """Write a model call's record, counting its tokens."""
+        """Write a model call's record with the endpoint failure its status stands for (unless
+        the caller named one), counting its tokens and the endpoint's failures in a row."""
         usage = record.get("usage")
         if usage:
             self.tokens += usage.get("total_tokens", 0)
+        status = record.get("status")
+        if "endpoint_failure" not in record and isinstance(status, int) and status_failure(status):
+            record["endpoint_failure"] = status_failure(status)
         self.write(record)
         trace.model_call(record, self._trace_parent)
+        self.failing = self.failing + 1 if record.get("endpoint_failure") else 0
+        if self.failing == self.stop_after > 0 and self.on_outage is not None:
+            self.on_outage(record["endpoint_failure"])
 
     def scanner(self) -> SSEScanner:
         """A scanner for a relayed stream, collecting token data unless model.tokens is off."""

@@ -36,13 +36,14 @@ side (headers, retries, errors): upstream.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import os
 import secrets
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import aiohttp
 from aiohttp import web
@@ -68,7 +69,7 @@ class ModelProxy:
     settings: a ProxyConfig or a partial mapping of `model.proxy` keys.
     upstream_url: the model's base URL, normally ending in /v1 (request paths are
         appended below it: /chat/completions, /responses, /models).
-    api_key: the upstream key (read from the env var the config names), sent as
+    api_key: the upstream key (ModelConfig.upstream_key()), sent as
         `Authorization: Bearer`; kept in memory only. The agent's own key is never forwarded.
     agent_key: what the agent must send as its API key (Bearer, x-api-key or api-key)
         when model.proxy.require_agent_key is on, so that a proxy listening on 0.0.0.0
@@ -114,18 +115,19 @@ class ModelProxy:
         self.refused = 0
         self.cap_hit: str | None = None  # "max_calls" / "max_tokens" once a call was refused
         # the harness step's span: parent of each call's span
-        self._log = CallLog(calls_path, tokens, trace.capture())
+        self._log = CallLog(calls_path, tokens, trace.capture(), self.settings.stop_after_failures)
+        self._log.on_outage = self._outage
+        self.outage: str | None = None  # the endpoint failure class once the endpoint is down
+        self._on_down: Callable[[], None] | None = None
 
     @classmethod
     def from_config(cls, model: "ModelConfig", calls_path: str | os.PathLike, *,
                     bind_host: str | None = None, port: int | None = None) -> "ModelProxy":
-        """Build from the run's `model` block; the API key comes from model.api_key_env."""
-        api_key = None
-        if model.api_key_env:
-            api_key = os.environ.get(model.api_key_env)
-            if not api_key:
-                raise UserError(f"model.api_key_env: the environment variable {model.api_key_env} is not set; "
-                                "export it in the shell that starts the run")
+        """Build from the run's `model` block; the API key is ModelConfig.upstream_key()."""
+        api_key = model.upstream_key()
+        if model.api_key_env and not api_key:
+            raise UserError(f"model.api_key_env: the environment variable {model.api_key_env} is not set; "
+                            "export it in the shell that starts the run")
         if not model.base_url:
             raise UserError("model.base_url: not set; give the OpenAI-compatible endpoint, e.g. http://host:8000/v1")
         return cls(model.proxy, model.base_url, api_key, calls_path, sampling=model.sampling,
@@ -151,6 +153,21 @@ class ModelProxy:
     def tokens(self) -> int:
         """Total tokens reported by the upstream so far."""
         return self._log.tokens
+
+    def down(self) -> asyncio.Event:
+        """An event of the calling loop, set once model.proxy.stop_after_failures model calls
+        in a row failed for the endpoint's reasons (the agent may then be stopped early)."""
+        loop, event = asyncio.get_running_loop(), asyncio.Event()
+        self._on_down = lambda: loop.call_soon_threadsafe(event.set)
+        if self.outage is not None:
+            event.set()
+        return event
+
+    def _outage(self, failure_class: str) -> None:  # on the proxy's thread
+        self.outage = failure_class
+        if self._on_down is not None:
+            with contextlib.suppress(RuntimeError):  # the step's loop already closed
+                self._on_down()
 
     @property
     def stats(self) -> dict[str, Any]:
@@ -276,7 +293,8 @@ class ModelProxy:
                                         self._upstream.headers(request, content))
         except Failure as failure:
             record.update(status=failure.response.status, attempts=failure.attempts,
-                          attempt_statuses=failure.statuses, error=failure.error, latency_s=since(t0))
+                          attempt_statuses=failure.statuses, error=failure.error, latency_s=since(t0),
+                          endpoint_failure=failure.failure_class)
             self._log.account(record)
             return failure.response
         resp, attempts, statuses = upstream
@@ -347,7 +365,7 @@ class ModelProxy:
         except self._upstream.errors as exc:
             # a status can no longer be sent: raising ends the connection without the final
             # chunk, so the agent sees a truncated stream
-            record["error"] = f"upstream stream broke ({exception_text(exc)})"
+            record.update(error=f"upstream stream broke ({exception_text(exc)})", endpoint_failure="model_unavailable")
             raise
         finally:
             resp.release()

@@ -66,14 +66,16 @@ def error_response(status: int, message: str, code: str, kind: str = "proxy_erro
 
 
 class Failure(Exception):
-    """The upstream could not answer; carries the response for the agent and the record."""
+    """The upstream could not answer; carries the response for the agent and the record, and
+    the endpoint failure it is (core.model_calls.ENDPOINT_FAILURES)."""
 
-    def __init__(self, response: web.Response, error: str, attempts: int, statuses: list):
+    def __init__(self, response: web.Response, error: str, attempts: int, statuses: list, failure_class: str):
         super().__init__(error)
         self.response = response
         self.error = error
         self.attempts = attempts
         self.statuses = statuses
+        self.failure_class = failure_class
 
 
 class Upstream:
@@ -109,9 +111,10 @@ class Upstream:
         if self._client is not None:
             await self._client.close()
 
-    def headers(self, request: web.Request, body: bytes) -> dict[str, str]:
-        """The agent's request headers as sent upstream: its credentials replaced by the upstream key."""
-        headers = _lower(request.headers, _DROP_REQUEST)
+    def headers(self, request: web.Request | None, body: bytes) -> dict[str, str]:
+        """The agent's request headers as sent upstream: its credentials replaced by the upstream
+        key (None: a request of the proxy's own, e.g. the preflight's model list)."""
+        headers = _lower(request.headers if request is not None else {}, _DROP_REQUEST)
         headers["accept-encoding"] = "identity"  # bytes are relayed as they come
         if body:
             headers.setdefault("content-type", "application/json")
@@ -147,11 +150,12 @@ class Upstream:
                 statuses.append(type(exc).__name__)
                 raise Failure(error_response(504, f"sandbatch model proxy: upstream {self.url} sent nothing for "
                                          f"{s.read_timeout} s (model.proxy.read_timeout)", "upstream_timeout"),
-                              exception_text(exc), attempt, statuses) from None
+                              exception_text(exc), attempt, statuses, "model_unavailable") from None
             except self.errors as exc:
                 statuses.append(type(exc).__name__)
                 raise Failure(error_response(502, f"sandbatch model proxy: upstream request failed ({exception_text(exc)})",
-                                    "upstream_error"), exception_text(exc), attempt, statuses) from None
+                                             "upstream_error"),
+                              exception_text(exc), attempt, statuses, "model_unavailable") from None
             else:
                 statuses.append(resp.status)
                 if resp.status not in RETRY_STATUSES:
@@ -162,7 +166,8 @@ class Upstream:
             if attempt > s.retries or time.monotonic() + wait > deadline:
                 if resp is not None:
                     return resp, attempt, statuses  # the agent sees the upstream's own 429/502/503
-                raise Failure(error_response(502, unreachable, "upstream_unreachable"), unreachable, attempt, statuses)
+                raise Failure(error_response(502, unreachable, "upstream_unreachable"), unreachable, attempt, statuses,
+                              "model_unreachable")
             if resp is not None:
                 resp.release()
             await asyncio.sleep(wait)

@@ -50,10 +50,13 @@ def compute(rollouts: Iterable[Mapping[str, Any]], threshold: float, prices: Any
     by_task: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for r in rows:
         by_task[r["instance_id"]].append(r)
-    n_min = min((len(v) for v in by_task.values()), default=0)
+    # pass@k over the graded samples: an infrastructure failure is no sample of the agent
+    graded_by_task = {t: g for t, v in by_task.items() if (g := [r for r in v if r["status"] != "infra_error"])}
+    n_min = min((len(v) for v in graded_by_task.values()), default=0)
     pass_k = {}
     for k in ks_for(n_min):
-        vals = [pass_at_k(len(v), sum(1 for r in v if (r["reward"] or 0) >= threshold), k) for v in by_task.values()]
+        vals = [pass_at_k(len(v), sum(1 for r in v if (r["reward"] or 0) >= threshold), k)
+                for v in graded_by_task.values()]
         pass_k[str(k)] = round(100 * sum(vals) / len(vals), 4)
 
     resolved = sum(1 for r in rows if r["resolved"])
@@ -72,7 +75,9 @@ def compute(rollouts: Iterable[Mapping[str, Any]], threshold: float, prices: Any
         "resolved": resolved,
         "resolved_rate": _rate(resolved, len(rows)),
         "resolved_rate_excluding_infra_errors": _rate(resolved, graded),
-        "mean_reward": round(sum((r["reward"] or 0) for r in rows) / len(rows), 6) if rows else None,
+        # over the graded rollouts, as Gym's profile takes it: an infrastructure failure earns no 0
+        "mean_reward": round(sum((r["reward"] or 0) for r in rows if r["status"] != "infra_error") / graded, 6)
+        if graded else None,
         "status_counts": dict(Counter(r["status"] for r in rows)),
         "failure_classes": dict(Counter(r["failure_class"] for r in rows if r["failure_class"])),
         "infra_error_rate": _rate(len(infra), len(rows)),

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 from pydantic import BaseModel, Field
 
 from .. import trace
-from ..core.errors import InfraError
+from ..core.errors import InfraError, UserError
 
 if TYPE_CHECKING:
     from .admission import CreateAdmission
@@ -74,6 +74,15 @@ class SandboxInfo(BaseModel):
 class SandboxError(InfraError):
     def __init__(self, message: str, failure_class: str = "sandbox"):
         super().__init__(message, failure_class)
+
+
+class ImageUnavailable(UserError):
+    """A provider's preflight: a create could not have `image` (the key at fault, when the
+    provider knows it, e.g. its pull policy; else the setting that names the image)."""
+
+    def __init__(self, message: str, image: str, key: str | None = None):
+        super().__init__(message, key)
+        self.image = image
 
 
 class SandboxGone(SandboxError):
@@ -259,6 +268,16 @@ class Provider(abc.ABC):
         same image and script. None where the provider keeps no images of its own (the
         script then runs in each sandbox)."""
         return None
+
+    @classmethod
+    def check_options(cls, options: dict[str, Any]) -> None:
+        """UserError for options of this provider that cannot work, known without asking
+        anything (called when a run is planned and by validate). Default: none."""
+
+    async def preflight(self, images: "list[str]") -> None:
+        """Before a run creates anything: UserError (with the config key at fault) when the
+        provider's service does not answer, refuses the key, or cannot have one of `images`
+        (the run's, rewritten) under its pull policy. Default: nothing to check."""
 
     async def aclose(self) -> None:
         """Release client resources (never deletes sandboxes)."""

@@ -81,7 +81,7 @@ from opensandbox.transport import RetryAsyncTransport, RetryPolicy  # noqa: E402
 
 from .. import trace  # noqa: E402
 from ..core.config import load_schema  # noqa: E402
-from ..core.errors import UserError  # noqa: E402
+from ..core.errors import Collector, UserError  # noqa: E402
 from ..core.ids import LABEL_MAX, label_value  # noqa: E402
 from ..core.util import backoff_delay, deep_merge  # noqa: E402
 from .base import (  # noqa: E402
@@ -417,6 +417,25 @@ class OpenSandboxProvider(Provider):
         self._manager: SandboxManager | None = None
         self._transport: httpx.AsyncBaseTransport | None = None
 
+    @classmethod
+    def check_options(cls, options: dict[str, Any]) -> None:
+        """The server's address and key must be there (one line each, before any job)."""
+        conn = options.get("connection") or {}
+        where = "sandbox.opensandbox.connection"
+        errors = Collector()  # the address and the key, both named in one try
+        with errors.check():
+            if not conn.get("domain"):
+                how = (f"export {conn['domain_env']}=host:port (named by {where}.domain_env)" if conn.get("domain_env")
+                       else "set it to the OpenSandbox server's host:port")
+                raise UserError(f"{where}.domain: the OpenSandbox server's address is not set; {how}")
+        with errors.check():
+            key_env = conn.get("api_key_env")
+            if key_env and not os.environ.get(key_env, "").strip():
+                raise UserError(f"{where}.api_key_env: the environment variable {key_env} is not set; export it "
+                                f"with the OpenSandbox server's API key, or set {where}.api_key_env: null for a "
+                                "server without one")
+        errors.raise_any()
+
     # connection plumbing -------------------------------------------------------------------
     def _config(self) -> ConnectionConfig:
         """The SDK's connection settings, with the one transport every SDK client shares."""
@@ -567,6 +586,18 @@ class OpenSandboxProvider(Provider):
             if _status(exc) == 404:
                 return None
             raise self._api_error(f"cannot get sandbox {sandbox_id}", exc) from exc
+
+    async def preflight(self, images: list[str]) -> None:
+        """The server answers and takes the key: one list call (the images are the server's to pull)."""
+        where = "sandbox.opensandbox.connection"
+        try:
+            await self.list({"run": "sandbatch-preflight"})
+        except SandboxError as exc:
+            if exc.failure_class == "sandbox_auth":
+                raise UserError(f"{exc}; export the server's key in the variable it names",
+                                f"{where}.api_key_env") from None
+            raise UserError(f"the OpenSandbox server does not answer ({exc}); start it, or fix the address",
+                            f"{where}.domain") from None
 
     async def list(self, labels: dict[str, str]) -> list[SandboxInfo]:
         manager = await self.manager()

@@ -17,6 +17,7 @@ from ..sandbox import Sandbox, SandboxGone
 from ..core.util import jsonl, write_atomic, write_jsonl
 from ..tasks.settings import prompt_for
 from ..core import killpoint
+from ..core.model_calls import iter_calls, outage
 from . import kept
 from .common import Step
 from .sandbox import create_agent_sandbox, fill
@@ -84,8 +85,9 @@ class HarnessStep(Step):
         write_atomic(ctx.path(MODEL_CALLS), "")  # calls of an earlier attempt do not count
         sandbox = await self._sandbox(handle)
         try:
-            async with self._model_endpoint() as (model_url, api_key):
-                outcome = await self._run_agent(sandbox, model_url, api_key)
+            async with self._model_endpoint() as (model_url, api_key, proxy):
+                outcome = await self._run_agent(sandbox, model_url, api_key, proxy)
+            self._check_endpoint()  # the proxy is stopped: every call is in model_calls.jsonl
             await sandbox.ensure_alive("the agent run")
         except BaseException:
             # interrupted or failed: nobody else will clean this sandbox up in time
@@ -117,12 +119,12 @@ class HarnessStep(Step):
 
     @contextlib.asynccontextmanager
     async def _model_endpoint(self):
-        """(base URL, key) the agent uses: the rollout's proxy, or the model itself."""
+        """(base URL, key, proxy) the agent uses: the rollout's proxy, or the model itself (proxy None)."""
         cfg = self.ctx.cfg
         if not self.harness.needs_model:
-            yield None, None
+            yield None, None, None
         elif not cfg.model.proxy.enabled:
-            yield cfg.model.base_url, os.environ.get(cfg.model.api_key_env) if cfg.model.api_key_env else None
+            yield cfg.model.base_url, cfg.model.upstream_key(), None
         else:
             from ..proxy import ModelProxy, proxy_hosts
 
@@ -133,9 +135,42 @@ class HarnessStep(Step):
             else:
                 bind, advertise = proxy_hosts(cfg.sandbox.provider, cfg.model.proxy, cfg.sandbox.service())
             async with ModelProxy.from_config(cfg.model, self.ctx.path(MODEL_CALLS), bind_host=bind) as proxy:
-                yield proxy.url_for(advertise), proxy.agent_key
+                yield proxy.url_for(advertise), proxy.agent_key, proxy
 
-    async def _run_agent(self, sandbox: Sandbox, model_url: str | None, api_key: str | None) -> Outcome:
+    def _check_endpoint(self) -> None:
+        """InfraError of the endpoint's failure class when the agent's last model call failed
+        for the endpoint's reasons (core.model_calls.outage): an outage is never the agent's."""
+        found = outage(iter_calls(self.ctx.path(MODEL_CALLS)))
+        if found is None:
+            return
+        failure_class, call, failed, calls = found
+        what = call.get("error") or f"HTTP {call.get('status')}"
+        raise InfraError(f"model endpoint {self.ctx.cfg.model.base_url}: {failure_class}: {what} "
+                         f"({failed} of {calls} model calls failed; the last one did)", failure_class)
+
+    async def _until_down(self, run: "asyncio.Future[Outcome]", proxy) -> Outcome:
+        """The agent's outcome, or the agent stopped as soon as the proxy finds the endpoint
+        down (model.proxy.stop_after_failures calls in a row): waiting out the agent's
+        timeout against a dead endpoint only delays the retry."""
+        agent = asyncio.ensure_future(run)
+        if proxy is None:
+            return await agent
+        down = asyncio.ensure_future(proxy.down().wait())
+        try:
+            await asyncio.wait({agent, down}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            down.cancel()
+            if not agent.done():
+                agent.cancel()
+                await asyncio.wait({agent})  # its own clean-up (the agent's process, its thread)
+        if not agent.cancelled():
+            return agent.result()
+        self._log(f"agent stopped: the model endpoint failed {proxy.settings.stop_after_failures} calls in a row "
+                  f"({proxy.outage})")
+        self._check_endpoint()
+        raise InfraError(f"model endpoint {self.ctx.cfg.model.base_url}: {proxy.outage}", proxy.outage or "model")
+
+    async def _run_agent(self, sandbox: Sandbox, model_url: str | None, api_key: str | None, proxy) -> Outcome:
         ctx, cfg = self.ctx, self.ctx.cfg
         run_ctx = RunContext(
             task=ctx.task, prompt=prompt_for(ctx.task, cfg.benchmark),
@@ -150,7 +185,7 @@ class HarnessStep(Step):
                              f"{ctx.scaled(cfg.timeouts.install):.0f} s", "harness_install") from None
         install_s = time.monotonic() - t0
         async with self._progress("agent"):
-            outcome = await self.harness.run(sandbox, run_ctx)
+            outcome = await self._until_down(self.harness.run(sandbox, run_ctx), proxy)
         outcome.install_s = install_s
         self._log(f"agent finished: {outcome.status} (exit {outcome.exit_code}), {len(outcome.events)} events")
         return outcome

@@ -89,9 +89,9 @@ def _checked_path(bench: "BenchmarkConfig") -> Path:
     _module(bench.kind)
     path = tasks_path(bench)
     if not path.exists():
-        raise UserError(f"benchmark.tasks: {bench.tasks!r} not found; write it with `sandbatch fetch-tasks "
-                        f"{bench.kind} --out {shlex.quote(str(bench.tasks))}`, or point benchmark.tasks at the "
-                        f"benchmark's task file")
+        raise UserError(f"{bench.tasks!r} not found; write it with `sandbatch fetch-tasks {bench.kind} --out "
+                        f"{shlex.quote(str(bench.tasks))}`, or point benchmark.tasks at the benchmark's task file",
+                        "benchmark.tasks")
     return path
 
 

@@ -29,7 +29,7 @@ def _row(raw: bytes, where: str) -> dict[str, Any]:
 def iter_rows(path: Path) -> Iterator[tuple[int, int, dict[str, Any]]]:
     """(line number, byte offset, row) for every non-blank line."""
     if not path.is_file():
-        raise UserError(f"benchmark.tasks: task file {str(path)!r} not found; point it at a JSONL file of task rows")
+        raise UserError(f"task file {str(path)!r} not found; point it at a JSONL file of task rows", "benchmark.tasks")
     offset = 0
     with open(path, "rb") as fh:
         for lineno, raw in enumerate(fh, 1):

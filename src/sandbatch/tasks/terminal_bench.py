@@ -26,8 +26,8 @@ KEEP_ALIVE = ["/bin/sh", "-c", "sleep infinity"]
 
 def task_dirs(root: Path) -> list[Path]:
     if not root.is_dir():
-        raise UserError(f"benchmark.tasks: {str(root)!r} is not a directory; point it at a directory of "
-                        f"Terminal-Bench task directories (each with task.toml)")
+        raise UserError(f"{str(root)!r} is not a directory; point it at a directory of Terminal-Bench task "
+                        f"directories (each with task.toml)", "benchmark.tasks")
     return sorted(p.parent for p in root.glob("*/task.toml"))
 
 

@@ -32,6 +32,30 @@ async def pull(engine: Engine, image: str) -> None:
     await engine.call("pull", repository, tag=tag or "latest")
 
 
+async def unavailable(engine: Engine, wanted: list[str], pull: str) -> tuple[str, str] | None:
+    """(an image, why) for the first of `wanted` a create cannot have under `pull`: not on
+    the engine and either `never` pulled or not found by the registry (one manifest lookup,
+    nothing downloaded); None when all can be had. Lookups run 8 at a time."""
+    gate = asyncio.Semaphore(8)
+
+    async def why(image: str) -> str | None:
+        async with gate:
+            if await _inspect_image(engine, image) is not None:
+                return None
+            if pull == "never":
+                return "is not on the engine and sandbox.docker.pull is never"
+            try:
+                await engine.call("inspect_distribution", image)
+            except (NotFound, SandboxError) as exc:
+                return f"is not on the engine and its registry does not have it ({exc})"
+            return None
+
+    for image, reason in zip(wanted, await asyncio.gather(*map(why, wanted))):
+        if reason:
+            return image, reason
+    return None
+
+
 async def image_after(provider: EngineOwner, spec: SandboxSpec, script: str,
                       timeout: float) -> tuple[str, str] | None:
     """The image made by running `script` in a container of spec.image, then a commit (the

@@ -10,7 +10,7 @@ from typing import Any
 from docker.types import Mount
 
 from ...core.errors import InfraError, UserError
-from ..base import CA_ENV, Provider, SandboxError, SandboxInfo, SandboxSpec
+from ..base import CA_ENV, ImageUnavailable, Provider, SandboxError, SandboxInfo, SandboxSpec
 from . import images
 from .engine import Engine, EngineError, NotFound
 from .sandbox import TMPDIR, DockerSandbox, archive
@@ -48,6 +48,21 @@ class DockerProvider(Provider):
         self.engine = Engine(o, self.api_timeout)
         # pulls and commits may take long: their own client, with the create timeout
         self.slow_engine = Engine(o, self.create_timeout)
+
+    async def preflight(self, wanted: list[str]) -> None:
+        try:
+            await self.engine.call("ping")
+        except SandboxError as exc:
+            raise UserError(f"{exc}; or set sandbox.docker.host (DOCKER_HOST) to the engine's address",
+                            "sandbox.docker.host") from None
+        missing = await images.unavailable(self.engine, wanted, self.options["pull"])
+        if missing is not None:
+            image, why = missing
+            fix = ("docker pull it first, or set sandbox.docker.pull: missing" if self.options["pull"] == "never"
+                   else "fix the task's image, sandbox.image_rewrites or sandbox.default_image, or log in to "
+                        "the registry (docker login)")
+            raise ImageUnavailable(f"image {image} {why}; {fix}", image,
+                                   "sandbox.docker.pull" if self.options["pull"] == "never" else None)
 
     async def inspect(self, name: str) -> dict[str, Any] | None:
         """The engine's inspect data of one container, or None when it does not exist."""
