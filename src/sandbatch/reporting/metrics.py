@@ -23,12 +23,9 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def ks_for(n_min: int) -> list[int]:
-    """k = 1, 2, 4, ... up to the smallest number of samples per task."""
-    ks, k = [], 1
-    while k <= n_min:
-        ks.append(k)
-        k *= 2
-    return ks
+    """Every k from 1 up to the smallest number of samples per task (beyond it the estimator
+    has no samples to draw from)."""
+    return list(range(1, n_min + 1))
 
 
 def percentile(values: list[float], q: float) -> float | None:
