@@ -114,6 +114,11 @@ def suspicious_rollouts(rows: list[Mapping[str, Any]]) -> list[str]:
     return [f"{r['instance_id']}#{r.get('repeat', 0)}" for r in rows if r.get("suspicious")]
 
 
+def graded_nothing(m: Mapping[str, Any]) -> bool:
+    """Every rollout of the run ended in an infrastructure error: its numbers measure no agent."""
+    return bool(m["rollouts"]) and m["status_counts"].get("infra_error", 0) == m["rollouts"]
+
+
 def _rate(num: int, den: int) -> dict[str, Any]:
     return {"value": round(num / den, 6) if den else None, "numerator": num, "denominator": den}
 

@@ -22,10 +22,10 @@ def rollout_row(cfg: Config, task: TaskRef, repeat: int) -> dict[str, Any]:
     pr = load(PatchRecord, d / PATCH_INFO)
     gr = load(GradeRecord, d / GRADE)
     resp = read_json(d / RESPONSE)
-    status, failure_class, failed_phase = hr.status, hr.failure_class or gr.failure_class, None
+    status, failure_class, failed_phase, error = hr.status, hr.failure_class or gr.failure_class, None, None
     for phase, rec in (("sandbox", sb), ("harness", hr), ("patch", pr), ("grade", gr)):
         if rec.status == "infra_error":
-            status, failure_class, failed_phase = "infra_error", rec.failure_class, phase
+            status, failure_class, failed_phase, error = "infra_error", rec.failure_class, phase, rec.error
             break
     if gr.status == "tampered":  # grading.tampering: fail
         status, failure_class, failed_phase = "tampered", gr.failure_class, "grade"
@@ -34,6 +34,7 @@ def rollout_row(cfg: Config, task: TaskRef, repeat: int) -> dict[str, Any]:
     return {
         "run": cfg.run, "task_id": task.id, "instance_id": task.instance_id, "repo": task.repo, "repeat": repeat,
         "status": status, "failure_class": failure_class, "failed_phase": failed_phase,
+        "error": error,  # the failed phase's error message, of an infra_error
         "reward": gr.reward, "resolved": gr.resolved, "patch_empty": pr.empty, "patch_bytes": pr.bytes,
         "patch_applied": gr.patch_applied, "tests_ran": gr.tests_ran,
         "harness": hr.harness, "harness_status": hr.status, "exit_code": hr.exit_code,
