@@ -28,9 +28,10 @@ rule all:
 
 
 # Whatever a run leaves behind (killed jobs, failed deletes) is deleted by label at the end,
-# successful or not.
+# successful or not. A run whose every rollout ended in an infrastructure error fails then.
 onsuccess:
     finish_run(success=True)
+    exit_if_graded_nothing(CFG)
 
 
 onerror:

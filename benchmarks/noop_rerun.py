@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from synth import write_bare, write_tasks  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-ROLLOUT_FILES = ("sandbox.json", "events.jsonl", "harness.json", "model_calls.jsonl", "response.json",
+ROLLOUT_FILES = ("sandbox.json", "events.jsonl", "harness.json", "model_calls.jsonl", "response.json", "trajectory.json",
                  "patch.diff", "patch.json", "grade.json")
 
 
@@ -37,7 +37,7 @@ def lay_out(wd: Path, run: str, ids: list[str], repeats: int, summary: list[str]
         path.write_text("{}\n")
         os.utime(path, (when, when))
 
-    for name in ("run", "grade", "aggregate"):
+    for name in ("run", "agent", "grade", "aggregate"):
         touch(run_dir / "_settings" / f"{name}.json", t)
     for i, name in enumerate(ROLLOUT_FILES):
         for tid in ids:

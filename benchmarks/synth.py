@@ -56,41 +56,41 @@ rule all:
 
 rule settings:
     output: SETTINGS + "/{{stage}}.json"
-    wildcard_constraints: stage="run|grade|aggregate"
+    wildcard_constraints: stage="agent|grade|aggregate"
     shell: "true"
 
 rule sandbox:
-    input: settings=ancient(SETTINGS + "/run.json")
+    input: stamp=SETTINGS + "/agent.json"
     output: ROLLOUT + "/sandbox.json"
     log: ROLLOUT + "/logs/sandbox.log"
     shell: "true"
 
 rule harness:
-    input: settings=ancient(SETTINGS + "/run.json"), sandbox=ancient(ROLLOUT + "/sandbox.json")
+    input: sandbox=ROLLOUT + "/sandbox.json"
     output: events=ROLLOUT + "/events.jsonl", harness=ROLLOUT + "/harness.json", calls=ROLLOUT + "/model_calls.jsonl"
     log: ROLLOUT + "/logs/harness.log"
     shell: "true"
 
 rule convert:
-    input: settings=ancient(SETTINGS + "/run.json"), events=ROLLOUT + "/events.jsonl", harness=ROLLOUT + "/harness.json", calls=ROLLOUT + "/model_calls.jsonl"
+    input: events=ROLLOUT + "/events.jsonl", harness=ROLLOUT + "/harness.json", calls=ROLLOUT + "/model_calls.jsonl"
     output: ROLLOUT + "/response.json"
     log: ROLLOUT + "/logs/convert.log"
     shell: "true"
 
 rule patch:
-    input: settings=ancient(SETTINGS + "/run.json"), sandbox=ancient(ROLLOUT + "/sandbox.json"), harness=ROLLOUT + "/harness.json"
+    input: sandbox=ancient(ROLLOUT + "/sandbox.json"), harness=ROLLOUT + "/harness.json"
     output: patch=ROLLOUT + "/patch.diff", info=ROLLOUT + "/patch.json"
     log: ROLLOUT + "/logs/patch.log"
     shell: "true"
 
 rule grade:
-    input: settings=ancient(SETTINGS + "/run.json"), stamp=SETTINGS + "/grade.json", patch=ROLLOUT + "/patch.diff", info=ROLLOUT + "/patch.json"
+    input: stamp=SETTINGS + "/grade.json", patch=ROLLOUT + "/patch.diff", info=ROLLOUT + "/patch.json"
     output: ROLLOUT + "/grade.json"
     log: ROLLOUT + "/logs/grade.log"
     shell: "true"
 
 rule aggregate:
-    input: settings=ancient(SETTINGS + "/run.json"), stamp=SETTINGS + "/aggregate.json", grades=rollout_files("grade.json"), responses=rollout_files("response.json")
+    input: stamp=SETTINGS + "/aggregate.json", grades=rollout_files("grade.json"), responses=rollout_files("response.json")
     output: RUN_DIR + "/rollouts.jsonl"
     shell: "true"
 '''

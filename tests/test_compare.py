@@ -69,10 +69,12 @@ def test_pass_at_k_and_flaky_tasks_with_repeats():
     b = make("b", {"x": [True] * 4, "y": [True, True, True, False], "z": [True] * 4})  # z: only in B
     c = compare(a, b)
     assert c["tasks"] == 2 and c["only_in_b"] == ["z"] and c["repeats_min"] == 4
-    assert set(c["metrics"]) == {"resolved", "pass@1", "pass@2", "pass@4"}
-    # x in A: 1 of 4 correct: pass@1 0.25, pass@2 1 - C(3,2)/C(4,2) = 0.5, pass@4 1; y: 0
+    assert list(c["metrics"]) == ["resolved", "pass@1", "pass@2", "pass@3", "pass@4"]
+    # x in A: 1 of 4 correct: pass@1 0.25, pass@2 1 - C(3,2)/C(4,2) = 0.5, pass@3 1 - C(3,3)/C(4,3)
+    # = 0.75, pass@4 1; y: 0
     assert c["metrics"]["pass@1"]["a"] == pytest.approx(0.125)
     assert c["metrics"]["pass@2"]["a"] == pytest.approx(0.25)
+    assert c["metrics"]["pass@3"]["a"] == pytest.approx(0.375)
     assert c["metrics"]["pass@4"]["a"] == pytest.approx(0.5)
     assert c["metrics"]["pass@1"]["b"] == pytest.approx((1 + 0.75) / 2)
     assert c["flaky"] == {"a": ["x"], "b": ["y"]}

@@ -83,7 +83,7 @@ def test_gym_export_is_read_by_gym_reward_profiling_with_the_same_numbers(tmp_pa
     gym_pass = gym_env.pass_at_k([by_task[i] for i in sorted(by_task)])
     assert {k: pytest.approx(v) for k, v in metrics["pass_at_k"].items()} == {
         k: gym_pass[f"pass@{k}/accuracy"] for k in metrics["pass_at_k"]}
-    assert set(metrics["pass_at_k"]) == {"1", "2", "4"}
+    assert set(metrics["pass_at_k"]) == {"1", "2", "3", "4"}
     gym_env.assert_valid_responses([row["response"] for row in exported])  # the oracle's response.json
     inputs_rows = [json.loads(line) for line in inputs.read_text().splitlines()]
     assert gym_env.validate_create_params([r["responses_create_params"] for r in inputs_rows]) == [[]] * 12

@@ -34,8 +34,9 @@ def test_pass_at_k_rejects_impossible_counts():
 
 def test_ks_and_percentiles():
     assert ks_for(1) == [1]
-    assert ks_for(8) == [1, 2, 4, 8]
-    assert ks_for(6) == [1, 2, 4]
+    assert ks_for(3) == [1, 2, 3]
+    assert ks_for(6) == [1, 2, 3, 4, 5, 6]
+    assert ks_for(0) == []
     assert percentile([3, 1, 2], 50) == 2
     assert percentile([1, 2, 3, 4], 95) == pytest.approx(3.85)
     assert percentile([], 50) is None

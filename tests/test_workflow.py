@@ -105,7 +105,9 @@ def test_wrong_gold_patch_is_unresolved_and_repeats_give_pass_at_k(tmp_path):
     assert len(rows) == 3 and {r["repeat"] for r in rows} == {0, 1, 2}
     assert not any(r["resolved"] for r in rows)
     assert all(r["tests_ran"] and r["tests_status"]["FAIL_TO_PASS"]["failure"] for r in rows)
-    assert metrics(tmp_path, "wrong")["pass_at_k"] == {"1": 0.0, "2": 0.0}
+    assert metrics(tmp_path, "wrong")["pass_at_k"] == {"1": 0.0, "2": 0.0, "3": 0.0}
+    report = (tmp_path / "results/wrong/report.md").read_text()
+    assert all(f"| pass@{k} | 0.0 |" in report for k in (1, 2, 3)), report
 
 
 def test_repeats_and_limit_from_the_command_line(tmp_path):

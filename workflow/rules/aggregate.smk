@@ -3,7 +3,7 @@ from sandbatch.rollout.export import GYM_DIR, GYM_FILES
 # Outputs marked report(...) make up `snakemake --report report.html` (captions in workflow/report/).
 rule aggregate:
     input:
-        settings=ancient(RUN_SETTINGS),
+        settings=current_settings,
         stamp=SETTINGS + "/aggregate.json",
         grades=rollout_files("grade.json"),
         responses=rollout_files("response.json"),

@@ -6,8 +6,8 @@ import time
 
 from sandbatch.ops.owners import register as register_owner, unregister as unregister_owner
 from sandbatch.steps.forkserver import StepServer, executor_on_command_line
-from sandbatch.ops.workflow import (end_summary, load_run, preflight_or_exit, reaped_since, recover_before_run,
-                                    sandboxes_at_once, stamps)
+from sandbatch.ops.workflow import (end_summary, exit_if_graded_nothing, load_run, preflight_or_exit, reaped_since,
+                                    recover_before_run, sandboxes_at_once, stamps, write_run_settings)
 
 STARTED = time.time()  # this invocation's start: what its aggregate wrote is newer
 CFG, CFG_RAW, TASKS = load_run(workflow, config)
@@ -19,7 +19,7 @@ STEP_SERVER = StepServer()
 if workflow.remote_exec and not workflow.dryrun and executor_on_command_line(sys.argv) in (None, "local"):
     STEP_SERVER.start(CFG)
     atexit.register(STEP_SERVER.stop)
-STAMPS = stamps(CFG_RAW)
+STAMPS = stamps(CFG_RAW, (f"{t.id}/{r}" for t in TASKS for r in range(CFG.repeats)))
 RUN_DIR = str(CFG.run_dir)
 ROLLOUT = RUN_DIR + "/{task}/{repeat}"
 SETTINGS = RUN_DIR + "/_settings"
@@ -62,7 +62,16 @@ def final_outputs_after_recovery(wildcards):
     (stale locks, half-written outputs; see sandbatch.ops.workflow.recover_before_run): only a run
     that executes jobs gets there, never `-n`, `--touch`, `--unlock` or `--report`."""
     recover_before_run(workflow)
+    write_run_settings(workflow, RUN_SETTINGS, STAMPS["run"])
     return get_final_outputs()
+
+
+def current_settings(wildcards):
+    """Input function of every step: no input file, but _settings/run.json, which the step reads,
+    holds the config as it is now before any job runs, whatever the target (see
+    sandbatch.ops.workflow.write_run_settings)."""
+    write_run_settings(workflow, RUN_SETTINGS, STAMPS["run"])
+    return []
 
 
 def step_command(step):
@@ -79,15 +88,15 @@ def attempt(wildcards, attempt):
     return attempt
 
 
-# Settings files: written only when their content changes (params rerun trigger), so a
-# stage reruns exactly when its own settings change.
+# Stage settings files: written only when their content changes (params rerun trigger), so a
+# stage and what follows it rerun exactly when its own settings change (ops.workflow.stamps).
 rule settings:
     output:
         SETTINGS + "/{stage}.json",
     params:
         content=lambda wc: STAMPS[wc.stage],
     wildcard_constraints:
-        stage="run|grade|aggregate",
+        stage="agent|grade|aggregate",
     localrule: True
     shell:
         "printf '%s\\n' {params.content:q} > {output}"

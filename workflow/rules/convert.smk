@@ -1,6 +1,6 @@
 rule convert:
     input:
-        settings=ancient(RUN_SETTINGS),
+        settings=current_settings,
         events=ROLLOUT + "/events.jsonl",
         harness=ROLLOUT + "/harness.json",
         calls=ROLLOUT + "/model_calls.jsonl",

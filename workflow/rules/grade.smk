@@ -1,7 +1,7 @@
 # Reruns when the patch or the grading settings change, never the agent.
 rule grade:
     input:
-        settings=ancient(RUN_SETTINGS),
+        settings=current_settings,
         stamp=SETTINGS + "/grade.json",
         patch=ROLLOUT + "/patch.diff",
         info=ROLLOUT + "/patch.json",

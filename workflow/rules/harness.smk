@@ -1,9 +1,10 @@
-# Agent runs are the expensive part: only a missing output or an explicit --forcerun reruns
-# them (every input is ancient, so neither config edits nor timestamps do).
+# Agent runs are the expensive part: only a missing output, a new sandbox (a changed
+# _settings/agent.json or a missing sandbox.json redoes the sandbox step) or an explicit
+# --forcerun reruns them; edits of other settings and of code do not.
 rule harness:
     input:
-        settings=ancient(RUN_SETTINGS),
-        sandbox=ancient(ROLLOUT + "/sandbox.json"),
+        settings=current_settings,
+        sandbox=ROLLOUT + "/sandbox.json",
     output:
         events=ROLLOUT + "/events.jsonl",
         harness=ROLLOUT + "/harness.json",

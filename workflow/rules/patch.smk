@@ -1,7 +1,7 @@
 # Deletes the agent sandbox once the patch is out.
 rule patch:
     input:
-        settings=ancient(RUN_SETTINGS),
+        settings=current_settings,
         sandbox=ancient(ROLLOUT + "/sandbox.json"),
         harness=ROLLOUT + "/harness.json",
     output:

@@ -1,6 +1,9 @@
+# Redone when the settings the agent run depends on change (_settings/agent.json), and with it
+# the whole rollout.
 rule sandbox:
     input:
-        settings=ancient(RUN_SETTINGS),
+        settings=current_settings,
+        stamp=SETTINGS + "/agent.json",
     output:
         ROLLOUT + "/sandbox.json",
     log:

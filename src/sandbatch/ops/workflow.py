@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -11,6 +12,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from ..core.config import Config, base_url_source, parse, run_config, source_of, workflow_sources
 from ..core.errors import Collector, UserError, error_lines
 from ..core.files import MANIFEST
+from ..core.util import write_atomic
 from ..tasks import Task, TaskRef, read_task, select_tasks
 
 SUMMARY_BY_CALLER = "SANDBATCH_SUMMARY_BY_CALLER"  # set: the workflow's end leaves the summary to its caller
@@ -217,18 +219,84 @@ def preflight_or_exit(cfg: Config) -> None:
         sys.exit(1)
 
 
-def stamps(raw: dict[str, Any]) -> dict[str, str]:
+# Settings that change no rollout's outcome: the run's name and place, how much of the benchmark
+# it takes (the aggregate's selection, below), how fast and how often it goes, what it traces.
+# Grading and the aggregate have stamps of their own.
+_NOT_AGENT = ("run", "results_dir", "repeats", "retries", "concurrency", "nodes", "traces", "grading", "aggregate")
+_SELECTION = ("limit", "instance_ids", "filter")
+# within model and its proxy: the variables' names (their values are resolved into the keys beside
+# them), where the proxy listens and how it paces retries of an upstream that failed
+_MODEL_PLUMBING = ("base_url_env", "name_env", "api_key_env")
+_PROXY_PLUMBING = ("bind_host", "advertise_host", "port", "retries", "backoff", "backoff_max", "retry_budget",
+                   "connect_timeout")
+# within sandbox: where sandboxes live and how they are reached, paced and labelled; registry
+# rewrites name mirrors of the same images. Only the selected provider's own options count.
+_SANDBOX_PLUMBING = ("ttl_seconds", "owner", "image_rewrites", "create_rate")
+_PROVIDER_PLUMBING = ("root", "connection", "operations", "probe", "docker", "host", "label_prefix", "api_timeout",
+                      "create_timeout", "pull")
+
+
+def _without(section: dict[str, Any], keys: Iterable[str]) -> dict[str, Any]:
+    return {k: v for k, v in section.items() if k not in keys}
+
+
+def agent_settings(raw: dict[str, Any]) -> dict[str, Any]:
+    """What a rollout's agent run depends on: the task set's definition, the harness, the model,
+    the selected sandbox provider, the agent's timeouts and the patch's extraction (the agent's
+    sandbox is gone once the patch is out, so a new patch needs a new agent run)."""
+    out = _without(raw, _NOT_AGENT)
+    out["benchmark"] = _without(raw["benchmark"], _SELECTION)
+    model = _without(raw["model"], _MODEL_PLUMBING)
+    out["model"] = {**model, "proxy": _without(model["proxy"], _PROXY_PLUMBING)}
+    sandbox = raw["sandbox"]
+    provider = sandbox["provider"]
+    out["sandbox"] = {**{k: v for k, v in _without(sandbox, _SANDBOX_PLUMBING).items() if not isinstance(v, dict)},
+                      provider: _without(sandbox.get(provider) or {}, _PROVIDER_PLUMBING)}
+    out["timeouts"] = _without(raw["timeouts"], ("grade",))
+    return out
+
+
+def stamps(raw: dict[str, Any], rollouts: Iterable[str]) -> dict[str, str]:
     """Per-stage settings as canonical JSON: a stage reruns exactly when its stamp changes.
 
-    `run` (the whole config) is read by every step but never triggers reruns of agent
-    steps (they take it as ancient input); `grade` and `aggregate` do trigger their stage.
+    The `settings` rule (workflow/rules/common.smk) writes each one when its content changes
+    (Snakemake's params trigger), so only the stages downstream of a changed stamp are redone:
+    `agent` (an input of the sandbox step, whose output the rest of the rollout reads),
+    `grade` (grading from the saved patch) and `aggregate` (its settings and the rollouts it
+    sums up, by their digest: a selection that drops rollouts is aggregated again).
+    `run` is the whole config, which the steps read: written outside the DAG (write_run_settings).
     """
     dump = lambda obj: json.dumps(obj, sort_keys=True, separators=(",", ":"))  # noqa: E731
+    names = list(rollouts)
+    selection = hashlib.sha256("\n".join(names).encode()).hexdigest()
     return {
         "run": dump(raw),
+        "agent": dump(agent_settings(raw)),
         "grade": dump({"grading": raw["grading"], "timeout": raw["timeouts"]["grade"]}),
-        "aggregate": dump({"aggregate": raw["aggregate"]}),
+        "aggregate": dump({"aggregate": raw["aggregate"], "rollouts": len(names), "selection_sha256": selection}),
     }
+
+
+_written: set[str] = set()
+
+
+def write_run_settings(workflow, path: str, content: str) -> None:
+    """The config as it is now in `path` (the steps' --config), before any job of a run that
+    executes jobs starts; rewritten only when it changed. Called from an input function of every
+    rule (once per process): it is no input file of any job, so that a rewrite never holds back
+    the jobs a changed config adds (Snakemake 9.27 skips the jobs downstream of a job it reruns
+    when they read its output as ancient(): the missing rollouts of a raised `repeats` with them)."""
+    if path in _written or not executes_jobs(workflow):
+        return
+    target = Path(path)
+    text = content + "\n"
+    try:
+        same = target.read_text(encoding="utf-8") == text
+    except OSError:
+        same = False
+    if not same:
+        write_atomic(target, text)
+    _written.add(path)
 
 
 def sandboxes_at_once(cfg: Config, spawned: bool = False) -> int:
@@ -277,3 +345,21 @@ def end_summary(cfg: Config, since: float, success: bool, in_workflow: bool = Tr
         return []
     return [f"sandbatch: run {cfg.run}: the aggregate did not run (a step failed: see the FAILED lines above, "
             f"`sandbatch status {cfg.run}`); the same command retries what is missing"]
+
+
+def exit_if_graded_nothing(cfg: Config) -> None:
+    """End of a successful run: when every rollout ended in an infrastructure error the run
+    failed, though every job did its part (the report, written, says why on its first lines).
+    Exits 1 with one line naming the failure classes; a run that graded anything goes on."""
+    from ..reporting.metrics import graded_nothing
+
+    path = cfg.run_dir / "metrics.json"
+    try:
+        m = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # no aggregate in this invocation's target
+        return
+    if graded_nothing(m):
+        classes = ", ".join(f"{k} {v}" for k, v in sorted(m["failure_classes"].items())) or "no class recorded"
+        print(f"sandbatch: error: run {cfg.run} graded nothing: all {m['rollouts']} rollouts ended in an "
+              f"infrastructure error ({classes}); see {cfg.run_dir / 'report.md'}", file=sys.stderr)
+        sys.exit(1)

@@ -23,12 +23,9 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def ks_for(n_min: int) -> list[int]:
-    """k = 1, 2, 4, ... up to the smallest number of samples per task."""
-    ks, k = [], 1
-    while k <= n_min:
-        ks.append(k)
-        k *= 2
-    return ks
+    """Every k from 1 up to the smallest number of samples per task (beyond it the estimator
+    has no samples to draw from)."""
+    return list(range(1, n_min + 1))
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -158,6 +155,11 @@ def token_data(joins: list[Mapping[str, Any]]) -> dict[str, Any]:
 def suspicious_rollouts(rows: list[Mapping[str, Any]]) -> list[str]:
     """`instance_id#repeat` of the rollouts whose patch has suspicious lines."""
     return [f"{r['instance_id']}#{r.get('repeat', 0)}" for r in rows if r.get("suspicious")]
+
+
+def graded_nothing(m: Mapping[str, Any]) -> bool:
+    """Every rollout of the run ended in an infrastructure error: its numbers measure no agent."""
+    return bool(m["rollouts"]) and m["status_counts"].get("infra_error", 0) == m["rollouts"]
 
 
 def _rate(num: int, den: int) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from typing import Any
 
 from ..core.config import Config
 from . import outcomes
+from .metrics import graded_nothing
 from .plots import PLOTS, TITLES
 from .view import VIEW_DIR
 
@@ -127,9 +128,29 @@ def _subtitle(cfg: Config, m: dict[str, Any]) -> str:
             f"rollouts), harness `{cfg.harness.name}`, model `{cfg.model.name}`, sandbox `{cfg.sandbox.provider}`.")
 
 
+def graded_nothing_lines(cfg: Config, m: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+    """The report's first lines when no rollout could be graded: each failure class with one
+    example error (the run exits non-zero: sandbatch.ops.workflow.exit_if_graded_nothing)."""
+    if not graded_nothing(m):
+        return []
+    examples: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        examples.setdefault(r["failure_class"] or "unknown", r)
+    lines = [f"**Nothing was graded: all {m['rollouts']} rollouts ended in an infrastructure error, so the "
+             "numbers below measure no agent.** Fix the cause, then `sandbatch rerun-errors "
+             f"{cfg.run}` and the same run command.", ""]
+    for cls, r in sorted(examples.items()):
+        error = " ".join((r.get("error") or "no error recorded").split())
+        error = error if len(error) <= 300 else error[:297] + "..."
+        lines.append(f"- `{cls}` ({m['failure_classes'].get(cls, 0)} rollouts), e.g. {r['instance_id']}#{r['repeat']} "
+                     f"in {r['failed_phase']}: {error}")
+    return lines + [""]
+
+
 def markdown(cfg: Config, m: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     title = cfg.aggregate.report_title or f"Run {cfg.run}"
     lines = [
+        *graded_nothing_lines(cfg, m, rows),
         f"# {title}", "",
         _subtitle(cfg, m), "",
         "| metric | value |", "|---|---|",

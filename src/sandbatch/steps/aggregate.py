@@ -64,7 +64,10 @@ def write_summary(cfg: Config, grades: list[str] | None) -> list[dict]:
     rows = [rollout_row(cfg, t, r) for t, r in rollouts]
     out = cfg.run_dir
     write_jsonl(out / "rollouts.jsonl", rows)
-    for repeat in sorted({r for _, r in rollouts}):
+    repeats = sorted({r for _, r in rollouts})
+    for stale in set(out.glob("predictions.r*.jsonl")) - {out / f"predictions.r{r}.jsonl" for r in repeats}:
+        stale.unlink()  # of repeats the config no longer asks for
+    for repeat in repeats:
         name = "predictions.jsonl" if repeat == 0 else f"predictions.r{repeat}.jsonl"
         write_jsonl(out / name, [
             {"instance_id": t.instance_id, "model_name_or_path": cfg.model.name,
