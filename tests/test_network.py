@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from docker_fixtures import (docker_base_image, docker_engine, docker_run_label,  # noqa: F401 (fixtures)
-                             no_python_image)
+from docker_fixtures import (OPENCODE_PREFIX, agent_image, docker_base_image, docker_engine,  # noqa: F401
+                             docker_run_label, no_python_image)
+from harness_support import CALC_EDIT, fix_turns, items_of, rollout, scripted_model_server
 from real_opensandbox import IMAGE, real_opensandbox, unique_run, with_provider  # noqa: F401 (fixture)
 from sandbatch.sandbox import SandboxError
 from sandbatch.proxy import ModelProxy, proxy_hosts
@@ -31,7 +32,7 @@ from sandbatch.sandbox.local import LocalProvider
 from sandbatch.steps import network
 from sandbatch.tasks import Task
 from sandbatch.testing.scripted_model import Script, ScriptedModel
-from workflow_util import rollouts, snakemake
+from workflow_util import rollouts, snakemake, write_config
 
 # connect attempts from inside a sandbox: what each address answered
 PROBE = r"""
@@ -247,3 +248,38 @@ def test_a_terminal_bench_task_that_declares_internet_gets_it_and_the_rollout_sa
                           capture_output=True, text=True, check=True).stdout.split()
     assert left == []
 
+
+
+@pytest.mark.slow
+def test_real_opencode_in_docker_reaches_its_model_and_not_the_host(tmp_path, docker_engine, agent_image,
+                                                                    host_service):
+    """OpenCode in a container, through the workflow: its first command tries this host's
+    service (as an agent after a package index would), then it fixes the task; only the
+    model, through the gate, answered."""
+    check = f"{FETCH.format(port=host_service)} || echo FETCH FAILED; grep -n 'def divide' -A 2 calc.py"
+    script = {"tasks": {"divide() truncates": {"turns": fix_turns(check, CALC_EDIT),
+                                               "final": {"content": "divide() now returns the true quotient."}}},
+              "final": {"content": "Nothing to do."}}
+    run = f"oc-{tmp_path.name}"[:40]
+    harness = {"name": "opencode", "config": {"install": {"method": "path", "path": f"{OPENCODE_PREFIX}/bin/opencode"}}}
+    with scripted_model_server(script) as (url, model):
+        cfg = write_config(tmp_path, "config.yaml", {
+            "run": run, "retries": 0, "harness": harness, "timeouts": {"agent": 300},
+            "benchmark": {"instance_ids": ["smoke__calc-1"]},
+            "model": {"name": "scripted", "base_url": url},
+            "sandbox": {"provider": "docker", "default_image": agent_image}})
+        proc = snakemake(tmp_path, "--configfile", str(cfg), timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [row] = rollouts(tmp_path, run)
+    assert row["resolved"] and row["status"] == "ok", row
+    run_dir = tmp_path / "results" / run
+    net = rollout(run_dir, "smoke__calc-1", "harness.json")["network"]
+    assert (net["policy"], net["enforced"]) == ("model_only", True), net
+    assert not net["model_address"].startswith("host.docker.internal"), net  # the gate's address
+    first = items_of(rollout(run_dir, "smoke__calc-1", "response.json"), "function_call_output")[0]["output"]
+    assert "FETCH FAILED" in first and "answer" not in first.replace("answers", ""), first
+    assert len([r for r in model.requests if r["path"].endswith("/chat/completions")]) >= 3
+    assert rollout(run_dir, "smoke__calc-1", "grade.json")["network"]["policy"] == "none"
+    left = subprocess.run([docker_engine, "ps", "-aq", "--filter", f"label=sandbatch.run={run}"],
+                          capture_output=True, text=True, check=True).stdout.split()
+    assert left == []
