@@ -283,3 +283,15 @@ def test_real_opencode_in_docker_reaches_its_model_and_not_the_host(tmp_path, do
     left = subprocess.run([docker_engine, "ps", "-aq", "--filter", f"label=sandbatch.run={run}"],
                           capture_output=True, text=True, check=True).stdout.split()
     assert left == []
+
+
+def test_a_swe_bench_row_may_declare_internet(tmp_path):
+    from sandbatch.tasks import swebench
+
+    row = {"instance_id": "o__r-1", "problem_statement": "p", "patch": "", "test_patch": "", "FAIL_TO_PASS": [],
+           "PASS_TO_PASS": []}
+    path = tmp_path / "tasks.jsonl"
+    path.write_text(json.dumps({**row, "allow_internet": True}) + "\n" + json.dumps({**row, "instance_id": "o__r-2"}))
+    declared, undeclared = (task for task, _ in swebench.scan(path))
+    assert network.grading_allows_internet(declared) and not network.grading_allows_internet(undeclared)
+    assert "allow_internet" not in declared.extra
