@@ -206,7 +206,8 @@ async def with_provider(name: str, fn):
     options = {"connection": {"domain": server.domain, "protocol": server.protocol, "api_key_env": KEY_ENV,
                               "request_timeout": 60},
                "create": {"ready_timeout": 300}, "probe": {"timeout": 300},
-               "operations": {"timeout": 1200}}
+               "operations": {"timeout": 1200},
+               "network_policy": False}  # the test server has no egress sidecar (tests/real_opensandbox.py)
     async with provider_class("opensandbox")(options) as provider:
         return await fn(provider)
 

@@ -145,7 +145,9 @@ def config_for(a, run: str, model_url: str | None = None, tasks_file: Path | Non
     elif a.provider == "opensandbox":
         scheme, _, domain = OPENSANDBOX_URL.partition("://")
         cfg["sandbox"] = {"provider": "opensandbox", "default_image": "sandbatch/base:bookworm",
-                          "opensandbox": {"connection": {"domain": domain, "protocol": scheme, "api_key_env": KEY_ENV}}}
+                          "opensandbox": {"connection": {"domain": domain, "protocol": scheme, "api_key_env": KEY_ENV},
+                                          # the test server has no egress sidecar (tests/real_opensandbox.py)
+                                          "network_policy": False}}
     return cfg
 
 

@@ -110,3 +110,19 @@ def agent_image(docker_base_image: str, tmp_path_factory) -> str:
                            timeout=900)
     assert build.returncode == 0, f"docker build {tag}: {build.stderr[-1500:]}"
     return tag
+
+
+NO_PYTHON = ("RUN rm -rf /usr/bin/python3* /usr/lib/python3* /usr/local/lib/python3* /usr/local/bin/python* "
+             "&& ! command -v python3 && ! command -v python\n")
+
+
+@pytest.fixture(scope="session")
+def no_python_image(docker_engine: str, docker_base_image: str, tmp_path_factory) -> str:
+    """The base image without any Python, built locally (nothing is pulled)."""
+    context = tmp_path_factory.mktemp("no-python")
+    (context / "Dockerfile").write_text(f"FROM {docker_base_image}\n{NO_PYTHON}")
+    tag = "sandbatch/test-no-python:latest"
+    proc = subprocess.run([docker_engine, "build", "-q", "-t", tag, str(context)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return tag

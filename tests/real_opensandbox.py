@@ -44,6 +44,9 @@ class RealServer:
         """A `sandbox.opensandbox` block for this server (or a proxy of it at `domain`):
         the schema's defaults with waits that hold on a loaded 2-core machine."""
         opts: dict[str, Any] = {
+            # this server has no egress sidecar image (it cannot be pulled here): it refuses every
+            # network policy, so its sandboxes run unrestricted (tests/test_network.py)
+            "network_policy": False,
             "connection": {"domain": domain or self.domain, "protocol": self.protocol, "api_key_env": KEY_ENV,
                            "request_timeout": 30},
             "create": {"backoff_initial": 0.2, "backoff_max": 1, "ready_timeout": 60},

@@ -140,6 +140,7 @@ def _os_options(server) -> dict:
         "create": {"ready_timeout": 120},
         "probe": {"timeout": 120},
         "operations": {"timeout": 60},
+        "network_policy": False,  # the test server has no egress sidecar (real_opensandbox.py)
     }
 
 

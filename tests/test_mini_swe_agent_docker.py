@@ -13,15 +13,13 @@ import subprocess
 
 import pytest
 
-from docker_fixtures import docker_base_image, docker_engine  # noqa: F401 (fixtures)
+from docker_fixtures import docker_base_image, docker_engine, no_python_image  # noqa: F401 (fixtures)
 from harness_support import items_of, rollout, scripted_model_server
 from workflow_util import REPO, rollouts, snakemake, write_config
 
 pytestmark = pytest.mark.slow
 
 TASKS = REPO / "tests" / "fixtures" / "bench" / "terminal_bench"
-NO_PYTHON = ("RUN rm -rf /usr/bin/python3* /usr/lib/python3* /usr/local/lib/python3* /usr/local/bin/python* "
-             "&& ! command -v python3 && ! command -v python\n")
 SCRIPT = {
     "tasks": {"hello.txt": [
         {"content": "Is there a Python?", "tool_calls": [{"name": "bash", "arguments": {
@@ -32,18 +30,6 @@ SCRIPT = {
     "final": {"content": "Submitting.", "tool_calls": [{"name": "bash", "arguments": {
         "command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"}}]},
 }
-
-
-@pytest.fixture(scope="module")
-def no_python_image(docker_engine, docker_base_image, tmp_path_factory):
-    """The base image without any Python, built locally (nothing is pulled)."""
-    context = tmp_path_factory.mktemp("no-python")
-    (context / "Dockerfile").write_text(f"FROM {docker_base_image}\n{NO_PYTHON}")
-    tag = "sandbatch/test-no-python:latest"
-    proc = subprocess.run([docker_engine, "build", "-q", "-t", tag, str(context)],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return tag
 
 
 def run_hello_world(tmp_path, image, mode, url):
@@ -70,6 +56,8 @@ def test_host_mode_resolves_a_task_on_an_image_without_python(tmp_path, docker_e
         run, run_dir = run_hello_world(tmp_path, no_python_image, "host", url)
     h = rollout(run_dir, "hello-world", "harness.json")
     assert (h["status"], h["metadata"]["exit_status"]) == ("ok", "Submitted"), h
+    # mini-swe-agent talks to its model from this host: its commands' sandbox has no network
+    assert (h["network"]["policy"], h["network"]["enforced"]) == ("none", True), h["network"]
     resp = rollout(run_dir, "hello-world", "response.json")
     first = json.loads(items_of(resp, "function_call_output")[0]["output"])
     assert first["output"].splitlines() == ["no python", "/app"]  # ran in the container, in the workdir

@@ -243,7 +243,9 @@ def test_every_named_profile_runs_end_to_end_as_shipped(tmp_path, monkeypatch, r
             workdir.mkdir()
             cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO_ROOT / "Snakefile"), "-d", str(workdir),
                    "--cores", "2", "--configfile", str(REPO_ROOT / "config" / f"{profile}.yaml"),
-                   "--config", f"benchmark={json.dumps({'tasks': str(tasks), 'limit': 2})}"]
+                   "--config", f"benchmark={json.dumps({'tasks': str(tasks), 'limit': 2})}",
+                   # the test server has no egress sidecar (real_opensandbox.py)
+                   f"sandbox={json.dumps({'opensandbox': {'network_policy': False}})}"]
             log = open(workdir.parent / "snakemake.log", "w")
             procs[profile] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=workdir),
                               log)

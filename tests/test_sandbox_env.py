@@ -101,6 +101,7 @@ def test_opensandbox_sandbox_gets_nothing_of_the_step(step_env, real_opensandbox
     monkeypatch.setenv("SANDBATCH_TEST_OS_KEY", real_opensandbox.key)
     options = {"connection": {"domain": real_opensandbox.domain, "protocol": real_opensandbox.protocol,
                               "api_key_env": "SANDBATCH_TEST_OS_KEY", "request_timeout": 30},
-               "create": {"ready_timeout": 120}, "probe": {"timeout": 120}, "operations": {"timeout": 60}}
+               "create": {"ready_timeout": 120}, "probe": {"timeout": 120}, "operations": {"timeout": 60},
+               "network_policy": False}  # the test server has no egress sidecar (real_opensandbox.py)
     _assert_clean(_env_of(OpenSandboxProvider(options), SandboxSpec(
         image=docker_base_image, workdir="/", labels={"run": f"env-{uuid.uuid4().hex[:8]}"})))

@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 from ..core.files import (EVENTS, GRADE, HARNESS, INDEX, MODEL_CALLS, PATCH, PATCH_INFO,  # noqa: F401
                           RESPONSE, SANDBOX, TRAJECTORY)
 from ..core.util import write_json
-from ..sandbox.base import SandboxSpec
+from ..sandbox.base import NetworkRecord, SandboxSpec
 
 # tampered: grade only, the patch changed what grades it and grading.tampering is "fail" (or its code
 # reaches into the test runner and grading.suspicious is "fail")
@@ -164,6 +164,7 @@ class HarnessRecord(Record):
     events: int = 0
     unknown_events: int = 0
     metadata: dict[str, Any] = Field(default_factory=dict)
+    network: NetworkRecord | None = None  # what the agent's sandbox reached while the agent ran
     # the agent's sandbox when this step replaced the one in sandbox.json (used by an
     # interrupted attempt, or dead): a step never rewrites an upstream step's output
     sandbox: SandboxRecord | None = None
@@ -197,4 +198,5 @@ class GradeRecord(Record):
     tampering: list[dict[str, str]] = Field(default_factory=list)
     # added code that reaches into the test runner: [{path, line, text, reason}] (grading.suspicion)
     suspicious: list[dict[str, Any]] = Field(default_factory=list)
+    network: NetworkRecord | None = None  # what the grading sandbox reached
     log_path: str | None = None

@@ -40,8 +40,25 @@ class SandboxSpec(BaseModel):
     ttl_seconds: int = 7200
     labels: dict[str, str] = Field(default_factory=dict)
     entrypoint: list[str] | None = None
+    # the network the sandbox is created with: the engine's default (True) or none at all; an
+    # agent's sandbox is created open for the harness's install, then restricted (NetworkRecord)
     allow_internet: bool = True
     options: dict[str, Any] = Field(default_factory=dict)
+
+
+# what a sandbox reaches in one phase of a rollout (NetworkRecord.policy)
+NetworkPolicy = Literal["model_only", "none", "open"]
+
+
+class NetworkRecord(BaseModel):
+    """What a sandbox could reach during one phase (the agent's run, the grading), as recorded in
+    harness.json and grade.json: the policy asked for, why, and whether the provider enforced it."""
+
+    policy: NetworkPolicy  # model_only: the rollout's model proxy and nothing else; none: nothing
+    reason: str  # why this policy: the default, or the task's own declaration
+    enforced: bool  # False: the provider cannot isolate (local), the sandbox reached what the host does
+    model_address: str | None = None  # host the sandbox reached the model proxy at (model_only)
+    note: str = ""  # what the provider could not do, when it could not
 
 
 class ExecResult(BaseModel):
@@ -219,6 +236,15 @@ class Sandbox(abc.ABC):
                                "of SIGSTOP and SIGKILL", "sandbox_exec")
         return int(counts[0])
 
+    async def restrict_network(self, proxy: tuple[str, int] | None) -> str | None:
+        """Cut the running sandbox off from every address but the model proxy it reaches at
+        `proxy` (host, port), a server of this host (None: from every address, loopback
+        aside), for the rest of its life. Returns the host (name or address) the sandbox
+        reaches the proxy at from now on, or None. Only providers whose `isolates_network` is
+        True implement it."""
+        raise SandboxError(f"the {self.provider.name} provider cannot restrict a sandbox's network",
+                           "sandbox_network")
+
     def map_path(self, path: str) -> str:
         """Where an absolute path of the task's image (/logs/verifier, /tests, the image's
         workdir) lives in this sandbox: itself, except on providers without a filesystem
@@ -230,6 +256,9 @@ class Provider(abc.ABC):
     """Creates, finds and deletes sandboxes of one kind."""
 
     name: str
+    # whether the provider can restrict a sandbox's network (Sandbox.restrict_network, a spec
+    # without internet); False: its sandboxes reach whatever this host reaches (local)
+    isolates_network: bool = True
     # the run's shared create admission (sandbox.admission); None: creates are not paced
     admission: "CreateAdmission | None" = None
 

@@ -345,6 +345,9 @@ def _kill_groups(root: Path) -> None:
 
 class LocalProvider(Provider):
     name = "local"
+    # its commands are processes of this host's network namespace: nothing can be restricted
+    # without privileges the runner does not have; rollouts record it (NetworkRecord.enforced)
+    isolates_network = False
 
     def __init__(self, options=None):
         super().__init__(options)

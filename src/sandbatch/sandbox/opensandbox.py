@@ -37,6 +37,15 @@ of the SDK, and why:
   KEEPALIVE_POOL of them kept idle); keep-alive expiry stays below the server's so a reused connection is not one the server is closing
   ("Server disconnected").
 - SDK telemetry is off (OPENSANDBOX_DISABLE_METRICS=1 and `disable_metrics`).
+- Network (option `network_policy`, on by default): every sandbox gets an egress policy, so
+  that the server starts its egress sidecar: deny-all for a sandbox without internet (grading),
+  allow-all for an agent's (its harness installs), replaced by deny-all but the model proxy's
+  host before the agent runs (`restrict_network`, a PUT of the lifecycle API's
+  `/sandboxes/{id}/networkpolicy`: the SDK's Sandbox only patches rules, which keeps the
+  default action). Egress rules name hosts, not ports: every port of the proxy's host stays
+  reachable. A server without an egress image refuses every policy: the create fails with a
+  line saying how to configure it, or to turn `network_policy` off (then nothing is
+  restricted and the rollouts record it).
 
 Command output arrives as lines (execd splits on CR/LF and drops the terminators); the
 text is rebuilt with "\\n" after each line, so CRs and a missing final newline are not
@@ -76,7 +85,7 @@ from opensandbox.exceptions import (  # noqa: E402
 from opensandbox.manager import SandboxManager  # noqa: E402
 from opensandbox.models.execd import ExecutionHandlers, RunCommandOpts  # noqa: E402
 from opensandbox.models.filesystem import WriteEntry  # noqa: E402
-from opensandbox.models.sandboxes import NetworkPolicy, SandboxFilter, SandboxImageSpec  # noqa: E402
+from opensandbox.models.sandboxes import NetworkPolicy, NetworkRule, SandboxFilter, SandboxImageSpec  # noqa: E402
 from opensandbox.transport import RetryAsyncTransport, RetryPolicy  # noqa: E402
 
 from .. import trace  # noqa: E402
@@ -360,6 +369,12 @@ class OpenSandboxSandbox(Sandbox):
             raise SandboxError(f"sandbox {self.id}: cannot read {path} ({_short_message(exc)})",
                                "sandbox_file") from exc
 
+    async def restrict_network(self, proxy: tuple[str, int] | None) -> str | None:
+        """Deny-all but the proxy's host (egress rules have no ports), through the sidecar."""
+        rules = [NetworkRule(action="allow", target=proxy[0])] if proxy else []
+        await self.provider.set_policy(self.id, NetworkPolicy(default_action="deny", egress=rules))
+        return proxy[0] if proxy else None
+
     # state -------------------------------------------------------------------------------
     async def status(self) -> State:
         info = await self.provider.info(self.id)
@@ -416,6 +431,8 @@ class OpenSandboxProvider(Provider):
         self._connection: ConnectionConfig | None = None
         self._manager: SandboxManager | None = None
         self._transport: httpx.AsyncBaseTransport | None = None
+        # the server's egress sidecar restricts what a sandbox reaches (off: nothing is restricted)
+        self.isolates_network = bool(self.options["network_policy"])
 
     @classmethod
     def check_options(cls, options: dict[str, Any]) -> None:
@@ -503,7 +520,7 @@ class OpenSandboxProvider(Provider):
             resource=resource or dict(SDK_DEFAULT_RESOURCE),
             resource_requests=dict(cfg["resource_requests"]) if cfg.get("resource_requests") else None,
             entrypoint=list(spec.entrypoint or SDK_DEFAULT_ENTRYPOINT),
-            network_policy=None if spec.allow_internet else NetworkPolicy(default_action="deny", egress=[]),
+            network_policy=self._policy(spec),
             extensions=extensions or {}, volumes=None,
         )
         attempt_deadline = self.options["connection"]["request_timeout"] * 2 + cfg["ready_timeout"] + 10
@@ -527,6 +544,9 @@ class OpenSandboxProvider(Provider):
                 if not retryable or attempt == cfg["retries"]:
                     if maybe_strays:
                         await self._delete_strays(nonce, keep=None)
+                    refused = self._network_refused(exc)
+                    if refused is not None:
+                        raise refused from exc
                     raise self._api_error(f"cannot create a sandbox from {spec.image} "
                                           f"(attempt {attempt + 1} of {cfg['retries'] + 1})", exc,
                                           "sandbox_create") from exc
@@ -545,6 +565,40 @@ class OpenSandboxProvider(Provider):
             await asyncio.shield(self._delete_quietly(sandbox.id))
             raise
         return sandbox
+
+    def _policy(self, spec: SandboxSpec) -> NetworkPolicy | None:
+        """The egress policy a sandbox starts with: none at all when policies are off; else deny
+        or allow everything (an allow-all policy still starts the sidecar restrict_network needs)."""
+        if not self.isolates_network:
+            return None
+        return NetworkPolicy(default_action="allow" if spec.allow_internet else "deny", egress=[])
+
+    def _network_refused(self, exc: BaseException) -> SandboxError | None:
+        """The server's refusal of every network policy (no egress sidecar image), said with the way out."""
+        if self.isolates_network and _status(exc) == 400 and "egress" in _short_message(exc).lower():
+            return SandboxError(
+                f"the OpenSandbox server at {self.options['connection']['domain']} cannot restrict a sandbox's "
+                f"network ({_short_message(exc)}); configure its egress sidecar ([egress] image in its config), or "
+                "set sandbox.opensandbox.network_policy: false to run with the server's network unrestricted "
+                "(recorded in every rollout)", "sandbox_network")
+        return None
+
+    async def set_policy(self, sandbox_id: str, policy: NetworkPolicy) -> None:
+        """Replace a sandbox's egress policy (the lifecycle API's PUT; idempotent, so retried)."""
+        config = self._config()
+        headers = {"OPEN-SANDBOX-API-KEY": self._api_key} if self._api_key else {}
+        body = policy.model_dump(by_alias=True, exclude_none=True, mode="json")
+        async with httpx.AsyncClient(base_url=config.get_base_url(), headers=headers, transport=self._transport,
+                                     timeout=self.options["connection"]["request_timeout"]) as client:
+            try:
+                resp = await asyncio.wait_for(client.put(f"/sandboxes/{sandbox_id}/networkpolicy", json=body),
+                                              self.ops["timeout"])
+            except (httpx.HTTPError, asyncio.TimeoutError) as exc:
+                raise SandboxError(f"sandbox {sandbox_id}: cannot replace its network policy ({exc!r})",
+                                   "sandbox_network") from exc
+        if resp.status_code >= 300:
+            raise SandboxError(f"sandbox {sandbox_id}: the server refused its network policy (HTTP "
+                               f"{resp.status_code}: {resp.text[:300]})", "sandbox_network")
 
     async def _delete_strays(self, nonce: str, keep: str | None) -> None:
         try:

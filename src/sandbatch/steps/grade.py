@@ -11,11 +11,13 @@ import asyncio
 from .. import trace
 from ..core.errors import InfraError
 from ..grading import GradeContext, grade_task, grader_for
-from ..rollout.records import GRADE, PATCH, PATCH_INFO, SANDBOX, GradeRecord, PatchRecord, SandboxRecord, load
+from ..rollout.records import (GRADE, HARNESS, PATCH, PATCH_INFO, SANDBOX, GradeRecord, HarnessRecord, PatchRecord,
+                               SandboxRecord, load)
 from ..sandbox import Sandbox, SandboxGone
+from ..sandbox.base import NetworkRecord
 from ..tasks.settings import grades_in_agent_sandbox
 from ..core import killpoint
-from . import kept
+from . import kept, network
 from .common import Step, timed
 from .sandbox import build_spec, create_prepared
 
@@ -79,9 +81,18 @@ class GradeStep(Step):
             self.delete_later(sandbox)
         killpoint.reached("graded")
         rec.patch_empty = not patch.strip()
+        rec.network = self._network(in_agent)
         trace.event("verdict", resolved=rec.resolved, reward=rec.reward, status=rec.status,
                     failure_class=rec.failure_class, tampering=bool(rec.tampering), suspicious=bool(rec.suspicious))
         self._save(rec, key)
+
+    def _network(self, in_agent: bool) -> NetworkRecord | None:
+        """What the grading sandbox reached: the agent's network when graded in its sandbox."""
+        if not in_agent:
+            return network.grading_record(self.ctx.provider, self.ctx.task)
+        path = self.ctx.path(HARNESS)
+        agent = load(HarnessRecord, path).network if path.exists() else None
+        return agent.model_copy(update={"reason": f"graded in the agent's sandbox: {agent.reason}"}) if agent else None
 
     def _save(self, rec: GradeRecord, key: dict | None = None) -> None:
         """The record; with `key` (the patch's identity) by way of a capture (steps.kept)."""

@@ -4,22 +4,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import shlex
 import sys
 import time
+from typing import Any
 
 from .. import trace
 from ..core.errors import InfraError
 from ..harness import Harness, Outcome, RunContext, get_harness
 from ..rollout.records import EVENTS, HARNESS, MODEL_CALLS, SANDBOX, HarnessRecord, SandboxRecord, agent_handle, load
 from ..sandbox import Sandbox, SandboxGone
+from ..sandbox.base import NetworkRecord
 from ..core.util import jsonl, write_atomic, write_jsonl
 from ..tasks.settings import prompt_for
 from ..core import killpoint
 from ..core.model_calls import iter_calls, outage
 from . import kept
 from .common import Step
+from . import network
 from .sandbox import create_agent_sandbox, fill
 
 STARTED_MARK = ".sandbatch-harness-started"
@@ -34,6 +38,19 @@ def _count_lines(path) -> int:
         return 0
 
 
+@dataclasses.dataclass
+class Endpoint:
+    """How the agent reaches its model: through `proxy` (reached at `advertise` until the
+    sandbox is restricted), directly at `direct_url` (model.proxy.enabled false), or not at all."""
+
+    proxy: Any = None  # a started proxy.ModelProxy
+    advertise: str = ""
+    api_key: str | None = None
+    on_host: bool = False  # the agent's model client runs on this host, not in the sandbox
+    direct_url: str | None = None
+    why_none: str = ""  # why the sandbox needs no way to the model
+
+
 class HarnessStep(Step):
     name = "harness"
 
@@ -41,6 +58,7 @@ class HarnessStep(Step):
         super().__init__(ctx)
         self.harness: Harness = get_harness(ctx.cfg.harness.name)
         self.replacement: SandboxRecord | None = None
+        self.network: NetworkRecord | None = None  # what the agent's sandbox reached (steps/network.py)
 
     def _record(self, **kw) -> HarnessRecord:
         return HarnessRecord(harness=self.harness.name,
@@ -85,8 +103,8 @@ class HarnessStep(Step):
         write_atomic(ctx.path(MODEL_CALLS), "")  # calls of an earlier attempt do not count
         sandbox = await self._sandbox(handle)
         try:
-            async with self._model_endpoint() as (model_url, api_key, proxy):
-                outcome = await self._run_agent(sandbox, model_url, api_key, proxy)
+            async with self._model_endpoint() as endpoint:
+                outcome = await self._run_agent(sandbox, endpoint)
             self._check_endpoint()  # the proxy is stopped: every call is in model_calls.jsonl
             await sandbox.ensure_alive("the agent run")
         except BaseException:
@@ -119,23 +137,25 @@ class HarnessStep(Step):
 
     @contextlib.asynccontextmanager
     async def _model_endpoint(self):
-        """(base URL, key, proxy) the agent uses: the rollout's proxy, or the model itself (proxy None)."""
+        """How the agent reaches its model: the rollout's proxy, or the model itself."""
         cfg = self.ctx.cfg
         if not self.harness.needs_model:
-            yield None, None, None
+            yield Endpoint(why_none=f"harness {self.harness.name} talks to no model")
         elif not cfg.model.proxy.enabled:
-            yield cfg.model.base_url, cfg.model.upstream_key(), None
+            yield Endpoint(direct_url=cfg.model.base_url, api_key=cfg.model.upstream_key())
         else:
             from ..proxy import ModelProxy, proxy_hosts
 
-            if self.harness.model_on_host(self.harness.merge_config(cfg.harness.config)):
+            on_host = self.harness.model_on_host(self.harness.merge_config(cfg.harness.config))
+            if on_host:
                 # the agent's client runs here: the proxy needs no address the sandboxes reach
                 bind = cfg.model.proxy.bind_host or "127.0.0.1"
                 advertise = "127.0.0.1" if bind in ("0.0.0.0", "::") else bind
             else:
                 bind, advertise = proxy_hosts(cfg.sandbox.provider, cfg.model.proxy, cfg.sandbox.service())
             async with ModelProxy.from_config(cfg.model, self.ctx.path(MODEL_CALLS), bind_host=bind) as proxy:
-                yield proxy.url_for(advertise), proxy.agent_key, proxy
+                yield Endpoint(proxy=proxy, advertise=advertise, api_key=proxy.agent_key, on_host=on_host,
+                               why_none="the agent's model client runs on this host" if on_host else "")
 
     def _check_endpoint(self) -> None:
         """InfraError of the endpoint's failure class when the agent's last model call failed
@@ -170,12 +190,25 @@ class HarnessStep(Step):
         self._check_endpoint()
         raise InfraError(f"model endpoint {self.ctx.cfg.model.base_url}: {proxy.outage}", proxy.outage or "model")
 
-    async def _run_agent(self, sandbox: Sandbox, model_url: str | None, api_key: str | None, proxy) -> Outcome:
+    async def _restrict(self, sandbox: Sandbox, endpoint: "Endpoint") -> tuple[str | None, NetworkRecord]:
+        """The agent's network from now on (steps/network.py), and its model URL on it."""
+        task = self.ctx.task
+        if endpoint.direct_url is not None:
+            return endpoint.direct_url, network.unrestricted(
+                sandbox.provider, "model.proxy.enabled is false: the agent calls the model endpoint directly")
+        if endpoint.proxy is None or endpoint.on_host:
+            record = await network.restrict_agent(sandbox, task, None, endpoint.why_none)
+            return (endpoint.proxy.url_for(endpoint.advertise) if endpoint.proxy else None), record
+        record = await network.restrict_agent(sandbox, task, (endpoint.advertise, endpoint.proxy.port), "")
+        host = record.model_address.rsplit(":", 1)[0] if record.model_address else endpoint.advertise
+        return endpoint.proxy.url_for(host), record
+
+    async def _run_agent(self, sandbox: Sandbox, endpoint: "Endpoint") -> Outcome:
         ctx, cfg = self.ctx, self.ctx.cfg
         run_ctx = RunContext(
             task=ctx.task, prompt=prompt_for(ctx.task, cfg.benchmark),
             config=self.harness.merge_config(cfg.harness.config), version=cfg.harness.version,
-            model=cfg.model, model_url=model_url, api_key=api_key, timeouts=ctx.timeouts, rollout_dir=ctx.dir)
+            model=cfg.model, model_url=None, api_key=endpoint.api_key, timeouts=ctx.timeouts, rollout_dir=ctx.dir)
         t0 = time.monotonic()
         try:
             async with self._progress("install"):
@@ -184,8 +217,12 @@ class HarnessStep(Step):
             raise InfraError(f"installing {self.harness.name} took longer than "
                              f"{ctx.scaled(cfg.timeouts.install):.0f} s", "harness_install") from None
         install_s = time.monotonic() - t0
+        # the install had the engine's network (a registry); the agent gets its model only
+        run_ctx.model_url, self.network = await self._restrict(sandbox, endpoint)
+        self._log(f"network: {self.network.policy} ({self.network.reason})"
+                  + ("" if self.network.enforced else ", NOT enforced"))
         async with self._progress("agent"):
-            outcome = await self._until_down(self.harness.run(sandbox, run_ctx), proxy)
+            outcome = await self._until_down(self.harness.run(sandbox, run_ctx), endpoint.proxy)
         outcome.install_s = install_s
         self._log(f"agent finished: {outcome.status} (exit {outcome.exit_code}), {len(outcome.events)} events")
         return outcome
@@ -224,7 +261,8 @@ class HarnessStep(Step):
                                       exit_code=outcome.exit_code, timed_out=outcome.timed_out,
                                       stderr_tail=outcome.stderr_tail, install_s=round(outcome.install_s, 3),
                                       agent_s=round(outcome.agent_s, 3), events=len(outcome.events),
-                                      metadata=outcome.metadata, sandbox=self.replacement))
+                                      metadata=outcome.metadata, sandbox=self.replacement,
+                                      network=self.network))
         if key is not None:  # model_calls.jsonl: written by the model proxy as the agent ran
             return kept.publish(ctx.dir, self.name, key, {EVENTS: jsonl(outcome.events), MODEL_CALLS: None},
                                 HARNESS, rec)

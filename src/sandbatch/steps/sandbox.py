@@ -14,7 +14,7 @@ from ..sandbox.base import Resources
 from ..sandbox.prepare import checkout_script, prepare, read_output, strips_history
 from ..tasks.settings import resources_for
 from ..core import killpoint
-from . import kept
+from . import kept, network
 from .common import Step, StepContext, timed
 
 
@@ -23,9 +23,12 @@ def build_spec(ctx: StepContext, role: str) -> SandboxSpec:
     image = task.image or cfg.sandbox.default_image
     image = rewrite_image(image, cfg.sandbox.image_rewrites) if image else None
     labels = {**run_labels(cfg), "task": label_value(task.id), "repeat": str(ctx.repeat), "role": role}
-    extra = {"allow_internet": task.allow_internet} if task.allow_internet is not None else {}
+    # the agent's sandbox starts on the engine's network (the harness's install) and is
+    # restricted before the agent runs; a grading sandbox has none (steps/network.py)
+    allow = role == "agent" or network.grading_allows_internet(task)
     return SandboxSpec(image=image, workdir=task.workdir, ttl_seconds=cfg.sandbox.ttl_seconds, labels=labels,
-                       resources=Resources(**resources_for(cfg, task)), entrypoint=task.entrypoint, **extra)
+                       resources=Resources(**resources_for(cfg, task)), entrypoint=task.entrypoint,
+                       allow_internet=allow)
 
 
 async def create_prepared(ctx: StepContext, spec: SandboxSpec, phases: dict[str, float] | None = None,

@@ -18,7 +18,7 @@ FAMILY = "swebench"  # the grader family of every task this loader makes
 WORKDIR = "/testbed"
 KNOWN = {"instance_id", "repo", "base_commit", "problem_statement", "patch", "test_patch", "FAIL_TO_PASS",
          "PASS_TO_PASS", "version", "image", "workdir", "repo_dir", "test_cmd", "log_parser", "eval_script",
-         "eval_type"}
+         "eval_type", "allow_internet"}
 
 
 def image_for(instance_id: str) -> str:
@@ -58,6 +58,7 @@ def _task(row: dict, path: Path, where: str) -> Task:
         workdir=row.get("workdir") or WORKDIR,
         repo_dir=repo_dir,
         test_cmd=row.get("test_cmd"),
+        allow_internet=row.get("allow_internet"),
         log_parser=row.get("log_parser"),
         eval_script=row.get("eval_script"),
         eval_type=row.get("eval_type"),

@@ -91,6 +91,7 @@ class EngineOwner(Protocol):
     provider.py's DockerProvider, which imports them."""
 
     options: dict[str, Any]
+    prefix: str  # of every label the provider sets
     engine: Engine
     slow_engine: Engine  # pulls and commits
 

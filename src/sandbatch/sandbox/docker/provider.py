@@ -11,7 +11,7 @@ from docker.types import Mount
 
 from ...core.errors import InfraError, UserError
 from ..base import CA_ENV, ImageUnavailable, Provider, SandboxError, SandboxInfo, SandboxSpec
-from . import images
+from . import images, network
 from .engine import Engine, EngineError, NotFound
 from .sandbox import TMPDIR, DockerSandbox, archive
 from .state import STATES, container_state, cpu_count, memory_bytes, sandbox_path, tail
@@ -31,6 +31,7 @@ DEFAULTS: dict[str, Any] = {
     "api_timeout": 120,
     "create_timeout": 600,
     "pids_limit": 4096,
+    "gate_image": None,
 }
 
 
@@ -173,12 +174,17 @@ class DockerProvider(Provider):
         return sorted((self._info(c) for c in found), key=lambda i: i.id)
 
     async def delete(self, sandbox_id: str) -> bool:
+        # its model-only network's gate first and the network last (the sandbox holds it): a
+        # delete cut short leaves a sandbox the reaper finds, never a gate it does not list
+        await network.remove_gate(self, sandbox_id)
         try:
             await self.engine.call("remove_container", sandbox_id, v=True, force=True)
-            return True
+            existed = True
         except NotFound:
-            return False
+            existed = False
         except EngineError as exc:
-            if "already in progress" in str(exc):
-                return True
-            raise SandboxError(f"cannot delete docker sandbox {sandbox_id}: {tail(str(exc))}", "sandbox") from None
+            if "already in progress" not in str(exc):
+                raise SandboxError(f"cannot delete docker sandbox {sandbox_id}: {tail(str(exc))}", "sandbox") from None
+            existed = True
+        await network.remove_network(self, sandbox_id)
+        return existed

@@ -10,6 +10,7 @@ import uuid
 from typing import Mapping, Sequence
 
 from ..base import KILLED_EXIT_CODES, ExecResult, Sandbox, SandboxError, SandboxGone, SandboxSpec, State
+from . import network
 from .engine import EngineOwner, NotFound
 from .state import GONE, ContainerState, SandboxOOM, container_state, sandbox_path, tail
 
@@ -56,6 +57,17 @@ class DockerSandbox(Sandbox):
 
     async def status(self) -> State:
         return (await self.state()).state
+
+    async def restrict_network(self, proxy: tuple[str, int] | None) -> str | None:
+        """A network of its own with the model proxy's gate as its one way out (network.py)."""
+        try:
+            return await network.restrict(self.provider, self, proxy[1] if proxy else None)
+        except (NotFound, SandboxError) as exc:
+            await self._raise_gone("cannot have its network restricted", str(exc))
+            if isinstance(exc, SandboxError) and exc.failure_class == "sandbox_network":
+                raise
+            raise SandboxError(f"docker sandbox {self.id}: cannot restrict its network: {tail(str(exc))}",
+                               "sandbox_network") from None
 
     async def _raise_gone(self, context: str, detail: bytes | bytearray | str = b"") -> None:
         """Raise SandboxGone (or SandboxOOM) if the container no longer runs."""
