@@ -213,6 +213,7 @@ async def grade(g: GradeContext) -> GradeRecord:
     with trace.span("grade.tests"):
         run = await sandbox.exec(f"bash {shlex.quote(eval_path)} 2>&1{after}", timeout=g.timeout)
     out, printed = verdict.taken_from(run.stdout, marker) if channel is not None else (run.stdout, None)
+    out, placed = verdict.placed_from(out, channel.placed_marker) if channel is not None else (out, None)
     out += f"\n{run.stderr}" if run.stderr else ""
     log += ["$ bash eval.sh", out]
     write_log(g.log_path, log)
@@ -233,7 +234,7 @@ async def grade(g: GradeContext) -> GradeRecord:
         channel, sandbox, test_output(out), status, rec.test_exit_code,
         {*p.test_spec.FAIL_TO_PASS, *p.test_spec.PASS_TO_PASS},
         kind is unittest_verdict.UnittestChannel or verdict.runs_pytest(test_command(p.script)),
-        lambda seen: p.parser(lines(seen), p.test_spec) if seen else {}, printed)
+        lambda seen: p.parser(lines(seen), p.test_spec) if seen else {}, printed, placed)
     status = await reports.reconcile(sandbox, runner_report, status, rec, log)
     write_log(g.log_path, log)
     rec.tests_ran = found and bool(status)

@@ -9,7 +9,8 @@ call of each test, then an end record (what of the runner was replaced, plugins 
 under test registered, pytest's rootdir, the session's exit status). Here the file is read back and checked:
 
 - a test the log calls passed (or an expected failure) whose call raised, or that has no
-  verdict at all while its file is one the session collected, counts as failed: tampering
+  verdict at all while its file is one of the task's test files or one the session
+  collected, counts as failed: tampering
   kind `report_rewritten`, naming the test (a name of no file the session collected is not
   a test of this run: the log parser read it from output the tests print, such as the
   sessions pytest's own suite runs inside its tests, or `[100%]`);
@@ -153,6 +154,8 @@ class Channel:
     module: str
     keys: list[bytes]
     test_files: list[str] = field(default_factory=list)  # the task's test files: their sha256 before the run
+    # the line of the exec's output that carries the placed test files (declared.py), new for every grade
+    placed_marker: str = field(default_factory=lambda: f"SANDBATCH_PLACED_{secrets.token_hex(8)}=")
 
     @classmethod
     def new(cls, tmpdir: str, test_files: list[str] | None = None) -> "Channel":
@@ -193,9 +196,19 @@ class Channel:
         return f'export PYTHONPATH={shlex.quote(self.dir)}"${{PYTHONPATH:+:$PYTHONPATH}}"'
 
     def manifest(self) -> str:
-        """The task's test files as placed (test_patch applied), hashed before the test command runs."""
-        files = " ".join(shlex.quote(f) for f in self.test_files if f.endswith(".py"))
-        return f"sha256sum -- {files} > {shlex.quote(self.dir)}/manifest 2>/dev/null; true" if files else "true"
+        """The task's test files as placed (test_patch applied), hashed before the test command runs, and
+        printed with the conftest files above them on one line of the exec's output (placed_from): what
+        declares their outcomes (declared.py) is read from them on the host."""
+        py = [f for f in self.test_files if f.endswith(".py")]
+        if not py:
+            return "true"
+        files = " ".join(shlex.quote(f) for f in py)
+        near = sorted({str(PurePosixPath(*PurePosixPath(f).parts[:i], "conftest.py"))
+                       for f in py for i in range(len(PurePosixPath(f).parts))})
+        listed = " ".join(shlex.quote(f) for f in [*py, *near])
+        return (f"sha256sum -- {files} > {shlex.quote(self.dir)}/manifest 2>/dev/null; "
+                f"{{ printf '\n%s' {shlex.quote(self.placed_marker)}; for f in {listed}; do "
+                f'[ -f "$f" ] && echo "$f"; done | tar -cf - -T - 2>/dev/null | base64 -w0; echo; }} 2>/dev/null; true')
 
     def _listing(self) -> str:
         """A script that prints the channel's unclaimed keys and its verdict files, each under a header."""
@@ -229,6 +242,31 @@ class Channel:
                 current.append(line)
         return merge({n: "\n".join(lines).encode("utf-8", "surrogateescape") for n, lines in files.items()},
                      self.keys, unclaimed)
+
+
+def placed_from(out: str, marker: str) -> tuple[str, dict[str, str] | None]:
+    """(the output without the line of the placed test files, {path: source}): the first line that
+    carries the marker (printed before the tests start: one the tests print later comes after it);
+    None when there is none or it does not decode."""
+    import io
+    import tarfile
+
+    lines = out.split("\n")
+    at = next((i for i, ln in enumerate(lines) if ln.startswith(marker)), None)
+    if at is None:
+        return out, None
+    try:
+        data = base64.b64decode(lines[at][len(marker):].strip(), validate=True)
+        files = {}
+        if data:
+            with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+                for m in tar.getmembers():
+                    fh = tar.extractfile(m) if m.isfile() else None
+                    if fh is not None:
+                        files[m.name] = fh.read().decode("utf-8", "replace")
+    except (binascii.Error, ValueError, tarfile.TarError):
+        return "\n".join(lines[:at] + lines[at + 1:]), None
+    return "\n".join(lines[:at] + lines[at + 1:]), files
 
 
 def taken_from(out: str, marker: str) -> tuple[str, bytes | None]:
@@ -278,11 +316,14 @@ def runs_pytest(command: str) -> bool:
 
 
 def compare(v: Verdict | None, expected: bool, status: dict[str, str], decisive: set[str],
-            as_log: Callable[[dict[str, str]], dict[str, str]]) -> tuple[list[dict[str, str]], bool]:
+            as_log: Callable[[dict[str, str]], dict[str, str]],
+            test_files: frozenset[str] = frozenset()) -> tuple[list[dict[str, str]], bool]:
     """(tampering entries, whether the rollout may still be resolved). Tests the verdict contradicts
     are set to FAILED in `status`. as_log: the verdict's {nodeid: log status} in the parser's names.
     expected: the test command itself starts the runner (runs_pytest), so a run that left no verdict
-    kept it from loading the channel; otherwise missing means no runner loaded it."""
+    kept it from loading the channel; otherwise missing means no runner loaded it. test_files: the
+    task's test files; a decisive test of one of them must have a raw call result whatever files the
+    verdict says its sessions collected (the grader, not the record, decides what must answer)."""
     if v is None or v.state == "unsupported" or (v.state == "missing" and not expected):
         return [], True
     claimed = [t for t in decisive if status.get(t) in CLAIMED]
@@ -297,7 +338,8 @@ def compare(v: Verdict | None, expected: bool, status: dict[str, str], decisive:
     out = []
     for t in sorted(claimed):
         raw = seen.get(t)
-        if raw is None and v.files and t.split("::")[0] not in v.files:
+        file = t.split("::")[0]
+        if raw is None and v.files and file not in v.files and file not in test_files:
             continue  # not a test of any file the session collected: not the runner's to answer for
         # an expected failure: the body raised pytest.xfail, or its setup or body raised under an xfail
         # marker (pytest reports a setup error of an xfail-marked test as XFAIL too)

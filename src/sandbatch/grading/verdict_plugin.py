@@ -61,6 +61,10 @@ def _sibling(name):
 _checks_mod = _sibling("checks")
 _channel, _emit = _sibling("channel").open_channel(_here, "-p %s" % _name)
 _checks = _checks_mod.Checks(_checks_mod.read_conf(_here), _emit)
+try:
+    _checks.startup()  # code of the workdir imported before pytest loaded this plugin
+except Exception:
+    pass
 
 
 # --- the objects pytest builds outcomes with -------------------------------------------------
