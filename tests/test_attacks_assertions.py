@@ -22,7 +22,7 @@ import pytest
 
 from sandbatch.core import config
 from sandbatch.tasks import get_task
-from test_attacks_runtime import WRONG_CALC
+from test_attacks_runtime import WRONG_CALC, Recorder
 from test_benchmark_grading import FIX, SMOKE, grade, make_cfg
 from test_tampering import agent_patch
 
@@ -370,6 +370,8 @@ def test_django_gold_resolves_with_the_unittest_verdict(tmp_path):
     rec = grade(cfg, task.id, task.patch)
     assert rec.resolved and rec.reward == 1.0 and rec.tampering == [] and rec.report["verdict"] == "ok", rec
     assert "Totals are rounded to whole cents." in rec.tests_status["FAIL_TO_PASS"]["success"]
+    # the local provider cannot run the tests as a user of their own, and the grade says so
+    assert "local provider" in rec.report["verdict_isolation"], rec.report
 
 
 UNITTEST_SUITE = '''import unittest
@@ -420,13 +422,12 @@ def test_the_unittest_channel_on_python_m_unittest(tmp_path):
     Path(channel.dir).mkdir(parents=True)
     for name, data in channel.files(str(work)).items():
         Path(channel.dir, name).write_bytes(data)
-    for n, key in enumerate(channel.keys):
-        Path(channel.dir, f"key.{n}").write_bytes(key)
     script = f"cd {work} && {channel.exports()} && {sys.executable} -m unittest -v test_suite"
-    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env={**os.environ})
+    with Recorder() as rec:
+        proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env={**os.environ, **rec.env()},
+                              pass_fds=(rec.fd,))
     assert proc.returncode == 1, proc.stderr
-    v = verdict.merge({0: Path(channel.dir, "verdict.0.jsonl").read_bytes()}, channel.keys,
-                      set(range(1, verdict.KEYS)))
+    v = verdict.parse(rec.data)
     name = "{} (test_suite.{}.{})".format
     assert v.state == "ok" and v.changed == [] and v.asserts == [] and v.findings == [], v
     assert v.outcomes == {name("test_ok", "Case", "test_ok"): "ok", name("test_fails", "Case", "test_fails"): "raised",
@@ -469,14 +470,13 @@ def test_a_start_up_hook_of_the_workdir_in_package_form_is_found_by_what_was_imp
     Path(channel.dir).mkdir(parents=True)
     for name, data in channel.files(str(work)).items():
         Path(channel.dir, name).write_bytes(data)
-    for n, key in enumerate(channel.keys):
-        Path(channel.dir, f"key.{n}").write_bytes(key)
     cmd = "-m pytest -p no:cacheprovider test_suite.py" if runner == "pytest" else "-m unittest test_suite"
     script = f"cd {work} && {channel.exports()} && PYTHONPATH=$PYTHONPATH:{work} {sys.executable} {cmd}"
-    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env={**os.environ})
+    with Recorder() as rec:
+        proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env={**os.environ, **rec.env()},
+                              pass_fds=(rec.fd,))
     assert ("HOOK RAN" in proc.stderr) == (runner == "pytest"), proc.stderr  # unittest's channel did not chain to it
-    v = verdict.merge({0: Path(channel.dir, "verdict.0.jsonl").read_bytes()}, channel.keys,
-                      set(range(1, verdict.KEYS)))
+    v = verdict.parse(rec.data)
     assert v.state == "ok", v
     entries, intact = integrity.compare(v, [], {}, lambda seen: seen)
     assert not intact and [(e["path"], e["kind"]) for e in entries] == [("python", "startup_hook")], entries

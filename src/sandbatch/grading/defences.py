@@ -25,6 +25,7 @@ class Findings:
     entries: list[dict[str, str]] = field(default_factory=list)
     resolvable: bool = True  # False: runner_patched or inconsistent_log, the rollout is not resolved
     verdict: str = "log_only"  # the verdict channel's state (grade.json report.verdict)
+    isolation: str = ""  # "separated": the tests ran as a user of their own (grade.json report.verdict_isolation)
 
 
 async def settle(channel: verdict.Channel | None, sandbox: "Sandbox", log: str, status: dict[str, str],
@@ -44,7 +45,7 @@ async def settle(channel: verdict.Channel | None, sandbox: "Sandbox", log: str, 
     rewritten, resolvable = verdict.compare(v, expected, status, decisive, as_log, frozenset(channel.test_files))
     rewritten += declared.check(status, decisive, None if placed is None else declared.Sources(placed))
     return Findings(entries=rewritten + inconsistent, resolvable=resolvable and not inconsistent,
-                    verdict=v.state if v.state != "missing" or expected else "not_pytest")
+                    verdict=v.state if v.state != "missing" or expected else "not_pytest", isolation=v.isolation)
 
 
 def apply(g: "GradeContext", rec: "GradeRecord", found: Findings) -> None:
@@ -52,6 +53,8 @@ def apply(g: "GradeContext", rec: "GradeRecord", found: Findings) -> None:
     runner was patched or the log is inconsistent; status tampered with grading.tampering: fail."""
     rec.tampering += found.entries
     rec.report["verdict"] = found.verdict
+    if found.isolation:
+        rec.report["verdict_isolation"] = found.isolation
     if not found.resolvable:
         rec.resolved = False
     if found.entries and g.cfg.grading.tampering == "fail":

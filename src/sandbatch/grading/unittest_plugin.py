@@ -2,12 +2,11 @@
 
 Uploaded by the grader (sandbatch.grading.unittest_verdict) as `sitecustomize.py` into a
 random directory outside the workdir, beside the channel's modules (_sbv_channel.py,
-_sbv_checks.py) and the per-grade keys; that directory goes first on PYTHONPATH for the test
-command only. The interpreter imports sitecustomize while it starts, before the script
+_sbv_checks.py); that directory goes first on PYTHONPATH for the test command only. The interpreter imports sitecustomize while it starts, before the script
 (Django's tests/runtests.py, `python -m unittest`) or any code of the workdir runs, so this
 module sees unittest as the standard library built it. It then
 
-- takes one of the keys (verdict_channel.claim), strips its directory from sys.path and
+- takes the verdict descriptor (verdict_channel.open_channel), strips its directory from sys.path and
   PYTHONPATH (processes the tests start load nothing of it), and imports the image's own
   sitecustomize, if any, as the interpreter would have: one outside the workdir (the workdir's,
   in any form, is a start-up hook of the code under test: recorded, not imported); then records
