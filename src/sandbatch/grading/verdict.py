@@ -242,7 +242,10 @@ class Channel:
             f"sbv_d={d}; sbv_rec=; sbv_owner=",
             'sbv_as_tests() { "$@"; }',
             'rm -f "$sbv_d/pipe" "$sbv_d/verdict.jsonl" "$sbv_d/privilege" "$sbv_d/modes"',
-            'if mkfifo -m 600 "$sbv_d/pipe"; then cat "$sbv_d/pipe" >> "$sbv_d/verdict.jsonl" & sbv_rec=$!; fi',
+            # the pipe: written by the test user (also by name, where a runner such as tox closes inherited
+            # descriptors), read by root alone
+            ': > "$sbv_d/verdict.jsonl"; chmod 600 "$sbv_d/verdict.jsonl"',
+            'if mkfifo -m 622 "$sbv_d/pipe"; then cat "$sbv_d/pipe" >> "$sbv_d/verdict.jsonl" & sbv_rec=$!; fi',
             f'[ -n "$sbv_rec" ] && exec {FD}>"$sbv_d/pipe" && export {FD_VAR}={FD}',
         ]
         if tests is not None:

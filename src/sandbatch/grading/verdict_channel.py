@@ -1,6 +1,7 @@
 """The verdict channel's writing end, shared by the grader's runner plugins (verdict_plugin.py for
 pytest, unittest_plugin.py for unittest runners): records written into a descriptor the test
-command inherits, whose reading end is drained by a process of another user.
+command inherits (or the pipe opened by name, where a runner such as tox closes inherited
+descriptors), whose reading end is drained by a process of another user.
 
 The eval script (verdict.Channel.prologue) opens a pipe whose reading end `cat`, running as
 root, appends to a file in the channel's directory, and runs the test command as an
@@ -112,8 +113,15 @@ def open_channel(here, option=None):
     closed or replaced descriptor: the end record is missing, the run is not verdicted)."""
     try:
         fd = int(os.environ.get(FD_VAR, ""))
-    except ValueError:
+        os.fstat(fd)
+    except (ValueError, OSError):
         fd = None
+    if fd is None:  # a runner that starts pytest with the environment but none of the inherited
+        try:        # descriptors (tox): the pipe itself, which the test user may open for writing alone
+            fd = os.open(os.path.join(here, "pipe"), os.O_WRONLY | os.O_NONBLOCK)  # no reader: no verdict
+            os.set_blocking(fd, True)
+        except (OSError, AttributeError):
+            fd = None
     strip_env(here, option)
     try:
         channel = Channel(fd) if fd is not None else None
