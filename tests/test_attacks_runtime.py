@@ -11,6 +11,7 @@ and 0.0 with them on, with the tampering kinds listed.
 from __future__ import annotations
 
 import json
+import subprocess
 import textwrap
 from pathlib import Path
 
@@ -19,6 +20,7 @@ import pytest
 from sandbatch.core import config
 from sandbatch.core.errors import InfraError
 from sandbatch.tasks import get_task
+from docker_fixtures import docker_base_image, docker_engine  # noqa: F401 (fixtures)
 from test_benchmark_grading import SMOKE, grade, make_cfg
 from test_tampering import PASS_ALL_HOOK, agent_patch
 
@@ -213,35 +215,21 @@ FORGED = {
             os._exit(0)
         atexit.register(_done)
         """), {"report_rewritten"}),
-    "forged records appended to the grader's open verdict file": (FDS + textwrap.dedent("""
+    "forged records written into every pipe the test process holds": (FDS + textwrap.dedent("""
         import json
         for _fd, _target in _fds():
-            if _target.endswith(".jsonl"):
+            if _fd > 2 and _target.startswith("pipe:"):
                 for _t in ("test_add", "test_subtract", "test_divide", "test_divide_by_zero"):
                     _rec = json.dumps({"t": f"tests/test_calc.py::{_t}", "w": "call", "k": "ok"})
                     os.write(_fd, (json.dumps({"r": _rec, "m": "0" * 64}) + "\\n").encode())
         """) + REWRITE_REPORTS, {"runner_patched"}),
-    "a verdict forged with a spare key, the real one unlinked": (FDS + textwrap.dedent("""
-        import hashlib, hmac, json
-        for _fd, _target in _fds():
-            if os.path.basename(_target).startswith("verdict."):
-                _dir = os.path.dirname(_target)
-                _spare = sorted(n for n in os.listdir(_dir) if n.startswith("key."))[-1]
-                _key = hashlib.sha256(open(os.path.join(_dir, _spare), "rb").read().strip()).digest()
-                os.unlink(os.path.join(_dir, _spare))  # as if a process had taken it
-                os.unlink(_target)  # the real verdict goes; the plugin writes on into nothing
-                _recs = [{"start": True, "supported": True}]
-                for _t in ("test_add", "test_subtract", "test_divide", "test_divide_by_zero"):
-                    _recs += [{"t": f"tests/test_calc.py::{_t}", "w": w, "k": "ok"} for w in ("setup", "call")]
-                _recs.append({"end": True, "changed": [], "added": [], "rootdir": os.getcwd()})
-                _prev, _out = "", []
-                for _i, _r in enumerate(_recs):
-                    _body = json.dumps({**_r, "i": _i})
-                    _prev = hmac.new(_key, (_prev + _body).encode(), hashlib.sha256).hexdigest()
-                    _out.append(json.dumps({"r": _body, "m": _prev}) + "\\n")
-                with open(os.path.join(_dir, "verdict.%s.jsonl" % _spare[4:]), "w") as _fh:
-                    _fh.writelines(_out)
-                break
+    "records added to the verdict under the plugin's own process and numbers": (FDS + textwrap.dedent("""
+        import gc, json
+        _ch = next((o for o in gc.get_objects() if type(o).__name__ == "Channel" and hasattr(o, "_seq")), None)
+        if _ch is not None:
+            for _i, _t in enumerate(("test_add", "test_subtract", "test_divide", "test_divide_by_zero")):
+                _rec = {"t": f"tests/test_calc.py::{_t}", "w": "call", "k": "ok", "p": os.getpid(), "i": _ch._seq + _i}
+                os.write(_ch._fd, (json.dumps(_rec) + "\\n").encode())
         """) + REWRITE_REPORTS, {"runner_patched"}),
 }
 
@@ -460,9 +448,43 @@ class Case(unittest.TestCase):
 '''
 
 
+class Recorder:
+    """The grader's recorder for a command run here: a pipe whose reading end a thread drains (as `cat`
+    does in the sandbox); `fd` is the writing end the command inherits, `data` what it wrote."""
+
+    def __enter__(self):
+        import os
+        import threading
+
+        self.read_fd, self.fd = os.pipe()
+        self.chunks: list[bytes] = []
+        self.thread = threading.Thread(target=self._drain, daemon=True)
+        self.thread.start()
+        return self
+
+    def _drain(self):
+        import os
+
+        while chunk := os.read(self.read_fd, 65536):
+            self.chunks.append(chunk)
+
+    def env(self) -> dict[str, str]:
+        from sandbatch.grading import verdict
+
+        return {verdict.FD_VAR: str(self.fd)}
+
+    def __exit__(self, *exc):
+        import os
+
+        os.close(self.fd)
+        self.thread.join(30)
+        os.close(self.read_fd)
+        self.data = b"".join(self.chunks)
+
+
 def run_with_channel(tmp_path, runs: int = 1):
     """The suite run by the real pytest `runs` times (as a test command may) with the channel's
-    plugin loaded as the grader loads it: (channel, the last run, the files the runs wrote)."""
+    plugin loaded as the grader loads it: (channel, the last run, what the runs wrote)."""
     import os
     import subprocess
     import sys
@@ -476,23 +498,20 @@ def run_with_channel(tmp_path, runs: int = 1):
     Path(channel.dir).mkdir(parents=True)
     for name, data in channel.files(str(work)).items():
         Path(channel.dir, name).write_bytes(data)
-    for n, key in enumerate(channel.keys):
-        Path(channel.dir, f"key.{n}").write_bytes(key)
-    env = {**os.environ, "PYTHONPATH": channel.dir, "PYTEST_ADDOPTS": channel.addopts()}
-    for _ in range(runs):
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-rA", "-p", "no:cacheprovider", "test_suite.py"],
-                              cwd=work, env=env, capture_output=True, text=True)
-    # each run took a key of its own as the plugin loaded, and left none of it
-    assert sorted(p.name for p in Path(channel.dir).glob("key.*")) == [f"key.{n}" for n in range(runs, verdict.KEYS)]
-    return channel, proc, {n: Path(channel.dir, f"verdict.{n}.jsonl").read_bytes() for n in range(runs)}
+    with Recorder() as rec:
+        env = {**os.environ, "PYTHONPATH": channel.dir, "PYTEST_ADDOPTS": channel.addopts(), **rec.env()}
+        for _ in range(runs):
+            proc = subprocess.run([sys.executable, "-m", "pytest", "-rA", "-p", "no:cacheprovider", "test_suite.py"],
+                                  cwd=work, env=env, capture_output=True, text=True, pass_fds=(rec.fd,))
+    return channel, proc, rec.data
 
 
 def test_the_channel_records_raw_outcomes_of_every_kind_of_test(tmp_path):
     from sandbatch.grading import verdict
 
-    channel, proc, files = run_with_channel(tmp_path)
+    channel, proc, data = run_with_channel(tmp_path)
     assert proc.returncode == 1, proc.stdout
-    v = verdict.merge(files, channel.keys, set(range(1, verdict.KEYS)))
+    v = verdict.parse(data)
     assert v.state == "ok" and v.changed == [] and v.added == [] and v.rootdirs == [str(tmp_path / "work")], v
     assert v.outcomes == {"test_suite.py::test_ok": "ok", "test_suite.py::test_fails": "raised",
                           "test_suite.py::test_expected_failure": "raised", "test_suite.py::test_skipped": "skipped",
@@ -512,27 +531,33 @@ def test_the_channel_records_raw_outcomes_of_every_kind_of_test(tmp_path):
     assert lied["test_suite.py::test_fails"] == "FAILED"
 
 
-def test_an_altered_or_cut_verdict_is_no_verdict(tmp_path):
+def test_lines_can_be_added_to_a_verdict_but_none_removed_or_replaced(tmp_path):
+    """Two pytest processes write into one pipe, each its own numbered sequence: a line added under a
+    process's number, a line removed, a line that is no record or a process cut short is no verdict;
+    lines added under a process of their own can only make a test's outcome worse."""
+    import json
+
     from sandbatch.grading import verdict
 
-    channel, _, files = run_with_channel(tmp_path, runs=2)
-    key, data, spare = channel.keys[0], files[0], set(range(2, verdict.KEYS))
-    assert verdict.merge(files, channel.keys, spare).state == "ok"
+    _, _, data = run_with_channel(tmp_path, runs=2)
+    v = verdict.parse(data)
+    assert v.state == "ok" and len(v.exits) == 2, v
     lines = data.splitlines(keepends=True)
-    assert verdict.parse(data, b"another key").state == "garbled"
-    assert verdict.parse(b"".join(lines[:-1]), key).state == "incomplete"
-    assert verdict.parse(b"".join(lines[:2] + lines[3:]), key).state == "garbled"  # a line removed
-    assert verdict.parse(data.replace(b"raised", b"ok", 1), key).state == "garbled"  # a record altered
-    assert verdict.parse(None, key).state == "missing"
-    # one process's verdict cut short spoils the whole; a verdict under a key no process took is no verdict
-    assert verdict.merge({0: data, 1: b"".join(files[1].splitlines(keepends=True)[:-1])}, channel.keys,
-                         spare).state == "incomplete"
-    assert verdict.merge({0: data, 1: files[1].replace(b"raised", b"ok")}, channel.keys, spare).state == "garbled"
-    # every key taken has its verdict, and no key still on disk has one (a spare key signs nothing)
-    assert verdict.merge({1: files[1]}, channel.keys, spare).state == "garbled"
-    assert verdict.merge({**files, 2: data}, channel.keys, spare).state == "garbled"
+    pids = sorted({json.loads(ln)["p"] for ln in lines})
+    mine = [ln for ln in lines if json.loads(ln)["p"] == pids[0]]
+    assert verdict.parse(b"".join(ln for ln in lines if ln != mine[-1])).state == "incomplete"  # cut short
+    assert verdict.parse(b"".join(ln for ln in lines if ln != mine[2])).state == "garbled"  # a line removed
+    forged = json.dumps({"t": "test_suite.py::test_fails", "w": "call", "k": "ok", "p": pids[0], "i": 3}).encode()
+    assert verdict.parse(data + forged + b"\n").state == "garbled"  # a line under a process's number
+    assert verdict.parse(data + b"PASSED test_suite.py::test_fails\n").state == "garbled"
+    # a process of its own whose lines call a failing test passed: the worst outcome wins
+    own = [{"start": True, "supported": True}, {"t": "test_suite.py::test_fails", "w": "call", "k": "ok"},
+           {"end": True, "exit": 0}]
+    extra = b"".join(json.dumps({**r, "p": 1, "i": i}).encode() + b"\n" for i, r in enumerate(own))
+    assert verdict.parse(extra + data).outcomes["test_suite.py::test_fails"] == "raised"
+    assert verdict.parse(None).state == "missing"
     status = {"test_suite.py::test_ok": "PASSED"}
-    entries, resolvable = verdict.compare(verdict.parse(b"".join(lines[:-1]), key), True, status,
+    entries, resolvable = verdict.compare(verdict.parse(b"".join(lines[:-1])), True, status,
                                           set(status), lambda seen: seen)
     assert [e["kind"] for e in entries] == ["runner_patched"] and not resolvable and status == {
         "test_suite.py::test_ok": "FAILED"}
@@ -648,3 +673,77 @@ def test_grading_defences_benchmark_prints_its_figures(tmp_path):
     print(proc.stdout)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "smoke__lrucache-1" in proc.stdout and "(target < 5%:" in proc.stdout
+
+
+# --- the verdict's own storage, out of reach by privilege (Docker) ------------------------------
+
+# Found through the test process itself: the channel's directory (its modules' files), the verdict file
+# there, the writer's HMAC state (hash objects can be copied); the record replaced by one signed with
+# it that answers for no test file, the plugin's own descriptor pointed at /dev/null, the reports
+# rewritten to passed. Written against the keyed design; under the privilege design the verdict file is
+# root's (the open fails) and nothing is keyed.
+REPLACE_THE_RECORD = REWRITE_REPORTS + """
+import gc as _gc, json as _json, os as _os
+
+
+def _replace_the_record():
+    d = next((_os.path.dirname(m.__file__) for m in list(sys.modules.values()) if getattr(m, "__file__", None)
+              and _os.path.exists(_os.path.join(_os.path.dirname(m.__file__), "_sbv_channel.py"))), None)
+    ch = next((o for o in _gc.get_objects() if type(o).__name__ == "Channel" and hasattr(o, "_fd")), None)
+    if d is None or ch is None:
+        return
+    for name in sorted(_os.listdir(d)):
+        if not (name.startswith("verdict") and name.endswith(".jsonl")):
+            continue
+        fh = open(_os.path.join(d, name), "r+")  # the grader's record (root's under the privilege design)
+        fh.truncate(0)
+        recs = [{"start": True, "supported": True}]
+        for t in ("test_add", "test_subtract", "test_divide", "test_divide_by_zero"):
+            recs += [{"t": "tests/test_calc.py::" + t, "w": w, "k": "ok"} for w in ("setup", "call")]
+        recs.append({"end": True, "changed": [], "added": [], "rootdir": _os.getcwd(), "asserts": [], "files": [],
+                     "exit": 0})
+        prev = ""
+        for i, rec in enumerate(recs):
+            body = _json.dumps(dict(rec, i=i), sort_keys=True)
+            if hasattr(ch, "_inner"):  # sign it with the writer's own keyed state
+                inner = ch._inner.copy()
+                inner.update((prev + body).encode())
+                outer = ch._outer.copy()
+                outer.update(inner.digest())
+                prev = outer.hexdigest()
+            fh.write(_json.dumps({"m": prev, "r": body}) + "\\n")
+        fh.close()
+        _os.dup2(_os.open(_os.devnull, _os.O_WRONLY), ch._fd)  # the plugin writes on into nothing
+
+
+try:
+    _replace_the_record()
+except OSError:
+    pass
+"""
+
+
+@pytest.mark.slow
+def test_the_verdict_record_replaced_from_the_test_process_earns_nothing(tmp_path, docker_engine,
+                                                                          docker_base_image):
+    """The calc task in a Docker sandbox: with log_only the rewritten reports earn 1.0; with the defences
+    on, the tests run as a user of their own, the record is root's, and the test counts as failed."""
+    from leaky_repo import CALC, build_image, task_rows
+
+    from sandbatch.grading import verdict
+
+    image = build_image(docker_engine, docker_base_image, tmp_path)
+    base = subprocess.run([docker_engine, "run", "--rm", image, "git", "-C", "/testbed", "rev-parse", "HEAD"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    tasks = task_rows(tmp_path, image, base)
+    patch, _ = agent_patch(tmp_path, str(CALC), files={"calc.py": hostile(REPLACE_THE_RECORD)})
+    grades = {}
+    for mode in ("log_only", "neutralise"):
+        (tmp_path / mode).mkdir()
+        cfg = make_cfg(tmp_path / mode, "smoke", tasks, grading={"tampering": mode}, sandbox={"provider": "docker"})
+        grades[mode] = grade(cfg, "leaky__hostile", patch)
+    assert grades["log_only"].reward == 1.0, grades["log_only"]
+    rec = grades["neutralise"]
+    assert rec.status == "ok" and rec.reward == 0.0 and not rec.resolved, (rec, Path(rec.log_path).read_text()[-3000:])
+    assert rec.report["verdict_isolation"] == verdict.ISOLATED, (rec.report, rec.tampering)
+    assert "tests/test_calc.py::test_divide" in {t["path"] for t in rec.tampering if t["kind"] == "report_rewritten"}

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
-from . import consistency, verdict
+from . import consistency, declared, verdict
 
 if TYPE_CHECKING:
     from ..rollout.records import GradeRecord
@@ -25,23 +25,27 @@ class Findings:
     entries: list[dict[str, str]] = field(default_factory=list)
     resolvable: bool = True  # False: runner_patched or inconsistent_log, the rollout is not resolved
     verdict: str = "log_only"  # the verdict channel's state (grade.json report.verdict)
+    isolation: str = ""  # "separated": the tests ran as a user of their own (grade.json report.verdict_isolation)
 
 
 async def settle(channel: verdict.Channel | None, sandbox: "Sandbox", log: str, status: dict[str, str],
                  runner_exit: int | None, decisive: set[str], expected: bool,
-                 as_log: Callable[[dict[str, str]], dict[str, str]], printed: bytes | None = None) -> Findings:
+                 as_log: Callable[[dict[str, str]], dict[str, str]], printed: bytes | None = None,
+                 placed: dict[str, str] | None = None) -> Findings:
     """Check one test run; tests the verdict contradicts are set to FAILED in `status`. expected: the
     test command starts the runner the channel is loaded into (verdict.compare). runner_exit: the test
     command's exit status where it is the runner's own (consistency.check); pytest's comes from the
-    verdict. printed: the channel's listing as the test command's exec printed it (Channel.after_run)."""
+    verdict. printed: the channel's listing as the test command's exec printed it (Channel.after_run).
+    placed: the test files as placed (verdict.placed_from), whose source declares XFAIL and skips."""
     if channel is None:
         return Findings()
     v = await channel.read(sandbox, printed)
     verdict.check_rootdir(verdict.rootdirs(v, log), sandbox.workdir)
     inconsistent = consistency.check(log, status, verdict.pytest_exit(v), runner_exit)
-    rewritten, resolvable = verdict.compare(v, expected, status, decisive, as_log)
+    rewritten, resolvable = verdict.compare(v, expected, status, decisive, as_log, frozenset(channel.test_files))
+    rewritten += declared.check(status, decisive, None if placed is None else declared.Sources(placed))
     return Findings(entries=rewritten + inconsistent, resolvable=resolvable and not inconsistent,
-                    verdict=v.state if v.state != "missing" or expected else "not_pytest")
+                    verdict=v.state if v.state != "missing" or expected else "not_pytest", isolation=v.isolation)
 
 
 def apply(g: "GradeContext", rec: "GradeRecord", found: Findings) -> None:
@@ -49,6 +53,8 @@ def apply(g: "GradeContext", rec: "GradeRecord", found: Findings) -> None:
     runner was patched or the log is inconsistent; status tampered with grading.tampering: fail."""
     rec.tampering += found.entries
     rec.report["verdict"] = found.verdict
+    if found.isolation:
+        rec.report["verdict_isolation"] = found.isolation
     if not found.resolvable:
         rec.resolved = False
     if found.entries and g.cfg.grading.tampering == "fail":

@@ -124,13 +124,24 @@ def _version() -> str:
     return version("swebench")
 
 
-def with_channel(script: str, exports: str) -> str:
-    """The eval script with the verdict channel's exports right before the test output starts."""
-    from swebench.harness.constants import START_TEST_OUTPUT
+def with_channel(script: str, channel: verdict.Channel, workdir: str, isolate: bool, users: bool = True) -> str:
+    """The eval script with the verdict channel's exports and its recorder (Channel.prologue) right before
+    the test output starts. isolate: the test command's lines run from tests.sh (which the prologue
+    writes) as the test user where the sandbox lets grading make one (users), and the epilogue follows
+    the end marker."""
+    from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT
 
     lines = script.split("\n")
     at = next((i for i, ln in enumerate(lines) if START_TEST_OUTPUT in ln), len(lines))
-    return "\n".join([*lines[:at], exports, *lines[at:]])
+    end = next((i for i, ln in enumerate(lines) if END_TEST_OUTPUT in ln and i > at), len(lines))
+    if not isolate or end == len(lines):
+        return "\n".join([*lines[:at], channel.exports(), *lines[at:]])
+    body = lines[at + 1:end]
+    status = [ln for ln in body[-1:] if ln.startswith(f"{EXIT_VAR}=")]  # the test command's status, kept
+    tests = body[:len(body) - len(status)]
+    return "\n".join([*lines[:at], channel.exports(), channel.prologue(workdir, tests, users), lines[at],
+                      f"sbv_as_tests bash {shlex.quote(channel.dir)}/tests.sh", *status, lines[end],
+                      channel.epilogue(workdir), *lines[end + 1:]])
 
 
 def test_command(script: str) -> str:
@@ -196,7 +207,10 @@ async def grade(g: GradeContext) -> GradeRecord:
     channel = kind.new(sandbox.tmpdir, tamper.touched_paths(task.test_patch or "")) if defended else None
     script, runner_report = p.script, None  # runner_report: a runner's own report beside the log (Jest)
     if channel is not None:
-        script = with_channel(script, channel.exports())
+        # the test user where the channel answers (a Python runner's log: pytest's or unittest's); other
+        # runners' tests run as before (their toolchains' caches are the image user's)
+        script = with_channel(script, channel, sandbox.workdir, p.parser.__module__.endswith(".python"),
+                              sandbox.separate_users)
         script, runner_report = reports.instrument(script, START_TEST_OUTPUT, END_TEST_OUTPUT, sandbox.tmpdir)
     eval_path = f"{sandbox.tmpdir}/eval.sh"
     # every file of the grade goes up with the patch, the snapshot is taken in the patch's exec
@@ -213,6 +227,7 @@ async def grade(g: GradeContext) -> GradeRecord:
     with trace.span("grade.tests"):
         run = await sandbox.exec(f"bash {shlex.quote(eval_path)} 2>&1{after}", timeout=g.timeout)
     out, printed = verdict.taken_from(run.stdout, marker) if channel is not None else (run.stdout, None)
+    out, placed = verdict.placed_from(out, channel.placed_marker) if channel is not None else (out, None)
     out += f"\n{run.stderr}" if run.stderr else ""
     log += ["$ bash eval.sh", out]
     write_log(g.log_path, log)
@@ -233,7 +248,7 @@ async def grade(g: GradeContext) -> GradeRecord:
         channel, sandbox, test_output(out), status, rec.test_exit_code,
         {*p.test_spec.FAIL_TO_PASS, *p.test_spec.PASS_TO_PASS},
         kind is unittest_verdict.UnittestChannel or verdict.runs_pytest(test_command(p.script)),
-        lambda seen: p.parser(lines(seen), p.test_spec) if seen else {}, printed)
+        lambda seen: p.parser(lines(seen), p.test_spec) if seen else {}, printed, placed)
     status = await reports.reconcile(sandbox, runner_report, status, rec, log)
     write_log(g.log_path, log)
     rec.tests_ran = found and bool(status)

@@ -77,13 +77,16 @@ async def grade(g: GradeContext) -> GradeRecord:
     conclusive = False
     channel: verdict.Channel | None = None
     for attempt in range(g.cfg.grading.inconclusive_retries + 1):
-        exports = ""
-        if g.cfg.grading.tampering != "log_only":  # a new key per run: the plugin consumes it
+        command = f"bash {tmp}/run_script.sh {files} > {out} 2> {err}"
+        if g.cfg.grading.tampering != "log_only":  # a new channel per run: its recorder ends with the run
             channel = verdict.Channel.new(sandbox.tmpdir)
             await channel.install(sandbox)
-            exports = channel.exports() + "\n"
-        run = await sandbox.exec(f"{exports}bash {tmp}/run_script.sh {files} > {out} 2> {err}", timeout=g.timeout,
-                                 cwd=wd)
+            if verdict.runs_pytest(task.run_script or ""):  # the test user where the channel answers
+                command = (f"{channel.exports()}\n{channel.prologue(sandbox.workdir, None, sandbox.separate_users)}\nsbv_as_tests {command}\n"
+                           f"sbv_s=$?\n{channel.epilogue(sandbox.workdir)}\nexit $sbv_s")
+            else:
+                command = f"{channel.exports()}\n{command}"
+        run = await sandbox.exec(command, timeout=g.timeout, cwd=wd)
         rec.test_exit_code = None if run.timed_out else run.exit_code
         parsed = await sandbox.exec(f"rm -f {result}; python {tmp}/parser.py {out} {err} {result}",
                                     timeout=g.timeout, cwd=wd)

@@ -65,6 +65,9 @@ TEST_DIRS = {"tests", "__tests__", "__snapshots__", "__mocks__", "testdata", "sp
 # under src/ (src/test/java), or anywhere for non-Python files
 TEST_DIRS_SHALLOW = {"test", "testing"}
 HOOK_NAMES = {"conftest.py", "sitecustomize.py", "usercustomize.py"}
+# what the interpreter imports at start-up by module name: in any form (module, package, compiled,
+# an extension module's platform-tagged name)
+STARTUP_MODULES = {"sitecustomize", "usercustomize"}
 CONFIG_GLOBS = (
     "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini", "noxfile.py", ".coveragerc",
     "jest.config.*", "jest.setup.*", "jest.preset.*", "vitest.config.*", "vitest.workspace.*", "vitest.setup.*",
@@ -110,6 +113,7 @@ def loads_by_itself(path: str) -> bool:
     p = PurePosixPath(path)
     name, dirs = p.name, p.parts[:-1]
     return ((p.parts and p.parts[0] == ".git") or name in HOOK_NAMES or name.endswith(".pth")
+            or any(part.split(".")[0] in STARTUP_MODULES for part in p.parts)
             or any(d.endswith(METADATA_DIR_SUFFIXES) for d in p.parts) or name in METADATA_NAMES
             or name.startswith(METADATA_PREFIXES) or name.endswith(METADATA_SUFFIXES)
             or "__pycache__" in dirs or name.endswith(COMPILED_SUFFIXES) or ".so." in name

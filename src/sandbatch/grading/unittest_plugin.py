@@ -2,14 +2,15 @@
 
 Uploaded by the grader (sandbatch.grading.unittest_verdict) as `sitecustomize.py` into a
 random directory outside the workdir, beside the channel's modules (_sbv_channel.py,
-_sbv_checks.py) and the per-grade keys; that directory goes first on PYTHONPATH for the test
-command only. The interpreter imports sitecustomize while it starts, before the script
+_sbv_checks.py); that directory goes first on PYTHONPATH for the test command only. The interpreter imports sitecustomize while it starts, before the script
 (Django's tests/runtests.py, `python -m unittest`) or any code of the workdir runs, so this
 module sees unittest as the standard library built it. It then
 
-- takes one of the keys (verdict_channel.claim), strips its directory from sys.path and
+- takes the verdict descriptor (verdict_channel.open_channel), strips its directory from sys.path and
   PYTHONPATH (processes the tests start load nothing of it), and imports the image's own
-  sitecustomize, if any, as the interpreter would have;
+  sitecustomize, if any, as the interpreter would have: one outside the workdir (the workdir's,
+  in any form, is a start-up hook of the code under test: recorded, not imported); then records
+  every module of the workdir imported so far (verdict_checks.startup);
 - wraps TestCase.run: for a run under a unittest TestResult it records, as each returns,
   whether setUp and the test method raised (and what), and every failure inside a subTest,
   before any result object hears of it; the test is named as unittest's runner prints it
@@ -46,6 +47,10 @@ def _chain_site():
     me = sys.modules.get("sitecustomize")
     spec = im.PathFinder.find_spec("sitecustomize", [p for p in sys.path if os.path.abspath(p or ".") != _here])
     if spec is None or spec.loader is None:
+        return
+    rel = _checks._rel(spec.origin or "")
+    if rel is not None:  # the workdir's, in whatever form (a package, compiled): not the image's hook
+        _checks._say(None, "hook", "the start-up hook sitecustomize of %s would come next on the path" % rel)
         return
     mod = iu.module_from_spec(spec)
     sys.modules["sitecustomize"] = mod
@@ -192,3 +197,7 @@ if _channel is not None:
     import atexit
     atexit.register(_end)
 _chain_site()
+try:
+    _checks.startup()
+except Exception:
+    pass

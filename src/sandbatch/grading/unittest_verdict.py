@@ -2,8 +2,9 @@
 anything that runs tests through unittest.TestCase.run under a unittest.TestResult):
 docs/benchmarks.md, "The verdict channel".
 
-The same channel as pytest's (verdict.Channel: a random directory outside the workdir, one-time
-keys, HMAC-chained records, an end record), loaded by the interpreter itself: the plugin
+The same channel as pytest's (verdict.Channel: a random directory outside the workdir, records
+written into a pipe root drains, the tests run as a user of their own, an end record), loaded
+by the interpreter itself: the plugin
 (unittest_plugin.py) is that directory's `sitecustomize.py`, and the directory goes first on
 PYTHONPATH for the test command. The verdict's test names are those unittest's runner prints,
 so the row's own log parser reads them (as_log).

@@ -2,30 +2,31 @@
 compared with what the log parser read (docs/benchmarks.md, "The verdict channel").
 
 Per grade, a random directory outside the workdir gets the plugin (verdict_plugin.py) under
-a random module name and a random key; the test command runs with PYTEST_ADDOPTS=-p <name>
-and that directory on PYTHONPATH. The plugin deletes the key as it loads, before any code
-of the workdir runs, and writes verdict.jsonl there: one HMAC-chained line per setup and
-call of each test, then an end record (what of the runner was replaced, plugins the code
-under test registered, pytest's rootdir, the session's exit status). Here the file is read back and checked:
+a random module name; the test command runs with PYTEST_ADDOPTS=-p <name> and that directory
+on PYTHONPATH, as a user of its own (Channel.prologue), with the writing end of a pipe whose
+reading end root's `cat` appends to verdict.jsonl there, a file the test user cannot open.
+The plugin writes one line per setup and call of each test into it, then an end record (what
+of the runner was replaced, plugins the code under test registered, pytest's rootdir, the
+session's exit status); each line carries its process and its number in that process's
+sequence. Here the file is read back and checked:
 
 - a test the log calls passed (or an expected failure) whose call raised, or that has no
-  verdict at all while its file is one the session collected, counts as failed: tampering
+  verdict at all while its file is one of the task's test files or one the session
+  collected, counts as failed: tampering
   kind `report_rewritten`, naming the test (a name of no file the session collected is not
   a test of this run: the log parser read it from output the tests print, such as the
   sessions pytest's own suite runs inside its tests, or `[100%]`);
 - runner objects replaced during the run, plugin objects registered by workdir code, or a
-  verdict that is altered, gone or ended early after a pytest took its key:
-  `runner_patched`, the rollout is not resolved. No key taken means no pytest loaded the
-  plugin (the test command ran none, or ran it where the exports do not reach, as tox does):
-  there is no verdict to expect;
+  verdict with a line that is no record or breaks a process's sequence, or a process that
+  ended early: `runner_patched`, the rollout is not resolved. No record at all means no
+  pytest loaded the plugin (the test command ran none, or ran it where the exports do not
+  reach, as tox does): there is no verdict to expect;
 - a rootdir outside the workdir (a configuration above the workdir applied): an
   infrastructure error, grading_rootdir.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import base64
 import binascii
@@ -48,9 +49,8 @@ PLUGIN_SOURCE = Path(__file__).with_name("verdict_plugin.py")
 # uploaded beside every runner plugin as _sbv_<name>.py, loaded by it from its file
 SIBLINGS = {"channel": Path(__file__).with_name("verdict_channel.py"),
             "checks": Path(__file__).with_name("verdict_checks.py")}
-KEYS = 8  # pytest processes a test command may start that each get a verdict of their own
-_FILE_RE = re.compile(r"^== verdict\.(\d+)\.jsonl$")
-_KEY_RE = re.compile(r"^== key\.(\d+)$")
+UID_BASE, UID_SPAN = 1 << 20, 1 << 30  # the test user's id: a random one no image or host account has
+_SECTION_RE = re.compile(r"^== (verdict\.jsonl|privilege)$")
 # merging the verdicts of several processes: the worst outcome of a test wins
 _RANK = {"ok": 0, "skipped": 1, "xfailed": 1, "raised": 2, "error": 2}
 CLAIMED = ("PASSED", "XFAIL")  # what swebench counts as passed
@@ -63,25 +63,10 @@ def entry(path: str, kind: str, action: str, detail: str) -> dict[str, str]:
     return {"path": path, "kind": kind, "action": action, "detail": detail}
 
 
-def _mac(key: bytes, prev: str, body: str) -> str:
-    return hmac.new(hashlib.sha256(key).digest(), (prev + body).encode("utf-8"), hashlib.sha256).hexdigest()
-
-
-def parse(data: bytes | None, key: bytes) -> Verdict:
-    """The verdict file as the plugin wrote it; any line the key did not sign ends the verdict as garbled."""
-    if not data:
-        return Verdict("missing", detail="the test run wrote no verdict")
-    v, prev = Verdict("incomplete", detail="the test run ended before the verdict's end record"), ""
-    for n, line in enumerate(data.decode("utf-8", "replace").splitlines()):
-        try:
-            wrapper = json.loads(line)
-            body, mac = wrapper["r"], wrapper["m"]
-            rec = json.loads(body)
-        except (ValueError, KeyError, TypeError):
-            return Verdict("garbled", detail=f"line {n + 1} of the verdict is not the plugin's")
-        if not isinstance(mac, str) or not hmac.compare_digest(_mac(key, prev, body), mac) or rec.get("i") != n:
-            return Verdict("garbled", detail=f"line {n + 1} of the verdict is not signed by this grade's key")
-        prev = mac
+def _process(recs: list[dict]) -> Verdict:
+    """One process's records, in its own order."""
+    v = Verdict("incomplete", detail="the test run ended before the verdict's end record")
+    for rec in recs:
         if rec.get("start"):
             if not rec.get("supported"):
                 return Verdict("unsupported", detail=f"pytest {rec.get('pytest')} has no raw call to record")
@@ -106,16 +91,32 @@ def parse(data: bytes | None, key: bytes) -> Verdict:
     return v
 
 
-def merge(files: dict[int, bytes], keys: list[bytes], unclaimed: set[int] | None = None) -> Verdict:
-    """The verdicts of every pytest process of the command as one: a file for each key taken (none
-    for a key still on disk: unclaimed), each intact; a test's outcome is its worst in any of them."""
-    unclaimed = set() if unclaimed is None else unclaimed
-    taken = set(range(len(keys))) - unclaimed
-    if set(files) != taken:
-        return Verdict("garbled", detail=f"verdicts {sorted(files)} for the keys taken {sorted(taken)}")
-    parts = [parse(data, keys[n]) for n, data in sorted(files.items())]
+def parse(data: bytes | None) -> Verdict:
+    """The verdict as the recorder appended it: every process's records, each process's in sequence (a
+    line added under another process's id and number, or one that is not a record, makes no verdict);
+    a test's outcome is its worst over every process."""
+    if not data:
+        return Verdict("missing", detail="the test run wrote no verdict")
+    procs: dict[int, list[dict]] = {}
+    for n, line in enumerate(data.decode("utf-8", "replace").splitlines()):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            pid, seq = rec["p"], rec["i"]
+        except (ValueError, KeyError, TypeError):
+            return Verdict("garbled", detail=f"line {n + 1} of the verdict is not a record")
+        recs = procs.setdefault(pid, [])
+        if type(seq) is not int or seq != len(recs):
+            return Verdict("garbled", detail=f"line {n + 1} of the verdict breaks process {pid}'s sequence")
+        recs.append(rec)
+    return merge([_process(recs) for _, recs in sorted(procs.items())])
+
+
+def merge(parts: list[Verdict]) -> Verdict:
+    """The verdicts of every process of the command as one, each whole; a test's outcome is its worst."""
     if not parts:
-        return parse(None, b"")
+        return parse(None)
     bad = [p for p in parts if p.state not in ("ok", "unsupported")]
     if bad:
         return bad[0]
@@ -147,35 +148,45 @@ def pytest_exit(v: Verdict | None) -> int | None:
     return max(v.exits)
 
 
+FD = 197  # the verdict pipe's writing end, as the test command inherits it
+FD_VAR = "SBV_VERDICT_FD"  # verdict_channel.py reads the descriptor's number from it
+TESTS_EOF = "EOF_SANDBATCH_TESTS_3f1e"
+ISOLATED = "separated"  # what the prologue writes into `privilege` when the tests run as another user
+
+
+def _ancestors(path: str) -> list[str]:
+    p = PurePosixPath(path)
+    return [str(a) for a in reversed(p.parents)][1:] + [str(p)]  # without "/"
+
+
 @dataclass
 class Channel:
     dir: str
     module: str
-    keys: list[bytes]
+    uid: int  # the unprivileged user the test command runs as: new for every grade
     test_files: list[str] = field(default_factory=list)  # the task's test files: their sha256 before the run
+    # the line of the exec's output that carries the placed test files (declared.py), new for every grade
+    placed_marker: str = field(default_factory=lambda: f"SANDBATCH_PLACED_{secrets.token_hex(8)}=")
 
     @classmethod
     def new(cls, tmpdir: str, test_files: list[str] | None = None) -> "Channel":
         return cls(dir=f"{tmpdir.rstrip('/')}/.v{secrets.token_hex(12)}", module=f"sbv_{secrets.token_hex(8)}",
-                   keys=[secrets.token_hex(32).encode() for _ in range(KEYS)], test_files=list(test_files or []))
+                   uid=UID_BASE + secrets.randbelow(UID_SPAN), test_files=list(test_files or []))
 
     def plugin(self) -> tuple[str, bytes]:
         """(file name, source) of the runner plugin in the channel's directory."""
         return f"{self.module}.py", PLUGIN_SOURCE.read_bytes()
 
     def files(self, workdir: str) -> dict[str, bytes]:
-        """What goes into the channel's directory beside the keys: the plugin, its siblings, conf.json."""
+        """What goes into the channel's directory: the plugin, its siblings, conf.json."""
         name, source = self.plugin()
         return {name: source, **{f"_sbv_{sib}.py": path.read_bytes() for sib, path in SIBLINGS.items()},
                 "conf.json": integrity.conf(workdir)}
 
     def uploads(self, sandbox: Sandbox) -> dict[str, tuple[bytes, int]]:
-        """The channel's files and its keys (readable by their owner alone), to be uploaded in one go
-        with the grade's others. The plugin renames its key away, so the tests run as the user uploads
-        write as (root, in the SWE-bench and Pro images)."""
-        files = {f"{self.dir}/{name}": (data, 0o644) for name, data in self.files(sandbox.workdir).items()}
-        files.update({f"{self.dir}/key.{n}": (k, 0o600) for n, k in enumerate(self.keys)})
-        return files
+        """The channel's files, to be uploaded in one go with the grade's others: readable by the test
+        user (nothing in them is secret), writable by their owner alone."""
+        return {f"{self.dir}/{name}": (data, 0o644) for name, data in self.files(sandbox.workdir).items()}
 
     async def install(self, sandbox: Sandbox) -> None:
         await sandbox.upload_files(self.uploads(sandbox))
@@ -193,13 +204,101 @@ class Channel:
         return f'export PYTHONPATH={shlex.quote(self.dir)}"${{PYTHONPATH:+:$PYTHONPATH}}"'
 
     def manifest(self) -> str:
-        """The task's test files as placed (test_patch applied), hashed before the test command runs."""
-        files = " ".join(shlex.quote(f) for f in self.test_files if f.endswith(".py"))
-        return f"sha256sum -- {files} > {shlex.quote(self.dir)}/manifest 2>/dev/null; true" if files else "true"
+        """The task's test files as placed (test_patch applied), hashed before the test command runs, and
+        printed with the conftest files above them on one line of the exec's output (placed_from): what
+        declares their outcomes (declared.py) is read from them on the host."""
+        py = [f for f in self.test_files if f.endswith(".py")]
+        if not py:
+            return "true"
+        files = " ".join(shlex.quote(f) for f in py)
+        near = sorted({str(PurePosixPath(*PurePosixPath(f).parts[:i], "conftest.py"))
+                       for f in py for i in range(len(PurePosixPath(f).parts))})
+        listed = " ".join(shlex.quote(f) for f in [*py, *near])
+        return (f"sha256sum -- {files} > {shlex.quote(self.dir)}/manifest 2>/dev/null; "
+                f"{{ printf '\n%s' {shlex.quote(self.placed_marker)}; for f in {listed}; do "
+                f'[ -f "$f" ] && echo "$f"; done | tar -cf - -T - 2>/dev/null | base64 -w0; echo; }} 2>/dev/null; true')
+
+    def prologue(self, workdir: str, tests: list[str] | None = None, users: bool = True) -> str:
+        """Shell run as root right before the test command: the recorder (`cat` draining the verdict pipe
+        into a file of the channel's directory only root can open) and the pipe's writing end as
+        descriptor FD; then, where the exec runs as root and setpriv can switch users, the test user
+        (uid, no account: nothing of the image's is its): the workdir's directories become its, except
+        those above the task's test files (root's, sticky: it can add files there but not move or
+        remove root's); the test files are root's and read-only to it; the directories above the workdir and the
+        channel get o+x. What it changes is recorded first and put back by the epilogue.
+        `sbv_as_tests CMD...` then runs CMD as that user (as the exec's own user where none could be
+        made, `privilege` then says why). tests: the test command's lines, written as tests.sh. users:
+        the sandbox lets grading make a test user (Sandbox.separate_users)."""
+        d, u, wd = shlex.quote(self.dir), self.uid, shlex.quote(workdir)
+        root = PurePosixPath(workdir)
+        py = [f for f in self.test_files if not PurePosixPath(f).is_absolute()]
+        guarded = sorted({str(root.joinpath(*PurePosixPath(f).parts[:i]))
+                          for f in py for i in range(len(PurePosixPath(f).parts))})
+        opened = sorted({*_ancestors(str(root.parent)), *_ancestors(str(PurePosixPath(self.dir).parent))})
+        q = lambda xs: " ".join(shlex.quote(x) for x in xs)  # noqa: E731
+        as_user = f"setpriv --reuid={u} --regid={u} --clear-groups"
+        no_user = shlex.quote("" if users else "the sandbox's files and interpreters are the host's (local provider)")
+        lines = [
+            f"sbv_d={d}; sbv_rec=; sbv_owner=",
+            'sbv_as_tests() { "$@"; }',
+            'rm -f "$sbv_d/pipe" "$sbv_d/verdict.jsonl" "$sbv_d/privilege" "$sbv_d/modes"',
+            # the pipe: written by the test user (also by name, where a runner such as tox closes inherited
+            # descriptors), read by root alone
+            ': > "$sbv_d/verdict.jsonl"; chmod 600 "$sbv_d/verdict.jsonl"',
+            'if mkfifo -m 622 "$sbv_d/pipe"; then cat "$sbv_d/pipe" >> "$sbv_d/verdict.jsonl" & sbv_rec=$!; fi',
+            f'[ -n "$sbv_rec" ] && exec {FD}>"$sbv_d/pipe" && export {FD_VAR}={FD}',
+        ]
+        if tests is not None:
+            lines += [f"cat > \"$sbv_d/tests.sh\" <<'{TESTS_EOF}'", "set -uxo pipefail", *tests, TESTS_EOF]
+        lines += [
+            f'if [ -n {no_user} ]; then echo {no_user} > "$sbv_d/privilege"; '
+            f'elif [ "$(id -u)" != 0 ]; then echo "the grading exec does not run as root" > "$sbv_d/privilege"; '
+            f'elif ! {as_user} true 2>/dev/null; then echo "setpriv cannot switch users here" > "$sbv_d/privilege"; '
+            f"else",
+            # the directories above the interpreters the test command finds (an image may keep them under
+            # a home only root may enter) open to the test user too
+            '  sbv_open=$(for b in python python3 pytest; do p=$(command -v "$b" 2>/dev/null) && '
+            'p=$(readlink -f "$p") && while [ "$p" != / ]; do p=$(dirname "$p"); echo "$p"; done; done | sort -u)',
+            f'  stat -c "%a %u:%g %n" -- {q([*opened, *guarded])} $sbv_open > "$sbv_d/modes" 2>/dev/null',
+            f"  sbv_owner=$(stat -c %u:%g {wd})",
+            f"  chmod o+x -- {q(opened)} $sbv_open 2>/dev/null",
+            '  mkdir -p "$sbv_d/home" && { cp -a "${HOME:-/root}/.gitconfig" "$sbv_d/home/" 2>/dev/null; true; }',
+            # the workdir's directories become the test user's (it adds files where it likes); its files
+            # stay as the image has them (readable): changing every file's owner copies each up from the
+            # image's layer, a minute on Django's repository
+            f'  chown -R {u}:{u} "$sbv_d/home"; find {wd} -type d -exec chown {u}:{u} {{}} +',
+            f'  for f in {q(py)}; do [ -e "$f" ] && chown 0:0 "$f" && chmod go-w "$f"; done',
+            f"  chown 0:0 -- {q(guarded)} 2>/dev/null; chmod 1777 -- {q(guarded)} 2>/dev/null",
+            '  chmod 755 "$sbv_d"; chmod 644 "$sbv_d"/*.py "$sbv_d"/*.json "$sbv_d"/tests.sh 2>/dev/null',
+            f'  echo {ISOLATED} > "$sbv_d/privilege"',
+            f'  sbv_as_tests() {{ {as_user} env HOME="$sbv_d/home" GIT_CONFIG_COUNT=1 '
+            f"GIT_CONFIG_KEY_0=safe.directory 'GIT_CONFIG_VALUE_0=*' \"$@\"; }}",
+            "fi",
+        ]
+        return "\n".join(lines)
+
+    def epilogue(self, workdir: str) -> str:
+        """Shell run as root right after the test command: every process of the test user killed (what
+        the tests left running could write on), the pipe closed and the recorder drained, then the
+        workdir and the directories the prologue changed put back. `set -e` is not in force (the eval
+        script's options are `-uxo pipefail`)."""
+        u = self.uid
+        return "\n".join([
+            f'if [ -s "$sbv_d/modes" ]; then for sbv_i in 1 2; do setpriv --reuid={u} --regid={u} --clear-groups '
+            f"bash -c 'kill -9 -1' 2>/dev/null; done; fi",
+            f"exec {FD}>&-",
+            # the recorder ends when the last writer closes the pipe; where no test user could be made, a
+            # process the tests left behind may hold it: the recorder is stopped after 10 s of that
+            'if [ -n "$sbv_rec" ]; then for sbv_i in $(seq 100); do kill -0 "$sbv_rec" 2>/dev/null || break; '
+            'sleep 0.1; done; kill "$sbv_rec" 2>/dev/null; wait "$sbv_rec" 2>/dev/null; fi',
+            f'if [ -s "$sbv_d/modes" ]; then find {shlex.quote(workdir)} -user {u} -exec chown "$sbv_owner" {{}} +; '
+            'while read -r sbv_m sbv_o sbv_n; do chown "$sbv_o" "$sbv_n"; chmod "$sbv_m" "$sbv_n"; '
+            'done < "$sbv_d/modes"; fi',
+        ])
 
     def _listing(self) -> str:
-        """A script that prints the channel's unclaimed keys and its verdict files, each under a header."""
-        return (f"cd {shlex.quote(self.dir)} && for f in key.* verdict.*.jsonl; do "
+        """A script that prints the channel's verdict and what became of the test user, each under a header."""
+        return (f"cd {shlex.quote(self.dir)} && for f in verdict.jsonl privilege; do "
                 f'[ -f "$f" ] && printf "== %s\\n" "$f" && cat "$f" && echo; done; true')
 
     def after_run(self) -> tuple[str, str]:
@@ -216,19 +315,41 @@ class Channel:
         if printed is None:
             res = await sandbox.exec(self._listing(), timeout=60)
             printed = res.stdout.encode("utf-8", "surrogateescape") if res.ok else b""
-        files: dict[int, list[str]] = {}
-        unclaimed: set[int] = set()
+        sections: dict[str, list[str]] = {}
         current = None
         for line in printed.decode("utf-8", "surrogateescape").splitlines():
-            if m := _KEY_RE.match(line):
-                unclaimed.add(int(m.group(1)))
-                current = None
-            elif m := _FILE_RE.match(line):
-                current = files.setdefault(int(m.group(1)), [])
+            if m := _SECTION_RE.match(line):
+                current = sections.setdefault(m.group(1), [])
             elif current is not None and line:
                 current.append(line)
-        return merge({n: "\n".join(lines).encode("utf-8", "surrogateescape") for n, lines in files.items()},
-                     self.keys, unclaimed)
+        v = parse("\n".join(sections.get("verdict.jsonl", [])).encode("utf-8", "surrogateescape"))
+        v.isolation = " ".join(sections.get("privilege", [])) or "no test user was made"
+        return v
+
+
+def placed_from(out: str, marker: str) -> tuple[str, dict[str, str] | None]:
+    """(the output without the line of the placed test files, {path: source}): the first line that
+    carries the marker (printed before the tests start: one the tests print later comes after it);
+    None when there is none or it does not decode."""
+    import io
+    import tarfile
+
+    lines = out.split("\n")
+    at = next((i for i, ln in enumerate(lines) if ln.startswith(marker)), None)
+    if at is None:
+        return out, None
+    try:
+        data = base64.b64decode(lines[at][len(marker):].strip(), validate=True)
+        files = {}
+        if data:
+            with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+                for m in tar.getmembers():
+                    fh = tar.extractfile(m) if m.isfile() else None
+                    if fh is not None:
+                        files[m.name] = fh.read().decode("utf-8", "replace")
+    except (binascii.Error, ValueError, tarfile.TarError):
+        return "\n".join(lines[:at] + lines[at + 1:]), None
+    return "\n".join(lines[:at] + lines[at + 1:]), files
 
 
 def taken_from(out: str, marker: str) -> tuple[str, bytes | None]:
@@ -273,16 +394,19 @@ def runs_pytest(command: str) -> bool:
     """Whether a test command starts pytest itself (`pytest ...`, `python -m pytest ...`): a run of it
     that left no verdict had its pytest kept from loading the channel. A command that reaches
     pytest through tox or a script of the task's may run none (a shell script printing pytest-style
-    lines): there only a pytest that took a key is expected to answer."""
+    lines): there only a pytest that loaded the plugin is expected to answer."""
     return "tox" not in command.split() and bool(_PYTEST.search(command))
 
 
 def compare(v: Verdict | None, expected: bool, status: dict[str, str], decisive: set[str],
-            as_log: Callable[[dict[str, str]], dict[str, str]]) -> tuple[list[dict[str, str]], bool]:
+            as_log: Callable[[dict[str, str]], dict[str, str]],
+            test_files: frozenset[str] = frozenset()) -> tuple[list[dict[str, str]], bool]:
     """(tampering entries, whether the rollout may still be resolved). Tests the verdict contradicts
     are set to FAILED in `status`. as_log: the verdict's {nodeid: log status} in the parser's names.
     expected: the test command itself starts the runner (runs_pytest), so a run that left no verdict
-    kept it from loading the channel; otherwise missing means no runner loaded it."""
+    kept it from loading the channel; otherwise missing means no runner loaded it. test_files: the
+    task's test files; a decisive test of one of them must have a raw call result whatever files the
+    verdict says its sessions collected (the grader, not the record, decides what must answer)."""
     if v is None or v.state == "unsupported" or (v.state == "missing" and not expected):
         return [], True
     claimed = [t for t in decisive if status.get(t) in CLAIMED]
@@ -297,7 +421,8 @@ def compare(v: Verdict | None, expected: bool, status: dict[str, str], decisive:
     out = []
     for t in sorted(claimed):
         raw = seen.get(t)
-        if raw is None and v.files and t.split("::")[0] not in v.files:
+        file = t.split("::")[0]
+        if raw is None and v.files and file not in v.files and file not in test_files:
             continue  # not a test of any file the session collected: not the runner's to answer for
         # an expected failure: the body raised pytest.xfail, or its setup or body raised under an xfail
         # marker (pytest reports a setup error of an xfail-marked test as XFAIL too)

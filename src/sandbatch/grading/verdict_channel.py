@@ -1,18 +1,30 @@
 """The verdict channel's writing end, shared by the grader's runner plugins (verdict_plugin.py for
-pytest, unittest_plugin.py for unittest runners): one-time keys, HMAC-chained records.
+pytest, unittest_plugin.py for unittest runners): records written into a descriptor the test
+command inherits (or the pipe opened by name, where a runner such as tox closes inherited
+descriptors), whose reading end is drained by a process of another user.
+
+The eval script (verdict.Channel.prologue) opens a pipe whose reading end `cat`, running as
+root, appends to a file in the channel's directory, and runs the test command as an
+unprivileged user with the writing end as descriptor SBV_VERDICT_FD: the code under test can
+add lines to the verdict (a test's outcome is its worst over every line) but can neither
+read, replace nor remove any, and holds no key. Each line carries its process id and its
+number in that process's sequence: a line added under a process's id and number breaks the
+sequence (the verdict is then no verdict), and a process that never wrote its end record
+leaves the verdict incomplete.
 
 Uploaded beside the plugin and loaded from its file by path (nothing of the workdir can stand
 in for it). Written for every Python 3 a task image may hold: no annotations, no f-strings,
 only the standard library.
 """
 
-import hashlib
 import os
 import sys
 
-_write, _sha256, _getpid = os.write, hashlib.sha256, os.getpid
+_write, _getpid = os.write, os.getpid
 _isinstance, _sorted, _getattr = isinstance, sorted, getattr
 BATCH = 64  # records per write
+PIPE_BUF = 4096  # a write of at most this many bytes into a pipe is never interleaved with another's
+FD_VAR = "SBV_VERDICT_FD"
 
 
 _ESCAPES = dict((o, "\\u%04x" % o) for o in list(range(32)) + [34, 92, 127])
@@ -58,70 +70,62 @@ def strip_env(here, option=None):
             os.environ["PYTEST_ADDOPTS"] = addopts
         else:
             os.environ.pop("PYTEST_ADDOPTS", None)
+    os.environ.pop(FD_VAR, None)
     sys.path[:] = [p for p in sys.path if not p or os.path.abspath(p) != here]
 
 
-def claim(here):
-    """One of the keys in `here`, taken by renaming it (atomic: each process the test command starts
-    gets its own), read and deleted: (its number, the key)."""
-    for name in sorted(n for n in os.listdir(here) if n.startswith("key.")):
-        mine = os.path.join(here, "taken.%s.%d" % (name[4:], os.getpid()))
-        try:
-            os.rename(os.path.join(here, name), mine)
-        except OSError:
-            continue  # another process took it first
-        with open(mine, "rb") as fh:
-            key = fh.read().strip()
-        os.unlink(mine)  # the code under test finds none left of the keys in use
-        return name[4:], key
-    raise LookupError("no key left")
-
-
 class Channel(object):
-    def __init__(self, here):
-        number, key = claim(here)
-        # HMAC-SHA256 by hand from hashlib's C objects, whose methods no code can replace
-        key = bytearray(_sha256(key).digest() + b"\0" * 32)
-        self._inner = _sha256(bytes(bytearray(b ^ 0x36 for b in key)))
-        self._outer = _sha256(bytes(bytearray(b ^ 0x5C for b in key)))
-        key[:] = b"\0" * len(key)
-        self._prev = ""
+    def __init__(self, fd):
+        os.fstat(fd)  # the descriptor is open
+        try:
+            os.set_inheritable(fd, False)  # processes the tests start get none of it
+        except Exception:
+            pass
+        self._fd = fd
         self._seq = 0
         self._lines = []
-        self._pid = _getpid()  # a forked child shares the descriptor and the chain: it writes nothing
-        path = os.path.join(here, "verdict.%s.jsonl" % number)
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self._size = 0
+        self._pid = _getpid()  # a forked child shares the descriptor: it writes nothing
 
     def write(self, rec):
         if _getpid() != self._pid:
             return
-        rec["i"] = self._seq
-        body = dumps(rec)
-        inner = self._inner.copy()
-        inner.update((self._prev + body).encode("utf-8"))
-        outer = self._outer.copy()
-        outer.update(inner.digest())
-        self._prev = outer.hexdigest()
+        rec["p"], rec["i"] = self._pid, self._seq
         self._seq += 1
-        self._lines.append('{"m":"%s","r":%s}\n' % (self._prev, _str(body)))
+        line = (dumps(rec) + "\n").encode("utf-8")
+        if self._lines and self._size + len(line) > PIPE_BUF:
+            self.flush()
+        self._lines.append(line)
+        self._size += len(line)
         # lines go out in batches: a run that stops before its end record is no verdict however many
         # of its lines were written, but the start record (what the runner supports) goes out at once
-        if len(self._lines) >= BATCH or self._seq == 1 or "end" in rec:
+        if len(self._lines) >= BATCH or "start" in rec or "end" in rec:
             self.flush()
 
     def flush(self):
-        data, self._lines[:] = "".join(self._lines).encode("utf-8"), []
+        data, self._lines[:], self._size = b"".join(self._lines), [], 0
         while data:
             data = data[_write(self._fd, data):]
 
 
 def open_channel(here, option=None):
-    """The process's channel (None without a key) and its emit function, which never raises (a closed
-    or replaced descriptor: the end record is missing, the run is not verdicted)."""
+    """The process's channel (None without the descriptor) and its emit function, which never raises (a
+    closed or replaced descriptor: the end record is missing, the run is not verdicted)."""
     try:
-        strip_env(here, option)
-        channel = Channel(here)
-    except Exception:  # no key left (more processes than keys) or no file: no verdict from here
+        fd = int(os.environ.get(FD_VAR, ""))
+        os.fstat(fd)
+    except (ValueError, OSError):
+        fd = None
+    if fd is None:  # a runner that starts pytest with the environment but none of the inherited
+        try:        # descriptors (tox): the pipe itself, which the test user may open for writing alone
+            fd = os.open(os.path.join(here, "pipe"), os.O_WRONLY | os.O_NONBLOCK)  # no reader: no verdict
+            os.set_blocking(fd, True)
+        except (OSError, AttributeError):
+            fd = None
+    strip_env(here, option)
+    try:
+        channel = Channel(fd) if fd is not None else None
+    except Exception:
         channel = None
 
     def emit(rec):
@@ -132,4 +136,3 @@ def open_channel(here, option=None):
                 pass
 
     return channel, emit
-

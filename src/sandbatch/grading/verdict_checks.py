@@ -191,10 +191,34 @@ class Checks(object):
         # pytest's repository tests pytest, and its pytest runs from the workdir. Nothing the
         # patch adds loads before the checks (they load ahead of plugins, conftest and tests).
         self._runner = set()
-        for mod in list(sys.modules.values()):
-            rel = self._rel(_getattr(mod, "__file__", None))
+        self._runner_names = set(conf.get("runner_modules") or ())
+        self._early = []  # workdir modules imported before the checks that are not the runner's own
+        for name, mod in list(sys.modules.items()):
+            rel = self._rel(_module_file(mod))
             if rel is not None:
                 self._runner.add(rel)
+                if not self._runners(name, mod):
+                    self._early.append((name, rel))
+
+    def _runners(self, name, mod):
+        """Whether a module is the test runner's own package (pytest's repository runs its own pytest;
+        `python -m pytest` makes pytest/__main__.py the module __main__)."""
+        spec_name = _getattr(_getattr(mod, "__spec__", None), "name", None) or name
+        return spec_name.split(".")[0] in self._runner_names
+
+    def startup(self):
+        """Code of the workdir imported at interpreter start-up, before the runner plugin: whatever its form
+        (a package named sitecustomize, a module a .pth line imports), it is found by what was imported and
+        where its code lives, not by its file name. Also modules of the workdir imported since the checks
+        started that the runner plugin did not import (the hooks a start-up chain imports)."""
+        seen = set(n for n, _ in self._early)
+        for name, mod in list(sys.modules.items()):
+            rel = self._rel(_module_file(mod))
+            if rel is not None and name not in seen and rel not in self._runner and not self._runners(name, mod):
+                self._early.append((name, rel))
+                seen.add(name)
+        for name, rel in self._early:
+            self._say(None, "hook", "module %s of %s was imported at interpreter start-up" % (name, rel))
 
     # --- where code lives -------------------------------------------------------------------
 
@@ -230,14 +254,52 @@ class Checks(object):
             pass
         except TypeError:  # an unhashable metaclass
             return False
-        found = False
+        found = None
         for k in _getattr(t, "__mro__", (t,)):
-            mod = sys.modules.get(_getattr(k, "__module__", None) or "")
-            if self.code_side(_getattr(mod, "__file__", None)):
-                found = True
+            found = self.home_of(k)
+            if found is not None:
                 break
-        self._made[t] = found
-        return found
+        self._made[t] = found is not None
+        return found is not None
+
+    def home_of(self, k):
+        """The workdir file (relative) that defines class k, or None: judged by where its code lives, not
+        by the module it names. Its methods' code files (a class can name any module in `__module__`), the
+        module it names as loaded, and a class that names a module it is not found in under its qualname
+        while its Python methods come from another file (a class compiled under a borrowed file name)."""
+        mod = sys.modules.get(_getattr(k, "__module__", None) or "")
+        mod_file = _getattr(mod, "__file__", None)
+        if self.code_side(mod_file):
+            return self._rel(mod_file)
+        files = []
+        for v in list(_getattr(k, "__dict__", {}).values()):
+            try:
+                fn = _getattr(v, "fget", None) or _getattr(v, "__func__", v)
+                f = _getattr(_getattr(fn, "__code__", None), "co_filename", None)
+            except Exception:
+                continue
+            if f is not None and f not in files:
+                files.append(f)
+        for f in files:
+            if self.code_side(f):
+                return self._rel(f)
+        if files and not self._placed(mod, k):
+            own = _realpath(mod_file) if mod_file else None
+            if own and own.endswith((".pyc", ".pyo")):
+                own = own[:-1]
+            stray = [f for f in files if _realpath(f) != own]
+            if stray:
+                return stray[0]
+        return None
+
+    def _placed(self, mod, k):
+        """Whether class k is found in the module it names under its qualname."""
+        obj = mod
+        for part in (_getattr(k, "__qualname__", None) or "?").split("."):
+            obj = _getattr(obj, part, None)
+            if obj is None:
+                return False
+        return obj is k
 
     def _say(self, test, what, detail):
         key = (test, what, detail)
@@ -406,10 +468,10 @@ class Checks(object):
                         hit = s
                         break
             if hit is not None:
+                home = next((h for h in map(self.home_of, _getattr(_type(x), "__mro__", ())) if h), "?")
                 self._say(test, "vac", "%s %s %s: the %s operand, a %s of %s, holds it with %s too" % (
                     "x" if side == "right" else "_", op, "x" if side == "left" else "_", side, _type(x).__name__,
-                    self._rel(_getattr(sys.modules.get(_type(x).__module__), "__file__", "")) or "?",
-                    _type(hit).__name__))
+                    home, _type(hit).__name__))
 
     def _sentinels(self, x):
         """Fresh objects no honest value equals: of no type, of the builtin types, and of each type outside
@@ -663,6 +725,17 @@ def _judge(qual, raw_fn, called_fn, codes, decorated, every, path):
         if not any(f.__code__ == g for g in every):
             return "%s: a function of its file was given other code" % qual
     return None
+
+
+def _module_file(mod):
+    """Where a module's code was loaded from: its __file__, else its spec's origin (a module may drop or
+    rewrite its __file__; the spec the import system made keeps the loader's origin)."""
+    try:
+        spec = _getattr(mod, "__spec__", None)
+        origin = _getattr(spec, "origin", None) if _getattr(spec, "has_location", False) else None
+        return origin or _getattr(mod, "__file__", None)
+    except Exception:
+        return None
 
 
 def _code_file(fn):

@@ -6,11 +6,10 @@ and PYTHONPATH set for the test command only. pytest imports `-p` plugins before
 plugin of an installed distribution and before conftest files or the code under test,
 so at import this module still sees pytest's own machinery as pytest built it. It then
 
-- takes one of the per-grade keys beside it (`key.<n>`, renamed away atomically, read and
-  deleted: each pytest process the test command starts gets its own), strips its
-  directory and option from sys.path and the environment (pytest processes the tests
-  start load nothing of it) and opens `verdict.<n>.jsonl` there for appending (its
-  descriptor held from now on);
+- takes the verdict descriptor the test command inherited (verdict_channel.open_channel: a
+  pipe root drains into a file the test user cannot open), strips its directory, option and
+  descriptor from sys.path and the environment (pytest processes the tests start load
+  nothing of it);
 - wraps the raw call (`_pytest.runner.CallInfo.from_call`, or `call_runtest_hook` of older
   pytest) and unittest's result adapter (`TestCaseFunction._addexcinfo`): whether the
   setup or body of each test raised, and what, is written as the call returns - before
@@ -28,9 +27,10 @@ beside it as _sbv_channel.py and _sbv_checks.py and loaded from those files; eac
 is checked before it runs, and every comparison a rewritten assert finds true reaches the
 probe.
 
-Every line is chained with HMAC-SHA256 under the key: a line the key did not sign, a line
-removed, or a run that never reached its end record is not a verdict. The module runs in
-the test process with the code under test: docs/benchmarks.md says what that leaves open.
+Each line carries this process's id and its number in its sequence: a line removed, a line
+added under this process's number, or a run that never reached its end record is not a
+verdict. The module runs in the test process with the code under test: docs/benchmarks.md
+says what that leaves open.
 
 Written for every Python 3 and pytest >= 3 a task image may hold: no annotations, no
 f-strings, only the standard library. PYTEST_DONT_REWRITE: pytest leaves its asserts (it
@@ -61,6 +61,10 @@ def _sibling(name):
 _checks_mod = _sibling("checks")
 _channel, _emit = _sibling("channel").open_channel(_here, "-p %s" % _name)
 _checks = _checks_mod.Checks(_checks_mod.read_conf(_here), _emit)
+try:
+    _checks.startup()  # code of the workdir imported before pytest loaded this plugin
+except Exception:
+    pass
 
 
 # --- the objects pytest builds outcomes with -------------------------------------------------

@@ -21,3 +21,4 @@ class Verdict:
     findings: list[dict] = field(default_factory=list)  # {t, w: repl | vac, x}: verdict_checks' records
     asserts: list[str] = field(default_factory=list)  # assertion machinery replaced during the run
     exits: list[int | None] = field(default_factory=list)  # each pytest process's own exit status, as it ended
+    isolation: str = ""  # "separated": the tests ran as a user of their own; else why not

@@ -172,6 +172,9 @@ class Sandbox(abc.ABC):
     provider: "Provider"
     workdir: str  # the repository inside the sandbox (spec.workdir unless the provider maps it)
     tmpdir: str  # scratch space outside the repository: HOME, harness state, uploads
+    # whether grading may run the tests as a user of their own (a container's files and processes are
+    # its own; the local provider's are the host's)
+    separate_users: bool = True
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
