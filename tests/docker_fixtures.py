@@ -12,6 +12,7 @@ import asyncio
 import os
 import shutil
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
@@ -79,6 +80,39 @@ def docker_run_label(docker_engine: str):
             await provider.delete(info.id)
 
     asyncio.run(sweep())
+
+
+class PidsCgroup:
+    """The kernel's counters of a container's pids cgroup, read on the host (cgroup v1 or v2):
+    what a test waits on instead of guessing from inside the container whether a fork fails."""
+
+    def __init__(self, cli: str, container: str):
+        pid = subprocess.run([cli, "container", "inspect", "--format", "{{.State.Pid}}", container],
+                             capture_output=True, text=True, check=True).stdout.strip()
+        lines = [ln.split(":", 2) for ln in Path(f"/proc/{pid}/cgroup").read_text().splitlines()]
+        v1 = [path for _, controllers, path in lines if "pids" in controllers.split(",")]
+        candidates = [Path("/sys/fs/cgroup/pids" + v1[0])] if v1 else []
+        candidates += [Path("/sys/fs/cgroup" + path) for hid, _, path in lines if hid == "0"]  # v2
+        found = [c for c in candidates if (c / "pids.max").is_file()]
+        assert found, f"no pids cgroup of container {container} (pid {pid}) among {candidates}"
+        self.dir = found[0]
+
+    def max(self) -> int:
+        return int((self.dir / "pids.max").read_text())
+
+    def read(self) -> dict[str, int]:
+        """pids.current, and `refused`: the forks refused at the limit (pids.events' max counter)."""
+        events = dict(ln.split() for ln in (self.dir / "pids.events").read_text().splitlines())
+        return {"current": int((self.dir / "pids.current").read_text()), "refused": int(events["max"])}
+
+    def wait(self, done, bound: float, what: str) -> dict[str, int]:
+        """Poll the counters until `done(counters)`, at most `bound` seconds; they are returned."""
+        deadline = time.monotonic() + bound
+        while not done(seen := self.read()):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{what}: not within {bound:.0f} s; {self.dir} last read {seen}")
+            time.sleep(0.1)
+        return seen
 
 
 OPENCODE_PREFIX = "/opt/opencode"  # where agent_image holds OpenCode: bin/opencode under it
