@@ -12,6 +12,7 @@ import asyncio
 import os
 import shutil
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
@@ -81,34 +82,81 @@ def docker_run_label(docker_engine: str):
     asyncio.run(sweep())
 
 
+class PidsCgroup:
+    """The kernel's counters of a container's pids cgroup, read on the host (cgroup v1 or v2):
+    what a test waits on instead of guessing from inside the container whether a fork fails."""
+
+    def __init__(self, cli: str, container: str):
+        pid = subprocess.run([cli, "container", "inspect", "--format", "{{.State.Pid}}", container],
+                             capture_output=True, text=True, check=True).stdout.strip()
+        lines = [ln.split(":", 2) for ln in Path(f"/proc/{pid}/cgroup").read_text().splitlines()]
+        v1 = [path for _, controllers, path in lines if "pids" in controllers.split(",")]
+        candidates = [Path("/sys/fs/cgroup/pids" + v1[0])] if v1 else []
+        candidates += [Path("/sys/fs/cgroup" + path) for hid, _, path in lines if hid == "0"]  # v2
+        found = [c for c in candidates if (c / "pids.max").is_file()]
+        assert found, f"no pids cgroup of container {container} (pid {pid}) among {candidates}"
+        self.dir = found[0]
+
+    def max(self) -> int:
+        return int((self.dir / "pids.max").read_text())
+
+    def read(self) -> dict[str, int]:
+        """pids.current, and `refused`: the forks refused at the limit (pids.events' max counter)."""
+        events = dict(ln.split() for ln in (self.dir / "pids.events").read_text().splitlines())
+        return {"current": int((self.dir / "pids.current").read_text()), "refused": int(events["max"])}
+
+    def wait(self, done, bound: float, what: str) -> dict[str, int]:
+        """Poll the counters until `done(counters)`, at most `bound` seconds; they are returned."""
+        deadline = time.monotonic() + bound
+        while not done(seen := self.read()):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{what}: not within {bound:.0f} s; {self.dir} last read {seen}")
+            time.sleep(0.1)
+        return seen
+
+
 OPENCODE_PREFIX = "/opt/opencode"  # where agent_image holds OpenCode: bin/opencode under it
 
 
 @pytest.fixture(scope="session")
-def agent_image(docker_base_image: str, tmp_path_factory) -> str:
+def agent_image(docker_base_image: str) -> str:
     """The base image plus what a real agent run needs and the base lacks: OpenCode (npm
     `opencode-ai` at the version the harness pins, installed under OPENCODE_PREFIX; run it
     with `install: {method: path}`) and `python` (SWE-bench Pro images have it; their
-    run_scripts call it). Built once a session; Docker's cache makes a rebuild quick.
+    run_scripts call it). Built once on a machine (its tag names the recipe), by the first test
+    process that needs it.
 
     OpenCode is installed by the host's npm into the build context (the package's binary is
     self-contained), so the image needs no node and the build no network."""
+    import hashlib
+    import tempfile
+
     from services import need_program
+    from shared import built_once
     from sandbatch.harness.opencode import OpenCodeHarness
 
     need_program("npm", "run scripts/services/node.sh (as root)")
     version = OpenCodeHarness.default_version
-    context = tmp_path_factory.mktemp("agent-image")
-    npm = subprocess.run(["npm", "install", "-g", "--no-audit", "--no-fund", "--prefix", str(context / "opencode"),
-                          f"opencode-ai@{version}"], capture_output=True, text=True, timeout=600)
-    assert npm.returncode == 0, f"npm install opencode-ai@{version}: {npm.stderr[-1500:]}"
-    (context / "Dockerfile").write_text(f"FROM {docker_base_image}\nCOPY opencode/ {OPENCODE_PREFIX}/\n"
-                                        "RUN ln -sf /usr/bin/python3 /usr/local/bin/python && "
-                                        f"{OPENCODE_PREFIX}/bin/opencode --version\n")
-    tag = f"sandbatch/test-agent:opencode-{version}"
-    build = subprocess.run(["docker", "build", "-q", "-t", tag, str(context)], capture_output=True, text=True,
-                           timeout=900)
-    assert build.returncode == 0, f"docker build {tag}: {build.stderr[-1500:]}"
+    dockerfile = (f"FROM {docker_base_image}\nCOPY opencode/ {OPENCODE_PREFIX}/\n"
+                  "RUN ln -sf /usr/bin/python3 /usr/local/bin/python && "
+                  f"{OPENCODE_PREFIX}/bin/opencode --version\n")
+    base_id = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", docker_base_image],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    recipe = hashlib.sha256(f"{base_id}\n{dockerfile}".encode()).hexdigest()[:12]  # a new base, a new image
+    tag = f"sandbatch/test-agent:opencode-{version}-{recipe}"
+    with built_once(f"agent-image-{version}", bound=600 + 900):  # npm's and the build's timeouts
+        if subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode == 0:
+            return tag
+        with tempfile.TemporaryDirectory(prefix="sandbatch-agent-image-") as tmp:
+            context = Path(tmp)
+            npm = subprocess.run(["npm", "install", "-g", "--no-audit", "--no-fund", "--prefix",
+                                  str(context / "opencode"), f"opencode-ai@{version}"],
+                                 capture_output=True, text=True, timeout=600)
+            assert npm.returncode == 0, f"npm install opencode-ai@{version}: {npm.stderr[-1500:]}"
+            (context / "Dockerfile").write_text(dockerfile)
+            build = subprocess.run(["docker", "build", "-q", "-t", tag, str(context)], capture_output=True,
+                                   text=True, timeout=900)
+        assert build.returncode == 0, f"docker build {tag}: {build.stderr[-1500:]}"
     return tag
 
 

@@ -125,6 +125,16 @@ class FaultProxy:
                     "faults_pending": [r.__dict__ for r in self._rules if r.count > 0],
                     "commands": {k: dict(v) for k, v in self.commands.items()}}
 
+    def wait_answered(self, bound: float) -> None:
+        """Until the server has answered every request whose client gave up on it (a `delay`
+        fault's); `bound`: the seconds such a request may take, its delay included."""
+        deadline = time.monotonic() + bound
+        while self._pending:  # the proxy's loop removes each one as its answer comes
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{len(self._pending)} requests forwarded to {self.upstream} still "
+                                     f"unanswered after {bound:.0f} s; {self.stats()['requests']}")
+            time.sleep(0.1)
+
     def sent_twice(self, ignore_prefix: str) -> dict[str, int]:
         """Commands forwarded to the same sandbox's execd more than once (texts starting
         with `ignore_prefix` excepted)."""

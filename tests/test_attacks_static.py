@@ -502,16 +502,18 @@ process.exit(0);
 
 
 @pytest.fixture(scope="session")
-def jest_modules(tmp_path_factory) -> Path:
-    """node_modules with the real Jest 29, installed once per machine (beside pytest's temporary dirs)."""
+def jest_modules() -> Path:
+    """node_modules with the real Jest 29, installed once per machine (shared.machine_dir)."""
     from services import need_program
+    from shared import built_once, machine_dir
 
     npm = need_program("npm", "run scripts/services/node.sh (as root)")
-    root = tmp_path_factory.getbasetemp().parent / "sandbatch-jest29"
-    if not (root / "node_modules" / ".bin" / "jest").exists():
-        root.mkdir(parents=True, exist_ok=True)
-        subprocess.run([npm, "install", "--no-audit", "--no-fund", "--silent", "--prefix", str(root), "jest@29"],
-                       check=True, capture_output=True, timeout=600)
+    root = machine_dir("jest29")
+    with built_once("jest29", bound=600):  # npm's timeout
+        if not (root / "node_modules" / ".bin" / "jest").exists():
+            root.mkdir(parents=True, exist_ok=True)
+            subprocess.run([npm, "install", "--no-audit", "--no-fund", "--silent", "--prefix", str(root), "jest@29"],
+                           check=True, capture_output=True, timeout=600)
     return root / "node_modules"
 
 

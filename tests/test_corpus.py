@@ -186,7 +186,9 @@ def test_a_test_command_without_pytest_needs_no_verdict(tmp_path):
     assert rec.tests_ran and not rec.resolved and rec.tampering == [], rec
 
 
+# the rows' images are built by whichever corpus test comes first: one after the other (conftest.py)
 @pytest.mark.slow
+@pytest.mark.xdist_group("corpus")
 def test_corpus_rows_are_graded_right_through_the_workflow(tmp_path, docker_engine, docker_base_image):
     ids = selected()
     res = check(ids, tmp_path / "check", cores=4)
@@ -228,6 +230,7 @@ def test_a_verdict_is_expected_where_the_test_command_starts_pytest_itself():
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("corpus")
 def test_the_defences_overhead_benchmark_on_a_real_row(docker_engine, docker_base_image):
     """benchmarks/grading_defences.py --corpus at its smallest, as its docstring runs it: one row,
     one repeat; every gold grade resolved clean and both figures printed, the CPU one from the

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import queue
 import subprocess
+import threading
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from docker_fixtures import docker_base_image, docker_engine, docker_run_label  # noqa: F401 (fixtures)
+from docker_fixtures import BASE_IMAGE, docker_base_image, docker_engine, docker_run_label  # noqa: F401 (fixtures)
 from sandbatch.core import config
 from sandbatch.grading import tb_verifier
 from sandbatch.grading.terminal_bench import _files
@@ -21,24 +23,52 @@ from sandbatch.sandbox.docker import DockerProvider
 
 
 class EngineEvents:
-    """The engine's container events for one run label while the block runs."""
+    """The engine's container events for one run label while the block runs. The block's edges
+    are marked by a probe: a container of the same label created and removed, whose events are
+    left out. The engine sends events in order, so once the first probe's removal has come the
+    stream is live, and once the last one's has every event of the block has come too."""
 
     def __init__(self, cli: str, label: str):
         self.cli, self.label = cli, label
         self.seen: list[dict] = []
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.probes: set[str] = set()
 
     def __enter__(self):
         self.proc = subprocess.Popen([self.cli, "events", "--format", "{{json .}}", "--filter", "type=container",
                                       "--filter", f"label=sandbatch.run={self.label}"],
                                      stdout=subprocess.PIPE, text=True)
-        time.sleep(0.5)  # subscribed before the first operation
+        threading.Thread(target=lambda: [self.lines.put(line) for line in self.proc.stdout], daemon=True).start()
+        self._mark()
+        self.seen = []
         return self
 
     def __exit__(self, *exc):
-        time.sleep(0.5)  # the last events arrive
-        self.proc.terminate()
-        out, _ = self.proc.communicate()
-        self.seen = [json.loads(line) for line in out.splitlines() if line.strip()]
+        try:
+            self._mark()
+        finally:
+            self.proc.terminate()
+            self.proc.wait()
+
+    def _mark(self, bound: float = 60) -> None:
+        """Create and remove a probe container, then read events until its removal's; `bound`: the
+        seconds two engine calls and their events may take on a loaded host."""
+        probe = subprocess.run([self.cli, "create", "--label", f"sandbatch.run={self.label}", BASE_IMAGE, "true"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+        self.probes.add(probe)
+        subprocess.run([self.cli, "rm", probe], capture_output=True, check=True)
+        deadline = time.monotonic() + bound
+        while True:
+            try:
+                event = json.loads(self.lines.get(timeout=max(0.0, deadline - time.monotonic())))
+            except queue.Empty:
+                raise AssertionError(f"docker events: the probe {probe[:12]}'s destroy did not come within "
+                                     f"{bound:.0f} s; saw {[e['Action'] for e in self.seen]}") from None
+            actor = event.get("Actor", {}).get("ID")
+            if actor == probe and event["Action"] == "destroy":
+                return
+            if actor not in self.probes:
+                self.seen.append(event)
 
     def count(self) -> Counter:
         return Counter(e["Action"].split(":")[0] for e in self.seen)

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from docker_fixtures import docker_base_image, docker_engine, docker_run_label  # noqa: F401 (fixtures)
+from docker_fixtures import PidsCgroup, docker_base_image, docker_engine, docker_run_label  # noqa: F401 (fixtures)
 from sandbatch.core import config
 from sandbatch.core.errors import InfraError, UserError
 from sandbatch.sandbox import get_provider, provider_class
@@ -123,7 +123,7 @@ def test_exec_timeout_kills_the_whole_command(spec):
     run(go())
 
 
-def test_stop_processes_leaves_none_of_a_respawning_swarm(spec):
+def test_stop_processes_leaves_none_of_a_respawning_swarm(spec, docker_engine):
     """Processes that fork faster than a scan of /proc can find them (thousands within a second),
     and chains whose pids hop (each starts its successor in a session of its own and exits): none
     runs after the stop, the image's entrypoint (`sleep TTL` under pid 1) still does, and a stop
@@ -136,7 +136,9 @@ def test_stop_processes_leaves_none_of_a_respawning_swarm(spec):
         sb = await DockerProvider().create(spec())
         await sb.upload("/tmp/hop.sh", hop.encode(), mode=0o755)
         assert (await sb.exec(swarm, timeout=30)).ok
-        await asyncio.sleep(1)
+        # a swarm of 100 processes at least, counted by the kernel (forks take well under a
+        # millisecond: 30 s is for a loaded host)
+        PidsCgroup(docker_engine, sb.id).wait(lambda c: c["current"] >= 100, 30, "a swarm of 100")
         killed = await sb.stop_processes()
         assert killed >= 100
         left = await sb.exec("for d in /proc/[0-9]*; do read -r l < $d/stat && echo \"$l\"; done", timeout=30)
@@ -149,23 +151,40 @@ def test_stop_processes_leaves_none_of_a_respawning_swarm(spec):
     run(go())
 
 
-def test_a_sandbox_full_at_its_pids_limit_is_still_stopped(spec):
+# A bomb that keeps the pids limit full: each refused fork is retried (a shell's failed fork
+# ends that shell, and with it the bomb: the limit would be full only for an instant).
+BOMB = ("setsid python3 -c 'import os, time\nwhile True:\n    try:\n        if os.fork() == 0:\n"
+        "            time.sleep(300); os._exit(0)\n    except OSError:\n        time.sleep(0.01)\n'"
+        " >/dev/null 2>&1 </dev/null &")
+
+
+def test_a_sandbox_full_at_its_pids_limit_is_still_stopped(spec, docker_engine):
     """A fork bomb that fills the container's pids limit leaves no slot for a fork, yet the stop
     runs: an exec's process is moved into the container's cgroup, which the kernel allows past
-    pids.max (only forks are refused), and the stop script forks nothing (shell builtins)."""
-    bomb = "for i in 1 2; do (setsid sh -c 'while :; do sleep 300 & done' &); done"
+    pids.max (only forks are refused), and the stop script forks nothing (shell builtins). That
+    the limit is full is read from the kernel's own counters of the container's pids cgroup."""
+    limit = 48
 
     async def go():
-        sb = await DockerProvider({"pids_limit": 48}).create(spec())
+        sb = await DockerProvider({"pids_limit": limit}).create(spec())
         try:
-            assert (await sb.exec(bomb, timeout=30)).ok
-            for _ in range(60):  # until the limit is full: an exec's shell can no longer fork
-                if "forked" not in (await sb.exec("/bin/sleep 0 && echo forked", timeout=30)).stdout:
-                    break
-                await asyncio.sleep(0.5)
-            else:
-                pytest.fail("the bomb never filled the pids limit")
-            assert await sb.stop_processes() >= 40
+            pids = PidsCgroup(docker_engine, sb.id)
+            assert pids.max() == limit
+            assert (await sb.exec(BOMB, timeout=30)).ok
+            # full: every slot taken and forks refused at the limit (pids.events counts them);
+            # the bomb needs `limit` forks, each given half a second on a loaded 2-core host
+            seen = pids.wait(lambda c: c["current"] >= limit and c["refused"] > 0, limit * 0.5, "the limit full")
+            # and still full as the stop starts: the bomb, retrying every 10 ms, is refused again
+            assert pids.wait(lambda c: c["refused"] > seen["refused"], 10, "more forks refused")["current"] >= limit
+            # an exec still starts (its process joins the full cgroup; a start the runtime fails
+            # now and then at a full limit is started again), however often
+            for _ in range(10):
+                assert (await sb.exec("echo started", timeout=30)).stdout == "started\n", pids.read()
+            killed = await sb.stop_processes()
+            assert killed == limit - 2, (killed, pids.read())  # all but the init and the entrypoint
+            # only the init and the entrypoint are left once the init has reaped the killed (at once;
+            # the bound is for a loaded host)
+            pids.wait(lambda c: c["current"] <= 2, 30, "the killed processes reaped")
             after = await sb.exec("/bin/sleep 0 && echo forked", timeout=30)
             assert after.stdout.strip() == "forked"  # the slots are free again: no bomb left
         finally:

@@ -11,7 +11,8 @@ import pytest
 from docker_fixtures import docker_engine  # noqa: F401
 from workflow_util import REPO
 
-pytestmark = pytest.mark.slow
+# the CPU benchmarks one after the other, not measuring each other (conftest.py)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("benchmarks")]
 
 
 def test_host_cpu_benchmark_prints_its_figures(tmp_path, docker_engine):  # noqa: F811

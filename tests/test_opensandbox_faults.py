@@ -112,7 +112,7 @@ def test_slow_create_leaves_no_sandbox_behind(proxy, real_opensandbox, os_run):
     async def body(p):
         with pytest.raises(SandboxError):
             await p.create(spec(os_run))
-        await asyncio.sleep(8)  # the server has long answered the abandoned POST
+        await asyncio.to_thread(proxy.wait_answered, 8 + 60)  # the abandoned POST, the server's create
         return [i.id for i in await p.list({"run": os_run})]
 
     assert run(proxy, real_opensandbox, body, connection={"request_timeout": 1}, create={"retries": 0}) == []
@@ -124,7 +124,7 @@ def test_slow_create_retried_keeps_exactly_one(proxy, real_opensandbox, os_run):
 
     async def body(p):
         sb = await p.create(spec(os_run))
-        await asyncio.sleep(max(0.0, 6.5 - 2))  # the abandoned create has been answered by now
+        await asyncio.to_thread(proxy.wait_answered, 6 + 60)  # the abandoned create, the server's create
         listed = [i.id for i in await p.list({"run": os_run})]
         await sb.delete()
         return sb.id, listed
@@ -245,7 +245,7 @@ def test_exec_faults(proxy, real_opensandbox, os_run):
             start = time.monotonic()
             res = await sb.exec(marked(late), timeout=0.5)
             assert res.timed_out and time.monotonic() - start < 5
-            await asyncio.sleep(max(0.0, start + 6.5 - time.monotonic()))  # execd has answered by now
+            await asyncio.to_thread(proxy.wait_answered, 6 + 30)  # execd's answer to the late command
             return [await runs(sb, m) for m in (ok, never, cut, dropped, late)]
         finally:
             await sb.delete()

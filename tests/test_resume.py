@@ -146,7 +146,8 @@ def test_sigkill_then_same_command_resumes(tmp_path, tasks, reference, point):
     assert started_harness  # the kill happened after the run had started work
 
 
-@pytest.mark.parametrize("wrapper", ["timeout", "nohup", "srun"])
+# srun takes both CPUs of the one Slurm node: not beside the other Slurm tests (conftest.py)
+@pytest.mark.parametrize("wrapper", ["timeout", "nohup", pytest.param("srun", marks=pytest.mark.xdist_group("slurm"))])
 def test_sigkill_under_a_wrapper_then_same_command_resumes(tmp_path, tasks, reference, wrapper):
     """`timeout 600 snakemake ...` (and nohup, srun) killed with -9, then the same command:
     the wrapper of the new run names snakemake in its argv but is not a live Snakemake."""

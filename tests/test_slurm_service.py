@@ -14,6 +14,8 @@ from services import need
 from slurm_util import jobs_seen_since, slurm_unavailable, wait_for_job
 
 REPO = Path(__file__).resolve().parents[1]
+# one Slurm node: its CPUs are not shared with the other Slurm tests (conftest.py)
+pytestmark = pytest.mark.xdist_group("slurm")
 SERVICE = REPO / "scripts" / "services" / "slurm.sh"
 
 

@@ -9,7 +9,8 @@ from services import need
 from slurm_util import jobs_seen_since, slurm_unavailable
 from workflow_util import rollouts, snakemake
 
-pytestmark = pytest.mark.slow
+# one Slurm node: its CPUs are not shared with the other Slurm tests (conftest.py)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]
 
 
 SERVER_LINE = re.compile(r"sandbatch: step server: (\d+) steps; CPU ([\d.]+) s \(imports and serving ([\d.]+), "

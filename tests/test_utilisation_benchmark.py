@@ -7,7 +7,8 @@ import sys
 import pytest
 from workflow_util import REPO
 
-pytestmark = pytest.mark.slow
+# the CPU benchmarks one after the other, not measuring each other (conftest.py)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("benchmarks")]
 
 
 def test_utilisation_benchmark_prints_its_figures(tmp_path):

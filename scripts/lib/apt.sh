@@ -2,7 +2,8 @@
 # apt_install PKG...: install the Debian packages that are missing, as root, without
 # prompts. `apt-get update` runs at most once per hour across scripts (a stamp file), so
 # a CI run that calls several service scripts refreshes the lists once; a failed install
-# refreshes them once more in case they were stale.
+# refreshes them once more in case they were stale. The service scripts run at once
+# (scripts/services.sh): one apt at a time, under a lock file, the others wait their turn.
 
 SANDBATCH_CACHE=${SANDBATCH_CACHE:-/var/cache/sandbatch}
 
@@ -26,12 +27,16 @@ apt_install() {
     local missing
     missing=$(apt_missing "$@")
     [[ -z "$missing" ]] && return 0
+    mkdir -p "$SANDBATCH_CACHE"
     # shellcheck disable=SC2086  # word splitting wanted: one package per word
-    {
-        apt_update_once &&
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $missing </dev/null
-    } || {
-        apt_update_once force &&
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $missing </dev/null
-    }
+    (
+        flock 8
+        {
+            apt_update_once &&
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $missing </dev/null
+        } || {
+            apt_update_once force &&
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $missing </dev/null
+        }
+    ) 8>"$SANDBATCH_CACHE/apt.lock"
 }

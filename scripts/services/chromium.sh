@@ -8,8 +8,8 @@ if ! command -v chromium >/dev/null 2>&1; then
         echo "chromium.sh: chromium is not installed and this is not root; run as root" >&2
         exit 1
     fi
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null
+    # shellcheck source=../lib/apt.sh
+    source "$(dirname "$0")/../lib/apt.sh"
+    apt_install chromium fonts-dejavu-core >/dev/null
 fi
 chromium --version

@@ -30,9 +30,9 @@ die() { echo "slurm: cannot run: $*" >&2; exit 1; }
 # -- packages ---------------------------------------------------------------
 if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null \
    || ! command -v sinfo >/dev/null || ! command -v munged >/dev/null; then
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq >/tmp/slurm-apt.log 2>&1 || die "apt-get update failed (see /tmp/slurm-apt.log)"
-    apt-get install -y -qq --no-install-recommends slurm-wlm munge >>/tmp/slurm-apt.log 2>&1 \
+    # shellcheck source=../lib/apt.sh
+    source "$(dirname "$0")/../lib/apt.sh"
+    apt_install slurm-wlm munge >/tmp/slurm-apt.log 2>&1 \
         || die "apt-get install slurm-wlm munge failed (see /tmp/slurm-apt.log)"
 fi
 

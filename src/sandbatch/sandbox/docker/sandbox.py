@@ -18,6 +18,9 @@ TMPDIR = "/tmp/sandbatch"
 KILL_SETTLE_CHECKS = 10  # x 0.2 s: how long a 137/143 waits for the engine to report a killed container
 # the variable that marks every process of one exec, so a timeout can kill all of them
 EXEC_MARK = "SANDBATCH_EXEC"
+# what the engine answers, with exit 126, when the runtime could not start an exec's process
+RUNTIME_START_FAILED = "OCI runtime exec failed"
+RUNTIME_START_ATTEMPTS = 5
 OOM_KILLS = ("cat /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control 2>/dev/null"
              " | awk '$1 == \"oom_kill\" {n += $2} END {print n + 0}'")
 
@@ -87,6 +90,23 @@ class DockerSandbox(Sandbox):
         cwd: str | None = None,
         env: dict[str, str] | None = None,
         stdin: bytes | None = None,
+    ) -> ExecResult:
+        for _ in range(RUNTIME_START_ATTEMPTS):
+            res = await self._exec_once(command, timeout=timeout, cwd=cwd, env=env, stdin=stdin)
+            # the runtime could not start the process, so nothing ran: start it again. A container
+            # full at its pids limit does this now and then (runc's init clones inside its cgroup).
+            if not (res.exit_code == 126 and res.stdout.startswith(RUNTIME_START_FAILED)):
+                break
+        return res
+
+    async def _exec_once(
+        self,
+        command: str | Sequence[str],
+        *,
+        timeout: float,
+        cwd: str | None,
+        env: dict[str, str] | None,
+        stdin: bytes | None,
     ) -> ExecResult:
         # `bash -c` as OpenSandbox's execd and the local provider run it: a login shell would
         # read /etc/profile, which resets the PATH the image's ENV set (conda, ~/.local/bin)
