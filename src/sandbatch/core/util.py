@@ -41,6 +41,17 @@ def write_atomic(path: str | os.PathLike, data: str | bytes) -> None:
     killpoint.reached(f"wrote-{path.name}")
 
 
+def write_if_changed(path: str | os.PathLike, text: str) -> None:
+    """write_atomic, only when the file does not already hold `text`: its mtime then moves
+    only on a real change (what Snakemake's rerun triggers and a user's rerun rely on)."""
+    try:
+        if Path(path).read_text(encoding="utf-8") == text:
+            return
+    except OSError:
+        pass
+    write_atomic(path, text)
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)

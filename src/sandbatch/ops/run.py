@@ -21,7 +21,7 @@ import yaml
 from ..core import resources
 from ..core.config import merged_sources, nest_dotted, parse, validate
 from ..core.errors import UserError
-from ..core.util import deep_merge, write_atomic
+from ..core.util import deep_merge, write_if_changed
 from .workflow import SUMMARY_BY_CALLER, check_run, end_summary
 
 RESOLVED = "config.yaml"  # the run's merged config, in results/<run>/
@@ -88,12 +88,7 @@ def write_resolved(resolved: dict[str, Any], cfg, path: Path | None = None) -> P
     text = ("# The merged config of this run, written by `sandbatch run`; run it again with\n"
             f"#   sandbatch run {path}    or    snakemake --configfile {path}\n"
             + yaml.safe_dump(resolved, sort_keys=False))
-    try:
-        unchanged = path.read_text(encoding="utf-8") == text
-    except OSError:
-        unchanged = False
-    if not unchanged:
-        write_atomic(path, text)
+    write_if_changed(path, text)
     return path
 
 

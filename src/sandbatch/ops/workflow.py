@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from ..core.config import Config, base_url_source, parse, run_config, source_of, workflow_sources
 from ..core.errors import Collector, UserError, error_lines
 from ..core.files import MANIFEST
-from ..core.util import write_atomic
+from ..core.util import write_if_changed
 from ..tasks import Task, TaskRef, read_task, select_tasks
 
 SUMMARY_BY_CALLER = "SANDBATCH_SUMMARY_BY_CALLER"  # set: the workflow's end leaves the summary to its caller
@@ -288,14 +288,7 @@ def write_run_settings(workflow, path: str, content: str) -> None:
     when they read its output as ancient(): the missing rollouts of a raised `repeats` with them)."""
     if path in _written or not executes_jobs(workflow):
         return
-    target = Path(path)
-    text = content + "\n"
-    try:
-        same = target.read_text(encoding="utf-8") == text
-    except OSError:
-        same = False
-    if not same:
-        write_atomic(target, text)
+    write_if_changed(path, content + "\n")
     _written.add(path)
 
 
