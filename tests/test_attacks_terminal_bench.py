@@ -44,12 +44,13 @@ def _run(sb, cmd: str) -> None:
     assert res.ok, res.stderr
 
 
-def _attack(tmp_path, name: str, provider: str, mode: str, image: str | None, options: dict | None = None):
+def _attack(tmp_path, name: str, provider: str, mode: str, image: str | None, options: dict | None = None,
+            attempt: int = 0):
     over = {"grading": {"in_agent_sandbox": True, "tampering": mode}}
     if provider != "local":
         over["sandbox"] = {"provider": provider, "image_rewrites": [{"prefix": HELLO_IMAGE, "replace": image}],
                            **({"opensandbox": options} if options else {})}
-    d = tmp_path / mode
+    d = tmp_path / f"{mode}-{attempt}"
     d.mkdir()
     cfg_path = make_cfg(d, "terminal_bench", TB, **over)
     ctx, _ = agent_sandbox(cfg_path, "hello-world")
@@ -78,9 +79,22 @@ async def _leave(cfg_path, ctx, name: str, provider: str, answer: bytes = b"Good
         await prov.aclose()
 
 
+# a process left running races the grader's read of the reward: with the defences off it wins
+# when the scheduler lets it run first, which a loaded machine may not in one try
+OFF_TRIES = 5
+
+
 def _check(tmp_path, name, provider, image=None, options=None):
-    off = _attack(tmp_path, name, provider, "log_only", image, options)
-    assert off.status == "ok" and off.reward == 1.0, off
+    """The attack earns 1.0 with the defences off (at least once in OFF_TRIES: the proof that it
+    is real) and 0.0 with them on (always)."""
+    seen = []
+    for attempt in range(OFF_TRIES):
+        off = _attack(tmp_path, name, provider, "log_only", image, options, attempt)
+        seen.append((off.status, off.reward))
+        if off.status == "ok" and off.reward == 1.0:
+            break
+    else:
+        raise AssertionError(f"the attack never earned 1.0 with the defences off in {OFF_TRIES} tries: {seen}")
     on = _attack(tmp_path, name, provider, "neutralise", image, options)
     assert on.status == "ok" and on.tests_ran and on.reward == 0.0 and not on.resolved, on
     assert "isolate the verifier" in open(on.log_path).read()

@@ -29,25 +29,36 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 # one step process: `n` creates at once through the provider, admitted by the run's bucket
 WORKER = """
-import asyncio, json, os, pathlib, sys
+import asyncio, json, os, pathlib, sys, time
 from sandbatch.sandbox import SandboxSpec, provider_class
 from sandbatch.sandbox.admission import admission_for
 args = json.loads(sys.argv[1])
 
 async def main():
     async with provider_class("opensandbox")(args["options"]) as provider:
-        provider.admission = admission_for(args["run_dir"], args["rate"])
+        provider.admission = admission = admission_for(args["run_dir"], args["rate"])
+        # when each token was granted, by the bucket's own clock: what the bucket promises (the
+        # server's arrival times add the network's and a loaded machine's delays to it)
+        granted, take = [], admission._try
+        def _try():
+            wait = take()
+            if wait == 0.0:
+                granted.append(time.time())
+            return wait
+        admission._try = _try
         spec = SandboxSpec(image=args["image"], labels={"run": args["label"]}, ttl_seconds=600)
         # warm up (imports, connections), then start together: what is measured is admission,
         # not how long 8 Python processes take to start on a loaded machine
         await provider.list({"run": args["label"]})
         ready = pathlib.Path(args["run_dir"], "ready")
         ready.mkdir(parents=True, exist_ok=True)
+        pathlib.Path(args["run_dir"], "granted").mkdir(exist_ok=True)
         (ready / str(os.getpid())).touch()
         while len(list(ready.iterdir())) < args["processes"]:
             await asyncio.sleep(0.05)
         made = await asyncio.gather(*(provider.create(spec) for _ in range(args["n"])))
         await asyncio.gather(*(sb.delete() for sb in made))
+        pathlib.Path(args["run_dir"], "granted", str(os.getpid())).write_text(json.dumps(granted))
 
 asyncio.run(main())
 """
@@ -81,6 +92,11 @@ def run_processes(server, run_dir, rate, processes, per_process, *, opts=None, l
     return time.monotonic() - t0
 
 
+def granted(run_dir: Path) -> list[float]:
+    """When the bucket granted each create, over every process of the run."""
+    return sorted(t for f in (run_dir / "granted").iterdir() for t in json.loads(f.read_text()))
+
+
 def most_in_any_second(times):
     times = sorted(times)
     return max(sum(1 for t in times if start <= t < start + 1.0) for start in times)
@@ -93,9 +109,12 @@ def test_64_creates_from_8_processes_keep_the_run_rate(server, tmp_path):
     times = stats["create_times"]
     assert len(times) == 64 and stats["live"] == 0
     assert took >= 6.0 and max(times) - min(times) >= (64 - BURST) / 10 * 0.95
-    # a token bucket of 10/s and burst 1: never more than 10 + 1 creates in any second
-    assert most_in_any_second(times) <= 10 + BURST
-    print(f"\n64 creates from 8 processes at 10/s: {took:.1f} s, busiest second {most_in_any_second(times)}")
+    # a token bucket of 10/s and burst 1: never more than 10 + 1 grants in any second (the
+    # server's arrivals may bunch up behind a loaded machine's delays; the grants may not)
+    grants = granted(tmp_path / "run")
+    assert len(grants) == 64 and most_in_any_second(grants) <= 10 + BURST, most_in_any_second(grants)
+    print(f"\n64 creates from 8 processes at 10/s: {took:.1f} s, busiest second {most_in_any_second(grants)} "
+          f"granted, {most_in_any_second(times)} arrived")
 
 
 @pytest.mark.slow
