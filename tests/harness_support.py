@@ -27,13 +27,19 @@ def smoke_config(tmp: Path, harness: dict[str, Any], instance_ids: list[str], **
     return cfg
 
 
-def run_workflow(tmp: Path, config: dict[str, Any], timeout: float = 1200) -> tuple[Path, float]:
-    """The real workflow on `config` in `tmp`; (its run directory, seconds it took)."""
+def run_workflow(tmp: Path, config: dict[str, Any], timeout: float = 1200,
+                 graded_nothing: bool = False) -> tuple[Path, float]:
+    """The real workflow on `config` in `tmp`; (its run directory, seconds it took).
+    graded_nothing: every rollout is expected to end in an infrastructure error, which fails
+    the run (exit 1, after its report) with one line saying so."""
     t0 = time.monotonic()
     proc = snakemake(tmp, "--configfile", str(write_config(tmp, "config.yaml", config)), "--keep-going",
                      timeout=timeout)
     took = time.monotonic() - t0
-    assert proc.returncode == 0, f"snakemake failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}"
+    expected = 1 if graded_nothing else 0
+    assert proc.returncode == expected, (f"snakemake exited {proc.returncode}:\n{proc.stdout[-4000:]}\n"
+                                         f"{proc.stderr[-8000:]}")
+    assert ("graded nothing" in proc.stderr) == graded_nothing, proc.stderr[-3000:]
     return tmp / "results" / config.get("run", "default"), took
 
 

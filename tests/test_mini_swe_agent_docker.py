@@ -32,7 +32,9 @@ SCRIPT = {
 }
 
 
-def run_hello_world(tmp_path, image, mode, url):
+def run_hello_world(tmp_path, image, mode, url, graded_nothing=False):
+    """The run of hello-world; graded_nothing: its one rollout is expected to end in an
+    infrastructure error, which fails the run (exit 1) with a line saying so."""
     run = f"mini-{mode}-{tmp_path.name}"[:40]
     config = write_config(tmp_path, "config.yaml", {
         "run": run, "retries": 0,
@@ -42,7 +44,8 @@ def run_hello_world(tmp_path, image, mode, url):
         "sandbox": {"provider": "docker", "image_rewrites": [
             {"prefix": "ghcr.io/example/tb-hello-world:20251031", "replace": image}]}})
     proc = snakemake(tmp_path, "--configfile", str(config), "--keep-going", timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == (1 if graded_nothing else 0), proc.stderr[-3000:]
+    assert ("graded nothing" in proc.stderr) == graded_nothing, proc.stderr[-3000:]
     return run, tmp_path / "results" / run
 
 
@@ -69,11 +72,11 @@ def test_host_mode_resolves_a_task_on_an_image_without_python(tmp_path, docker_e
 
 def test_sandbox_mode_says_to_use_host_mode(tmp_path, docker_engine, no_python_image):
     with scripted_model_server(SCRIPT) as (url, model):
-        run, run_dir = run_hello_world(tmp_path, no_python_image, "sandbox", url)
+        run, run_dir = run_hello_world(tmp_path, no_python_image, "sandbox", url, graded_nothing=True)
     h = rollout(run_dir, "hello-world", "harness.json")
     assert (h["status"], h["failure_class"]) == ("infra_error", "harness_install"), h
     assert "\n" not in h["error"] and "harness.config.mode: host" in h["error"], h["error"]
     [row] = rollouts(tmp_path, run)
     assert (row["status"], row["failure_class"], row["tests_ran"]) == ("infra_error", "harness_install", False), row
-    assert model.requests == []
+    assert [r["path"] for r in model.requests] == ["/v1/models"]  # the run's preflight, no model call
     assert leftover(docker_engine, run) == []

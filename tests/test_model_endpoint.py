@@ -124,13 +124,13 @@ CALC, SLUG, DURATION = "smoke__calc-1", "smoke__textutils-1", "smoke__duration-1
 FAST_PROXY = {"retries": 1, "backoff": 0.05, "connect_timeout": 2}
 
 
-def _run(tmp_path, url, tasks, **extra):
+def _run(tmp_path, url, tasks, graded_nothing=False, **extra):
     """mini-swe-agent on this host against `url` (None: the config names no endpoint)."""
     harness = {"name": "mini-swe-agent", "config": {"mode": "host", "step_limit": 3}}
     model = {"proxy": FAST_PROXY, **({"base_url": url} if url else {})}
     cfg = smoke_config(tmp_path, harness, tasks, model=model,
                        timeouts={"agent": 300}, aggregate={"exports": ["gym"]}, **extra)
-    return run_workflow(tmp_path, cfg)
+    return run_workflow(tmp_path, cfg, graded_nothing=graded_nothing)
 
 
 def _rows(run_dir):
@@ -187,7 +187,8 @@ def test_503_and_401_end_infra_error_retried_and_kept_out_of_the_metrics(tmp_pat
 def test_an_endpoint_gone_after_good_calls_is_infra_error(tmp_path):
     """The boundary: an agent that made good calls and then met a refused connection."""
     with failing_model(SCRIPT, {"divide() truncates": (2, "refuse")}) as (url, model):
-        run_dir, took = _run(tmp_path, url, [CALC])
+        # its only rollout an outage: the run graded nothing, and fails saying so
+        run_dir, took = _run(tmp_path, url, [CALC], graded_nothing=True)
     h = rollout(run_dir, CALC, "harness.json")
     assert (h["status"], h["failure_class"]) == ("infra_error", "model_unreachable"), h
     failed, calls = map(int, re.search(r"\((\d+) of (\d+) model calls failed", h["error"]).groups())
