@@ -7,7 +7,8 @@ import time
 from sandbatch.ops.owners import register as register_owner, unregister as unregister_owner
 from sandbatch.steps.forkserver import StepServer, executor_on_command_line
 from sandbatch.ops.workflow import (end_summary, exit_if_graded_nothing, load_run, preflight_or_exit, reaped_since,
-                                    recover_before_run, sandboxes_at_once, stamps, write_run_settings)
+                                    recover_before_run, sandboxes_at_once, stamps, start_run_settings,
+                                    write_run_settings)
 
 STARTED = time.time()  # this invocation's start: what its aggregate wrote is newer
 CFG, CFG_RAW, TASKS = load_run(workflow, config)
@@ -147,6 +148,7 @@ def finish_run(success):
 # fork instead of a Python start-up with every import.
 onstart:
     preflight_or_exit(CFG)
+    start_run_settings()
     register_owner(CFG.run)
     claim_instance()
     if workflow.local_exec and not workflow.touch:

@@ -277,19 +277,26 @@ def stamps(raw: dict[str, Any], rollouts: Iterable[str]) -> dict[str, str]:
     }
 
 
-_written: set[str] = set()
+_pending: dict[str, str] = {}  # path -> the settings a run that executes jobs writes at its start
 
 
 def write_run_settings(workflow, path: str, content: str) -> None:
-    """The config as it is now in `path` (the steps' --config), before any job of a run that
-    executes jobs starts; rewritten only when it changed. Called from an input function of every
-    rule (once per process): it is no input file of any job, so that a rewrite never holds back
-    the jobs a changed config adds (Snakemake 9.27 skips the jobs downstream of a job it reruns
-    when they read its output as ancient(): the missing rollouts of a raised `repeats` with them)."""
-    if path in _written or not executes_jobs(workflow):
-        return
-    write_if_changed(path, content + "\n")
-    _written.add(path)
+    """The config as it is now in `path` (the steps' --config), for a run that executes jobs;
+    written by start_run_settings when the run starts, after its preflight (so a run the
+    preflight refuses leaves nothing behind) and before any job; rewritten only when it
+    changed. Called from an input function of every rule (the settings are known whatever the
+    target): it is no input file of any job, so that a rewrite never holds back the jobs a
+    changed config adds (Snakemake 9.27 skips the jobs downstream of a job it reruns when they
+    read its output as ancient(): the missing rollouts of a raised `repeats` with them)."""
+    if executes_jobs(workflow):
+        _pending.setdefault(path, content)
+
+
+def start_run_settings() -> None:
+    """Write what write_run_settings noted (the workflow's onstart, after the preflight)."""
+    for path, content in _pending.items():
+        write_if_changed(path, content + "\n")
+    _pending.clear()
 
 
 def sandboxes_at_once(cfg: Config, spawned: bool = False) -> int:
