@@ -219,3 +219,15 @@ def test_the_steps_strip_the_agent_sandbox_and_its_replacement_not_the_grader(tm
     assert handle.sandbox_id not in [i.id for i in alive]  # the used one was deleted
     assert agent_sees["."]["tags"] == ["v1.0"] and len(agent_sees["."]["log"]) == 2
     assert "v2.0" in grader_sees["."]["tags"] and len(grader_sees["."]["log"]) > 2
+
+
+def test_a_preparation_that_printed_no_commit_is_an_infrastructure_error():
+    """Exit 0 with no commit printed (the exec's output lost): a retried infrastructure error of
+    the sandbox step, not a crash."""
+    from sandbatch.sandbox.base import SandboxError
+    from sandbatch.sandbox.prepare import STRIP_MARK, read_output
+
+    for stdout in ("", "\n", f"{STRIP_MARK} {{}}\n"):
+        with pytest.raises(SandboxError) as err:
+            read_output(stdout, strip=True)
+        assert err.value.failure_class == "sandbox_prepare" and "printed no commit" in str(err.value)

@@ -92,8 +92,11 @@ def read_output(stdout: str, strip: bool) -> tuple[str, list[dict[str, object]] 
     """(base commit, the strip reports or None) from what a preparation printed."""
     lines = stdout.strip().splitlines()
     report = [ln for ln in lines if ln.startswith(STRIP_MARK)]
-    base = [ln for ln in lines if not ln.startswith(STRIP_MARK)][-1]
-    return base, parse_history(report) if strip else None
+    printed = [ln for ln in lines if not ln.startswith(STRIP_MARK)]
+    if not printed:  # exit 0 and no commit: the exec's output was lost; the step's retry redoes it
+        raise SandboxError(f"preparing the repository printed no commit (output: {stdout.strip()[-300:]!r})",
+                           "sandbox_prepare")
+    return printed[-1], parse_history(report) if strip else None
 
 
 async def prepare(sandbox: Sandbox, task: Task, timeout: float, *,
