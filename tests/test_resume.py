@@ -7,6 +7,8 @@ and the leftover sandboxes of the killed jobs are reaped by the aggregate.
 """
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -144,6 +146,44 @@ def test_sigkill_then_same_command_resumes(tmp_path, tasks, reference, point):
         assert grading and rerun_deleted + manifest["sandboxes_reaped"] >= len(grading), \
             "the killed grading sandbox was left behind"
     assert started_harness  # the kill happened after the run had started work
+
+
+def test_ctrl_c_while_the_patch_is_taken_redoes_that_agent_run(tmp_path, tasks, reference):
+    """Ctrl-C while a patch step reads the agent's sandbox: the run's end deletes that sandbox,
+    and with it the agent's work, so the next run redoes that agent run rather than ending the
+    rollout in an infrastructure error (sandbox_gone) for a run that was merely interrupted."""
+    tasks_file, _ = tasks
+    flag = tmp_path / "slow-patch"
+    flag.touch()
+    # while the flag exists, the patch step's `git diff --cached` in the slow task's sandbox hangs
+    env = fake_git(tmp_path / "bin", [{"cmd": "-c", "arg": "--cached", "sleep": 300, "flag": str(flag),
+                                       "labels": {"task": SLOW_TASK, "role": "agent"}}])
+    rollout = tmp_path / f"results/default/{SLOW_TASK}/0"
+    proc = start(tmp_path, *_args(tasks_file), env=env)
+    try:
+        wait_for(lambda: (rollout / "harness.json").exists() and (rollout / "logs/patch.log").exists(), 120,
+                 "the slow task's patch step", proc)
+        time.sleep(1)  # into its `git diff` (any point of the patch step ends the same way)
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            kill_group(proc)
+    flag.unlink()
+    first = (tmp_path / "snakemake.out").read_text()
+    assert proc.returncode != 0, first[-3000:]
+    assert sandboxes(tmp_path) == [], "sandboxes left after Ctrl-C"
+    assert f"will be redone by the next run: {SLOW_TASK}/0" in first, first[-3000:]
+    assert not (rollout / "harness.json").exists() and (rollout / "sandbox.json").exists()
+
+    again = run(tmp_path, *_args(tasks_file), env=env)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    rows = rollouts(tmp_path)
+    assert [r["task_id"] for r in rows if not r["resolved"] or r["failure_class"]] == [], rows
+    assert stable_rows(rows) == reference
+    handle = json.loads((rollout / "harness.json").read_text())["sandbox"]
+    assert handle and handle["recreated"] == 1, "the agent run was not redone in a new sandbox"
+    assert sandboxes(tmp_path) == []
 
 
 # srun takes both CPUs of the one Slurm node: not beside the other Slurm tests (conftest.py)

@@ -110,12 +110,14 @@ def cmd_path(args: argparse.Namespace) -> int:
 
 def cmd_reap(args: argparse.Namespace) -> int:
     from .core.config import run_config
-    from .sandbox.reaper import reap_run
+    from .ops.rerun import lost_note, reap_and_forget
 
     cfg = run_config(args.run, args.results_dir)
-    deleted = reap_run(cfg)
+    deleted, lost = reap_and_forget(cfg)
     print(f"reaped {len(deleted)} sandbox(es) of run {cfg.run} on {cfg.sandbox.provider}"
           + (f": {', '.join(deleted)}" if deleted else ""))
+    if lost:
+        print(lost_note(lost).removeprefix("sandbatch: "))
     return 0
 
 

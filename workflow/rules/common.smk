@@ -104,17 +104,19 @@ rule settings:
 
 
 def reap_at_exit():
-    from sandbatch.sandbox.reaper import reap_run
+    from sandbatch.ops.rerun import lost_note, reap_and_forget
 
     if reaped_since(RUN_DIR, STARTED):  # this invocation's aggregate reaped after the last rollout
         return
     try:
-        deleted = reap_run(CFG)
+        deleted, lost = reap_and_forget(CFG)
     except Exception as exc:  # never mask the run's own outcome
         print(f"sandbatch: reaping the sandboxes of run {CFG.run} failed: {exc}", file=sys.stderr)
         return
     if deleted:
         print(f"sandbatch: reaped {len(deleted)} sandbox(es) left by run {CFG.run}", file=sys.stderr)
+    if lost:
+        print(lost_note(lost), file=sys.stderr)
 
 
 def claim_instance():

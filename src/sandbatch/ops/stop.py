@@ -157,9 +157,11 @@ def stop(run: str, results_dir: str = "results", workdir: str | os.PathLike = ".
         rep.notes.append("another Snakemake works in this directory: its locks were left alone")
     if reap:
         from ..core.config import run_config
-        from ..sandbox.reaper import reap_run
+        from .rerun import lost_note, reap_and_forget
 
-        rep.sandboxes_deleted = reap_run(run_config(run, results_dir, wd), wd)
+        rep.sandboxes_deleted, lost = reap_and_forget(run_config(run, results_dir, wd), wd)
+        if lost:
+            rep.notes.append(lost_note(lost).removeprefix("sandbatch: "))
     rep.seconds = round(time.monotonic() - t0, 2)
     return rep
 
