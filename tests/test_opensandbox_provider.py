@@ -155,8 +155,13 @@ def test_killed_container_raises_sandbox_gone(real_opensandbox, os_run, docker_e
     async def body(p):
         sb = await p.create(spec(os_run))
         try:
-            task = asyncio.ensure_future(sb.exec("sleep 60", timeout=90))
-            await asyncio.sleep(1.5)
+            task = asyncio.ensure_future(sb.exec("touch /tmp/running; sleep 60", timeout=90))
+            # killed while the command runs (polled in the container, not guessed by a sleep)
+            deadline = time.monotonic() + 60
+            while subprocess.run([docker_engine, "exec", f"sandbox-{sb.id}", "test", "-e", "/tmp/running"],
+                                 capture_output=True, timeout=60).returncode != 0:
+                assert time.monotonic() < deadline and not task.done(), "the command never started"
+                await asyncio.sleep(0.1)
             await asyncio.to_thread(subprocess.run, [docker_engine, "kill", f"sandbox-{sb.id}"],
                                     check=True, capture_output=True, timeout=60)
             with pytest.raises(SandboxGone):
@@ -214,6 +219,16 @@ def test_probe_failure_deletes_the_sandbox(real_opensandbox, os_run):
     assert err.failure_class == "sandbox_probe"  # and os_run finds nothing left
 
 
+async def median_true(sb) -> float:
+    """The median seconds of five `true` commands in `sb`."""
+    took = []
+    for _ in range(5):
+        t0 = time.monotonic()
+        assert (await sb.exec("true", timeout=30)).ok
+        took.append(time.monotonic() - t0)
+    return sorted(took)[2]
+
+
 def test_execd_grace_set_in_the_sandbox_and_commands_do_not_wait_a_second(real_opensandbox, os_run):
     # execd keeps a finished command's stream open EXECD_API_GRACE_SHUTDOWN (its default 1 s);
     # every sandbox gets create.execd_grace (50ms), a task's own value wins, null leaves execd's
@@ -223,28 +238,25 @@ def test_execd_grace_set_in_the_sandbox_and_commands_do_not_wait_a_second(real_o
             sb = await p.create(SandboxSpec(image=IMAGE, labels={"run": os_run}, ttl_seconds=600, env=env))
             try:
                 res = await sb.exec("echo $EXECD_API_GRACE_SHUTDOWN; exit 3", timeout=30)
-                took = []
-                for _ in range(5):
-                    t0 = time.monotonic()
-                    assert (await sb.exec("true", timeout=30)).ok
-                    took.append(time.monotonic() - t0)
-                out.append((res.exit_code, res.stdout, sorted(took)[2]))
+                out.append((res.exit_code, res.stdout, await median_true(sb)))
             finally:
                 await p.delete(sb.id)
         return out
 
     (code, grace, median), (_, own, _) = with_provider(real_opensandbox.options(), body)
     assert (code, grace, own) == (3, "50ms\n", "20ms\n")
-    assert median < 0.5, median  # execd's default tail alone is 1 s
 
     async def default(p):
         sb = await p.create(spec(os_run))
         try:
-            return (await sb.exec("echo ${EXECD_API_GRACE_SHUTDOWN:-unset}", timeout=30)).stdout
+            return (await sb.exec("echo ${EXECD_API_GRACE_SHUTDOWN:-unset}", timeout=30)).stdout, await median_true(sb)
         finally:
             await p.delete(sb.id)
 
-    assert with_provider(real_opensandbox.options(create={"execd_grace": None}), default) == "unset\n"
+    unset, slow = with_provider(real_opensandbox.options(create={"execd_grace": None}), default)
+    assert unset == "unset\n"
+    # execd's default tail alone is 1 s a command; measured against it in one run, not a fixed bound
+    assert slow - median > 0.5, (slow, median)
 
 
 def test_probe_retries_soon_then_backs_off(real_opensandbox, os_run):
@@ -260,11 +272,13 @@ def test_probe_retries_soon_then_backs_off(real_opensandbox, os_run):
         finally:
             await p.delete(sb.id)
 
-    text = with_provider(real_opensandbox.options(probe={"command": command, "interval": 5.0}), body)
+    text = with_provider(real_opensandbox.options(probe={"command": command, "interval": 30.0}), body)
     times = [float(x) for x in text.split()]
     assert len(times) == 3
     gaps = [b - a for a, b in zip(times, times[1:])]
-    assert 0.1 <= gaps[0] < 1.0 and 0.2 <= gaps[1] < 1.5, gaps
+    # at least the backoff, and far from the 30 s interval (the bound leaves a loaded machine room
+    # for the probe's own round trip: it only tells the two apart)
+    assert 0.1 <= gaps[0] < 10 and 0.2 <= gaps[1] < 10, gaps
 
 
 def test_wrong_api_key_is_an_auth_error_naming_the_variable(real_opensandbox, os_run, monkeypatch):
