@@ -407,8 +407,12 @@ def test_standin_command_cancelled_while_starting_leaves_no_process():
         start.cancel()
         with pytest.raises(asyncio.CancelledError):
             await start
-        await asyncio.sleep(1)  # the start has long finished: its process is killed and reaped
-        return [p.pid for p in ours() if p.pid not in before]
+        # the start finishes on its thread, then its process is killed and reaped: wait for that
+        # (well before the sleep would end by itself at 31 s), say what is left on giving up
+        deadline = time.monotonic() + 10
+        while (left := [p.pid for p in ours() if p.pid not in before]) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        return left
 
     assert asyncio.run(main()) == []
 
