@@ -97,6 +97,7 @@ class CallLog:
         self.failing = 0  # model calls in a row that failed for the endpoint's reasons
         self.on_outage: Callable[[str], None] | None = None
         self._prompts = token_data.PromptLog()
+        self._histories = token_data.PromptLog()
         self._trace_parent = trace_parent
         self._log = None
 
@@ -134,7 +135,7 @@ class CallLog:
         return SSEScanner(token_data.TokenCollector() if self.token_mode != "off" else None,
                           every=self.token_mode == "on")
 
-    def finish(self, record: dict[str, Any], data: bytes, continuing: bool) -> None:
+    def finish(self, record: dict[str, Any], data: bytes, continuing: bool, history: list[int] | None = None) -> None:
         """Account an unstreamed answer `data`: its usage, error, and token data."""
         try:
             obj = json.loads(data)
@@ -148,17 +149,21 @@ class CallLog:
             elif self.token_mode != "off":
                 collector = token_data.TokenCollector()
                 collector.add(obj)
-                self.keep_tokens(record, collector, continuing)
+                self.keep_tokens(record, collector, continuing, history)
         else:
             record["usage"] = None
         self.account(record)
 
-    def keep_tokens(self, record: dict[str, Any], collector: token_data.TokenCollector, continuing: bool) -> None:
+    def keep_tokens(self, record: dict[str, Any], collector: token_data.TokenCollector, continuing: bool,
+                    history: list[int] | None = None) -> None:
         """The call's `tokens` (a prompt delta) when they came, and its `output` (for the join)
-        when they came or were asked for."""
+        and `history` (its messages' digests as a delta, for the join's segments) when they
+        came or were asked for."""
         kept = self._prompts.record(record["call"], collector.prompt_token_ids, collector.generation(),
                                     collector.logprobs, continuing)
         if kept is not None:
             record["tokens"] = kept
         if kept is not None or self.token_mode == "on":
             record["output"] = collector.output()
+            if history is not None:
+                record["history"] = self._histories.delta(record["call"], history)[0]

@@ -252,7 +252,8 @@ def render(row: Mapping[str, Any], prompt: str | None, index_href: str) -> str:
                   # token data: the turns carrying it, the join, the drift (docs/training-data.md)
                   *([("turns with token ids", join.get("turns_with_tokens")),
                      ("calls / items not joined", f"{join.get('unmatched_calls')} / {join.get('unmatched_items')}"),
-                     ("drifted turns", f"{join.get('drifted_turns')} of {join.get('continuing_turns')}")]
+                     ("drifted turns", f"{join.get('drifted_turns')} of {join.get('continuing_turns')}"),
+                     ("segments / untrusted turns", f"{join.get('segments')} / {join.get('untrusted_turns')}")]
                     if join.get("calls") else [])])
     notes = ""
     if meta.get("unknown_events") or meta.get("conversion_error"):
