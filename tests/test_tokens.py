@@ -363,6 +363,16 @@ def test_proxy_records_each_requests_messages_for_the_segments(served, tmp_path)
     assert (counts["drifted_turns"], counts["untrusted_turns"], counts["rewritten_turns"]) == (1, 1, 0)
 
 
+def test_scripted_model_answers_a_compaction_request_and_names_calls_as_told():
+    model = ScriptedModel(Script.from_dict({**copy.deepcopy(SCRIPT), "replies": {"[Assistant tool call]": SUMMARY},
+                                            "default": [{"tool_calls": [{"name": "bash", "id": "call_x",
+                                                                         "arguments": {"command": "ls"}}]}]}))
+    transcript = {"messages": [{"role": "user", "content": "Summarise:\n[Assistant tool call]: bash(ls)"}]}
+    assert (model.reply(transcript).content, model.reply(transcript).calls) == (SUMMARY, [])
+    other = model.reply({"messages": [{"role": "user", "content": "What did we do so far?"}], "tools": TOOLS})
+    assert other.calls == [("call_x", "bash", '{"command": "ls"}')]
+
+
 def played(model):
     """The Responses items of the turns the scripted model played (its tool calls' outputs between)."""
     items = []
