@@ -7,11 +7,14 @@ A conversation of `turns` model calls whose prompt grows from `system` tokens to
 `context`: each turn generates `generation` tokens and the tool's answer adds what is left
 (vLLM-like float32 logprobs). The calls go through the proxy's recording path (what
 `ModelProxy` does per answered call: TokenCollector on a vLLM-shaped Chat answer,
-PromptLog for the prompt delta) into a real model_calls.jsonl; then the convert step's
-join puts the training fields on the items of a real response.json. Prints the bytes of
-token data in each, the time the recording takes per call and the rebuilt prompts'
-check. --drift: every history re-renders the previous turn without its first 30 tokens
-(a template dropping reasoning), so no prompt extends the previous turn.
+PromptLog for the prompt delta, the request's messages digested for `history`) into a
+real model_calls.jsonl; then the convert step's join puts the training fields on the items
+of a real response.json. The request holds the conversation as Chat messages, 4
+characters a token. Prints the bytes of token data in each, the time the recording takes
+per call (the messages' digests apart) and the rebuilt prompts' check. --drift: every
+history re-renders the previous turn without its first 30 tokens (a template dropping
+reasoning), so no prompt extends the previous turn (and every turn after the first is
+left untrusted).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from sandbatch.rollout import responses, token_join  # noqa: E402
-from sandbatch.proxy.tokens import PromptLog, TokenCollector, decode_prompts  # noqa: E402
+from sandbatch.proxy.tokens import PromptLog, TokenCollector, decode_prompts, history  # noqa: E402
 from sandbatch.rollout.usage import iter_calls  # noqa: E402
 
 
@@ -52,9 +55,10 @@ def main() -> int:
 
 
 def measure(args: argparse.Namespace, rng: random.Random, tool: int, tmp: Path) -> int:
-    calls_path, log = tmp / "model_calls.jsonl", PromptLog()
+    calls_path, log, histories = tmp / "model_calls.jsonl", PromptLog(), PromptLog()
     prompt = [rng.randrange(1, 150000) for _ in range(args.system)]
-    items, record_s, truth = [], 0.0, {}
+    messages = [{"role": "system", "content": "s" * 4 * args.system}, {"role": "user", "content": "Fix the bug."}]
+    items, record_s, history_s, truth = [], 0.0, 0.0, {}
     with open(calls_path, "w", encoding="utf-8") as fh:
         for n in range(1, args.turns + 1):
             generated = [rng.randrange(1, 150000) for _ in range(args.generation)]
@@ -70,13 +74,17 @@ def measure(args: argparse.Namespace, rng: random.Random, tool: int, tmp: Path) 
             record = {"call": n, "status": 200, "endpoint": "chat", "output": collector.output(),
                       "tokens": log.record(n, collector.prompt_token_ids, collector.generation(), collector.logprobs,
                                            n > 1)}
+            t1 = time.perf_counter()
+            record["history"] = histories.delta(n, history({"messages": messages}))[0]
+            history_s += time.perf_counter() - t1
             fh.write(json.dumps(record, separators=(",", ":"), ensure_ascii=False) + "\n")
             record_s += time.perf_counter() - t0
             truth[n] = list(prompt)
             items += [responses.message(f"step {n}"), responses.function_call(call_id, "bash", f'{{"n": {n}}}'),
                       responses.function_call_output(call_id, "x")]
-            history = generated[30:] if args.drift else generated
-            prompt = prompt + history + [rng.randrange(1, 150000) for _ in range(tool)]
+            messages += [answer["choices"][0]["message"], {"role": "tool", "tool_call_id": call_id, "content": "t" * 4 * tool}]
+            rendered = generated[30:] if args.drift else generated
+            prompt = prompt + rendered + [rng.randrange(1, 150000) for _ in range(tool)]
     rows = list(iter_calls(calls_path))
     assert decode_prompts(rows) == truth, "the deltas do not rebuild the prompts"
     joined, _ = token_join.attach(items, rows)
@@ -89,13 +97,16 @@ def measure(args: argparse.Namespace, rng: random.Random, tool: int, tmp: Path) 
           f"{args.generation} generated + {tool} tool tokens a turn{', drift every turn' if args.drift else ''}")
     print(f"model_calls.jsonl: {calls_path.stat().st_size / 1e6:.2f} MB "
           f"({sum(len(json.dumps(r['tokens'], separators=(',', ':'))) for r in rows) / 1e6:.2f} MB of it token data); "
-          f"recording {1000 * record_s / args.turns:.2f} ms a call")
+          f"recording {1000 * record_s / args.turns:.2f} ms a call "
+          f"({1000 * history_s / args.turns:.2f} ms of it the messages' digests, "
+          f"{sum(len(json.dumps(r['history'], separators=(',', ':'))) for r in rows) / 1e6:.3f} MB)")
     t0 = time.perf_counter()
     json.loads(resp_path.read_bytes())
     print(f"response.json: {resp_path.stat().st_size / 1e6:.2f} MB ({token_bytes / 1e6:.2f} MB training fields: "
           f"each turn's whole prompt, as NeMo Gym's items carry it), parsed in {time.perf_counter() - t0:.2f} s; "
           f"join {joined['matched_calls']}/{joined['calls']} calls, "
-          f"drifted {joined['drifted_turns']}/{joined['continuing_turns']} turns")
+          f"drifted {joined['drifted_turns']}/{joined['continuing_turns']} turns, "
+          f"{joined['segments']} segment(s), {joined['untrusted_turns']} untrusted turns")
     return 0
 
 

@@ -159,7 +159,11 @@ def assert_token_data(run_dir: Path, tasks: list[str], model: Any, drifted: dict
             if item["type"] not in ("message", "reasoning", "function_call"):
                 continue
             group.append(item)
-            if "prompt_token_ids" not in item:
+            if "segment" not in item:  # on each turn's last item
+                continue
+            if "prompt_token_ids" not in item:  # an untrusted turn: its ids left off
+                assert item["trusted"] is False, item
+                group = []
                 continue
             reply = by_prompt[tuple(item["prompt_token_ids"])]  # the upstream turn with exactly this prompt
             generated = [i for _, i in reply.generated()]
@@ -174,7 +178,9 @@ def assert_token_data(run_dir: Path, tasks: list[str], model: Any, drifted: dict
             carrying.append(item)
             group = []
         assert not group, f"{task}: items after the last turn with token data: {group}"
-        assert len(carrying) == join["turns_with_tokens"] == join["matched_calls"]
+        assert len(carrying) == join["turns_with_tokens"] == join["matched_calls"] - join["untrusted_turns"]
+        assert join["untrusted_turns"] == join["drifted_turns"], join  # the only untrusted turns here
+        assert_segments_chain(carrying)
         steps = rollout(run_dir, task, "trajectory.json")["steps"]
         metrics = [s["metrics"] for s in steps if "completion_token_ids" in s.get("metrics", {})]
         assert metrics, f"{task}: no ATIF step carries token ids"
@@ -183,6 +189,14 @@ def assert_token_data(run_dir: Path, tasks: list[str], model: Any, drifted: dict
             assert (m["completion_token_ids"], m["logprobs"]) == (item["generation_token_ids"],
                                                                   item["generation_log_probs"])
     assert_gym_training_items(resps)
+
+
+def assert_segments_chain(carrying: list[dict[str, Any]]) -> None:
+    """Within a segment, each turn's prompt extends the previous turn's prompt + generation."""
+    for before, after in zip(carrying, carrying[1:]):
+        head = before["prompt_token_ids"] + before["generation_token_ids"]
+        if before["segment"] == after["segment"]:
+            assert after["prompt_token_ids"][:len(head)] == head, after["segment"]
 
 
 _GYM_TRAINING = """

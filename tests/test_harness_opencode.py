@@ -15,8 +15,9 @@ import pytest
 
 from services import need_program
 from gym_env import assert_valid_responses
-from harness_support import (OPENCODE_SCRIPT as SCRIPT, assert_token_data, items_of, leftover_sandboxes, listed_model,
-                             rollout, run_context, run_workflow, scripted_model_server, sleeper, smoke_config)
+from harness_support import (CALC_EDIT, OPENCODE_SCRIPT as SCRIPT, assert_token_data, items_of, leftover_sandboxes,
+                             listed_model, rollout, run_context, run_workflow, scripted_model_server, sleeper,
+                             smoke_config)
 from sandbatch.core.errors import UserError
 from sandbatch.harness import get_harness
 from sandbatch.harness.opencode import DEFAULT_PERMISSION
@@ -68,6 +69,23 @@ def test_convert_errors_unknown_and_repeated_calls():
     assert conv.metadata["errors"] == [error["error"]]
     assert conv.unknown == 4 and conv.metadata["unknown_types"] == {"permission_asked": 1, "sandbatch.text": 1,
                                                                     "tool_use": 1, "list": 1}
+
+
+def test_convert_keeps_opencodes_own_message_after_a_compaction_as_feedback():
+    # the events of a real compaction (1.18.33): the summary, OpenCode's synthetic request to go on, the next turn
+    events = [{"type": "step_start", "part": {"type": "step-start"}},
+              {"type": "text", "part": {"type": "text", "text": "Summary: the fix is in."}},
+              {"type": "step_finish", "part": {"type": "step-finish", "tokens": {"input": 9, "output": 3}}},
+              {"type": "text", "part": {"type": "text", "synthetic": True, "metadata": {"compaction_continue": True},
+                                        "text": "Continue if you have next steps, or stop and ask for clarification"}},
+              {"type": "step_start", "part": {"type": "step-start"}},
+              {"type": "text", "part": {"type": "text", "text": "Checking."}},
+              {"type": "step_finish", "part": {"type": "step-finish"}}]
+    conv = convert(events)
+    assert [i["content"][0]["text"] for i in conv.items] == ["Summary: the fix is in.", "Checking."]
+    assert conv.feedback == [{"after": conv.items[0]["id"],
+                              "text": "Continue if you have next steps, or stop and ask for clarification"}]
+    assert conv.unknown == 0
 
 
 def test_generated_config(tmp_path):
@@ -157,6 +175,81 @@ def test_real_opencode_resolves_smoke_tasks(tmp_path, tmp_path_factory, scripted
     assert_token_data(run_dir, tasks, model)
     assert leftover_sandboxes(tmp_path) == []
     print(f"\nopencode via npm, 2 tasks: workflow {took:.1f} s; (install s, agent s) per task: {timings}")
+
+
+# OpenCode compacting its context: the first command prints ~2,200 tokens (of the scripted
+# model's toy tokenizer), so the second turn's usage passes the usable window (context 4,600
+# - output 1,000) while the first turn's (~2,600) does not. OpenCode then asks for a summary
+# of the conversation as a transcript (a request with no tools; its tool calls written
+# "[Assistant tool call]: ...") and continues from the summary alone, its task message gone:
+# the turns after it come from `default` (the summary is the conversation's one assistant turn).
+SUMMARY = "Summary: calc.divide() used floor division; it now divides truly. Next: check it."
+COMPACTING_SCRIPT = {
+    "tasks": {"divide() truncates": [
+        {"reasoning_content": "Find the code first.", "content": "Looking at the code.",
+         "tool_calls": [{"name": "bash", "arguments": {"command": "seq 1 2000; grep -n 'def divide' -A 2 calc.py",
+                                                       "description": "Show the code"}}]},
+        {"content": "Applying the fix.",
+         "tool_calls": [{"name": "bash", "arguments": {"command": CALC_EDIT, "description": "Edit the file"}}]},
+    ]},
+    "replies": {"[Assistant tool call]": {"content": SUMMARY}},
+    "default": [{"content": "(not played: the summary is the first assistant turn)"},
+                {"content": "Checking the fix.",  # its own call id: call_1_0 was the edit's, before the compaction
+                 "tool_calls": [{"name": "bash", "id": "call_check",
+                                 "arguments": {"command": "python3 -c 'import calc; print(calc.divide(7, 2))'",
+                                               "description": "Check the fix"}}]}],
+    "final": {"content": "divide() now returns the true quotient."},
+}
+
+
+@pytest.mark.slow
+def test_real_opencode_compacting_its_context_starts_a_trusted_segment(tmp_path, tmp_path_factory):
+    need_program("npm", "run scripts/services/node.sh (as root)")
+    npm_cache = tmp_path_factory.getbasetemp() / "npm-cache"
+    harness = {"name": "opencode", "config": {
+        "install": {"method": "npm", "env": {"npm_config_cache": str(npm_cache)}},
+        "context_window": 4600, "max_output_tokens": 1000,
+        "opencode_config": {"compaction": {"tail_turns": 0}}}}  # no recent turn kept verbatim: one summary
+    with scripted_model_server(COMPACTING_SCRIPT) as (url, model):
+        cfg = smoke_config(tmp_path, harness, ["smoke__calc-1"], model={"name": "scripted", "base_url": url,
+                                                                        "tokens": "on"},
+                           timeouts={"agent": 300, "install": 600})
+        run_dir, took = run_workflow(tmp_path, cfg)
+    h = rollout(run_dir, "smoke__calc-1", "harness.json")
+    assert (h["status"], h["exit_code"]) == ("ok", 0), h
+    assert rollout(run_dir, "smoke__calc-1", "grade.json")["reward"] == 1.0
+    chat = [r["body"] for r in model.requests if r["path"].endswith("/chat/completions")]
+    compactions = [b for b in chat if "[Assistant tool call]" in json.dumps(b.get("messages"))
+                   and not b.get("tools")]
+    assert len(compactions) == 1, [b.get("messages") for b in chat]
+    resp = rollout(run_dir, "smoke__calc-1", "response.json")
+    join = resp["sandbatch"]["token_join"]
+    # the turn after the compaction does not extend the previous turn (the proxy's own check
+    # says so), yet it is no drift: a rewritten history, a clean start of a trusted segment
+    calls = rollout(run_dir, "smoke__calc-1", "model_calls.jsonl")
+    assert any((c.get("tokens") or {}).get("extends") is False for c in calls), calls
+    # three segments: the task's turns, the summary (a conversation of its own), the turns after it
+    assert (join["segments"], join["rewritten_turns"], join["drifted_turns"], join["untrusted_turns"]) == \
+        (3, 2, 0, 0), join
+    summary = next(i for i in resp["output"] if i["type"] == "message" and i["content"][0]["text"] == SUMMARY)
+    assert (summary["segment"], summary["trusted"]) == (1, True)
+    # OpenCode's own "Continue if you have next steps" is no assistant item
+    assert [f["text"][:28] for f in resp["sandbatch"]["feedback"]] == ["Continue if you have next st"]
+    turns = {i.get("arguments", ""): i for i in resp["output"] if "segment" in i and i["type"] == "function_call"}
+    check = next((i for a, i in turns.items() if "calc.divide(7, 2)" in a), None)
+    edit = next((i for a, i in turns.items() if "a // b" in a), None)
+    assert check and edit, [(i["type"], i.get("segment"), str(i.get("arguments") or i.get("content"))[:80])
+                            for i in resp["output"]]
+    assert (edit["segment"], check["segment"], check["trusted"]) == (0, 2, True)
+    # the first prompt of the new segment is the summary's conversation, not the task's
+    assert check["prompt_token_ids"][:len(edit["prompt_token_ids"])] != edit["prompt_token_ids"]
+    # every turn's ids are the upstream's, each segment a chain, Gym reads the items
+    assert_token_data(run_dir, ["smoke__calc-1"], model)
+    metrics = json.loads((run_dir / "metrics.json").read_text())["token_data"]
+    assert (metrics["segments"], metrics["rollouts_rewritten"], metrics["untrusted_turns"]) == \
+        (join["segments"], 1, 0)
+    assert leftover_sandboxes(tmp_path) == []
+    print(f"\nopencode compacting, 1 task: workflow {took:.1f} s; {len(chat)} model calls; token_join {join}")
 
 
 @pytest.mark.slow

@@ -331,12 +331,15 @@ def test_pool_rollouts_carry_the_upstreams_token_ids_and_show_drift(tmp_path, st
     # textutils' second prompt lacks the first turn's reasoning: the one drifted turn of the run
     assert_token_data(run_dir, tasks, model, drifted={"smoke__textutils-1": 1})
     drift = json.loads((run_dir / "metrics.json").read_text())["token_data"]
-    assert (drift["turns_with_tokens"], drift["continuing_turns"], drift["drifted_turns"]) == (6, 4, 1)
+    # the drifted turn is untrusted (its ids left off) and starts textutils' second segment
+    assert (drift["turns_with_tokens"], drift["continuing_turns"], drift["drifted_turns"]) == (5, 4, 1)
+    assert (drift["segments"], drift["untrusted_turns"], drift["rewritten_turns"]) == (3, 1, 0)
     assert drift["drift_rate"]["value"] == 0.25
     assert "re-tokenisation drift (turns not extending the previous turn) | 25.0% (1/4)" in \
         (run_dir / "report.md").read_text()
     page = (run_dir / "report" / "view" / "rollouts" / "smoke__textutils-1" / "0.html").read_text()
     assert "<td>drifted turns</td><td>1 of 2</td>" in page
+    assert "<td>segments / untrusted turns</td><td>2 / 1</td>" in page
 
 
 # --- max_context_window: set, or the endpoint's max_model_len, or a plan-time error ----------

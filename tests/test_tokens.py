@@ -16,7 +16,7 @@ import pytest
 from sandbatch.rollout import responses, token_join
 from sandbatch.proxy import ModelProxy
 from sandbatch.proxy.restream import responses_stream
-from sandbatch.proxy.tokens import PromptLog, TokenCollector, decode_prompts
+from sandbatch.proxy.tokens import PromptLog, TokenCollector, decode_histories, decode_prompts
 from sandbatch.testing.scripted_model import Script, ScriptedModel
 from sandbatch.testing.template import logprob
 from sandbatch.core.util import iter_jsonl
@@ -45,12 +45,20 @@ def served():
         server.stop()
 
 
-def run_chat(model, out, tokens="on", stream=False, send_reasoning=True):
-    """An agent loop over Chat Completions through a proxy: three turns of SCRIPT."""
+SUMMARY = "Summary: the files are listed; the tests come next."
+
+
+def run_chat(model, out, tokens="on", stream=False, send_reasoning=True, compact_after=None):
+    """An agent loop over Chat Completions through a proxy: three turns of SCRIPT.
+    `compact_after` N: after turn N the agent compacts its history as OpenCode does (the
+    task, its summary as an assistant turn, a request to continue)."""
     with ModelProxy({"require_agent_key": False}, model.url, None, out / "model_calls.jsonl", tokens=tokens) as p:
         client = openai.OpenAI(base_url=p.url_for("127.0.0.1"), api_key="k")
         messages = [{"role": "system", "content": "You fix bugs."}, {"role": "user", "content": "Solve inst-1."}]
-        for _ in range(3):
+        for turn in range(3):
+            if turn == compact_after:
+                messages = messages[:2] + [{"role": "assistant", "content": SUMMARY},
+                                           {"role": "user", "content": "Continue if you have next steps."}]
             if stream:
                 text, reasoning, calls = "", "", {}
                 for chunk in client.chat.completions.create(model="m", messages=messages, tools=TOOLS, stream=True):
@@ -240,16 +248,22 @@ def test_collector_reads_vllm_and_legacy_shapes():
 
 # --- the join ----------------------------------------------------------------------------------
 
-def call_row(n, text=None, calls=(), prompt=(1,), generation=(5, 6), extends=None, base=None, keep=0):
+def call_row(n, text=None, calls=(), prompt=(1,), generation=(5, 6), extends=None, base=None, keep=0,
+             history=None, logprobs=None):
+    """A model_calls.jsonl line; `history`: its messages' digests, stored whole."""
     from sandbatch.proxy.tokens import arguments_digest, digest
 
     output = {"text": digest(text)} if text else {}
     if calls:
         output["calls"] = [[cid, name, arguments_digest(args)] for cid, name, args in calls]
-    return {"call": n, "status": 200, "endpoint": "chat", "usage": {"prompt_tokens": 1, "completion_tokens": 2},
-            "output": output, "tokens": {"prompt": {"base": base, "keep": keep, "ids": list(prompt)},
-                                         "generation": list(generation), "logprobs": [-0.5] * len(generation),
-                                         "extends": extends}}
+    row = {"call": n, "status": 200, "endpoint": "chat", "usage": {"prompt_tokens": 1, "completion_tokens": 2},
+           "output": output, "tokens": {"prompt": {"base": base, "keep": keep, "ids": list(prompt)},
+                                        "generation": list(generation),
+                                        "logprobs": [-0.5] * len(generation) if logprobs is None else logprobs,
+                                        "extends": extends}}
+    if history is not None:
+        row["history"] = {"base": None, "keep": 0, "ids": list(history)}
+    return row
 
 
 def test_join_by_content_not_position():
@@ -263,15 +277,112 @@ def test_join_by_content_not_position():
                      keep=3, extends=True),
             {"call": 4, "status": 502, "endpoint": "chat"},  # failed: nothing to join
             call_row(5, "Done.", generation=(9,), prompt=(2,), base=3, keep=6, extends=False)]
+    for row, history in zip(rows[:3] + rows[4:], ([10, 11], [20], [10, 11, 12, 13], [10, 11, 12, 13, 14, 15])):
+        row["history"] = {"base": None, "keep": 0, "ids": history}
     counts, turns = token_join.attach(items, rows)
     assert counts == {"calls": 4, "matched_calls": 3, "unmatched_calls": 1, "items": 5, "matched_items": 5,
-                      "unmatched_items": 0, "turns_with_tokens": 3, "continuing_turns": 2, "drifted_turns": 1}
-    carrying = [i["type"] for i in items if "prompt_token_ids" in i]
+                      "unmatched_items": 0, "turns_with_tokens": 2, "continuing_turns": 2, "drifted_turns": 1,
+                      "segments": 2, "rewritten_turns": 0, "untrusted_turns": 1}
+    carrying = [i["type"] for i in items if "segment" in i]
     assert carrying == ["function_call", "function_call", "message"]  # the last item of each turn
     assert items[1]["prompt_token_ids"] == [1] and items[1]["generation_token_ids"] == [5, 6]
     assert items[4]["prompt_token_ids"] == [1, 5, 6, 3, 4]  # call 3's delta on call 1
-    assert items[6]["prompt_token_ids"] == [1, 5, 6, 3, 4, 5, 2] and items[6]["generation_log_probs"] == [-0.5]
-    assert "prompt_token_ids" not in items[0] and "prompt_token_ids" not in items[3]
+    assert [(items[i]["segment"], items[i]["trusted"]) for i in (1, 4, 6)] == [(0, True), (0, True), (1, False)]
+    # call 5 kept the history but its prompt does not extend call 3's prompt + generation:
+    # drift, a segment of its own, its ids left off the item
+    assert [t.start for t in turns if t.items] == ["first", None, "drift"]
+    assert not any(f in items[6] for f in token_join.TRAINING_FIELDS)
+    assert "segment" not in items[0] and "segment" not in items[3]
+
+
+def test_a_rewritten_history_starts_a_trusted_segment():
+    """A compaction: turn 3's request no longer starts with turn 2's messages, and its prompt
+    does not extend turn 2's; turn 4 extends turn 3."""
+    items = [responses.message(t) for t in ("one", "two", "three", "four")]
+    rows = [call_row(1, "one", prompt=(1, 2), history=[10, 11]),
+            call_row(2, "two", prompt=(7,), base=1, keep=4, extends=True, history=[10, 11, 12, 13]),
+            call_row(3, "summary", prompt=(1, 9), history=[10, 11, 14, 15]),  # the compaction request: no item
+            call_row(4, "three", prompt=(1, 30, 31), extends=False, history=[10, 50, 51]),
+            call_row(5, "four", prompt=(40,), base=4, keep=5, extends=True, history=[10, 50, 51, 52, 53])]
+    counts, turns = token_join.attach(items, rows)
+    assert [(i["segment"], i["trusted"]) for i in items] == [(0, True), (0, True), (1, True), (1, True)]
+    assert [t.start for t in turns if t.items] == ["first", None, "rewritten", None]
+    assert items[2]["prompt_token_ids"] == [1, 30, 31] and items[3]["prompt_token_ids"] == [1, 30, 31, 5, 6, 40]
+    # each segment is a chain: every prompt extends the previous turn's prompt + generation
+    for a, b in ((0, 1), (2, 3)):
+        head = items[a]["prompt_token_ids"] + items[a]["generation_token_ids"]
+        assert items[b]["prompt_token_ids"][:len(head)] == head
+    assert (counts["segments"], counts["rewritten_turns"], counts["untrusted_turns"], counts["turns_with_tokens"],
+            counts["drifted_turns"], counts["unmatched_calls"]) == (2, 1, 0, 4, 0, 1)
+
+
+def test_turns_that_cannot_be_checked_fail_closed():
+    items = [responses.message(t) for t in ("one", "two", "three", "four", "five")]
+    rows = [call_row(1, "one", prompt=(1, 2), history=[10, 11]),
+            # its logprobs came short: no training fields, still in the segment by its messages
+            call_row(2, "two", prompt=(7,), base=1, keep=4, logprobs=[-0.1], history=[10, 11, 12]),
+            # extends call 2 token for token, but call 2's ids could not be used: unverified
+            call_row(3, "three", prompt=(8,), base=2, keep=7, history=[10, 11, 12, 13]),
+            call_row(4, "four", prompt=(9,), base=3, keep=10),  # no messages recorded: nothing to check
+            call_row(5, "five", prompt=(3,), base=4, keep=13, history=[10, 11, 12, 13, 14])]
+    counts, turns = token_join.attach(items, rows)
+    assert [t.start for t in turns] == ["first", None, "unverified", None, None]
+    assert [(i["segment"], i["trusted"]) for i in items] == [(0, True), (0, False), (1, False), (1, True), (1, True)]
+    assert [("prompt_token_ids" in i) for i in items] == [True, False, False, True, True]
+    assert (counts["segments"], counts["untrusted_turns"], counts["turns_with_tokens"]) == (2, 2, 3)
+    # a prompt that does not extend the previous one, whose messages cannot be compared: unverified
+    items = [responses.message(t) for t in ("one", "two")]
+    _, turns = token_join.attach(items, [call_row(1, "one", prompt=(1, 2)), call_row(2, "two", prompt=(4, 4))])
+    assert [(t.start, t.trusted) for t in turns] == [("first", True), ("unverified", False)]
+
+
+def test_proxy_records_each_requests_messages_for_the_segments(served, tmp_path):
+    """The real proxy before the scripted model: an agent compacting after its second turn
+    (the history rewritten, the prompt starting afresh) starts a trusted second segment."""
+    model = served()
+    rows = run_chat(model, tmp_path, compact_after=2)
+    histories = decode_histories(rows)
+    assert [len(histories[n]) for n in (1, 2, 3)] == [2, 4, 4]  # system, user; the answer and its tool output
+    assert histories[2][:2] == histories[1] and histories[3][:2] == histories[1]
+    assert histories[3][:len(histories[2])] != histories[2]
+    assert rows[1]["history"] == {"base": 1, "keep": 2, "ids": histories[2][2:]}  # a delta like the prompt's
+    # the proxy's own check against the head of the conversation says it does not extend
+    assert [r["tokens"]["extends"] for r in rows] == [None, True, False]
+    counts, turns = token_join.attach(played(model), rows)
+    assert [(t.segment, t.start, t.trusted) for t in turns] == [(0, "first", True), (0, None, True),
+                                                                 (1, "rewritten", True)]
+    assert (counts["segments"], counts["drifted_turns"], counts["untrusted_turns"]) == (2, 0, 0)
+    truth = upstream_sent(model)
+    assert [t.items[-1]["prompt_token_ids"] for t in turns] == [t[0] for t in truth]
+    # drift is not a rewrite: the history kept, its reasoning rendered away
+    model = served(drop_history_reasoning=True)
+    rows = run_chat(model, tmp_path / "drift")
+    counts, turns = token_join.attach(played(model), rows)
+    assert [(t.segment, t.start, t.trusted) for t in turns] == [(0, "first", True), (1, "drift", False),
+                                                                 (1, None, True)]
+    assert (counts["drifted_turns"], counts["untrusted_turns"], counts["rewritten_turns"]) == (1, 1, 0)
+
+
+def test_scripted_model_answers_a_compaction_request_and_names_calls_as_told():
+    model = ScriptedModel(Script.from_dict({**copy.deepcopy(SCRIPT), "replies": {"[Assistant tool call]": SUMMARY},
+                                            "default": [{"tool_calls": [{"name": "bash", "id": "call_x",
+                                                                         "arguments": {"command": "ls"}}]}]}))
+    transcript = {"messages": [{"role": "user", "content": "Summarise:\n[Assistant tool call]: bash(ls)"}]}
+    assert (model.reply(transcript).content, model.reply(transcript).calls) == (SUMMARY, [])
+    other = model.reply({"messages": [{"role": "user", "content": "What did we do so far?"}], "tools": TOOLS})
+    assert other.calls == [("call_x", "bash", '{"command": "ls"}')]
+
+
+def played(model):
+    """The Responses items of the turns the scripted model played (its tool calls' outputs between)."""
+    items = []
+    for request in model.requests:
+        reply = model.reply(request["body"])
+        items += [responses.reasoning(reply.reasoning)] if reply.reasoning else []
+        items += [responses.message(reply.content)] if reply.content else []
+        for call_id, name, args in reply.calls:
+            items += [responses.function_call(call_id, name, args), responses.function_call_output(call_id, "ok")]
+    return items
 
 
 def test_atif_step_metrics_carry_the_joined_turns_tokens():

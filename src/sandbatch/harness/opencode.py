@@ -156,7 +156,13 @@ class OpenCodeHarness(Harness):
             kind, part = ev.get("type"), ev.get("part") if isinstance(ev.get("part"), dict) else {}
             if ev.get("sessionID") and ev["sessionID"] not in sessions:
                 sessions.append(ev["sessionID"])
-            if kind in ("reasoning", "text"):
+            if kind == "text" and part.get("synthetic") is True:
+                # OpenCode's own message to the model (after a compaction: "Continue if you have
+                # next steps..."), shown in the stream as a text part: not the model's
+                flush()
+                if isinstance(part.get("text"), str) and part["text"].strip():
+                    conv.add_feedback(part["text"])
+            elif kind in ("reasoning", "text"):
                 text = part.get("text")
                 if isinstance(text, str) and text.strip():
                     item = responses.reasoning(text) if kind == "reasoning" else responses.message(text)

@@ -97,6 +97,7 @@ class CallLog:
         self.failing = 0  # model calls in a row that failed for the endpoint's reasons
         self.on_outage: Callable[[str], None] | None = None
         self._prompts = token_data.PromptLog()
+        self._histories = token_data.PromptLog()
         self._trace_parent = trace_parent
         self._log = None
 
@@ -134,7 +135,7 @@ class CallLog:
         return SSEScanner(token_data.TokenCollector() if self.token_mode != "off" else None,
                           every=self.token_mode == "on")
 
-    def finish(self, record: dict[str, Any], data: bytes, continuing: bool) -> None:
+    def finish(self, record: dict[str, Any], data: bytes, continuing: bool, body: dict[str, Any] | None = None) -> None:
         """Account an unstreamed answer `data`: its usage, error, and token data."""
         try:
             obj = json.loads(data)
@@ -148,17 +149,22 @@ class CallLog:
             elif self.token_mode != "off":
                 collector = token_data.TokenCollector()
                 collector.add(obj)
-                self.keep_tokens(record, collector, continuing)
+                self.keep_tokens(record, collector, continuing, body)
         else:
             record["usage"] = None
         self.account(record)
 
-    def keep_tokens(self, record: dict[str, Any], collector: token_data.TokenCollector, continuing: bool) -> None:
+    def keep_tokens(self, record: dict[str, Any], collector: token_data.TokenCollector, continuing: bool,
+                    body: dict[str, Any] | None = None) -> None:
         """The call's `tokens` (a prompt delta) when they came, and its `output` (for the join)
-        when they came or were asked for."""
+        and `history` (the digests of the request `body`'s messages as a delta, for the join's
+        segments) when they came or were asked for. Called once the answer went out: the
+        digests cost a pass over the request."""
         kept = self._prompts.record(record["call"], collector.prompt_token_ids, collector.generation(),
                                     collector.logprobs, continuing)
         if kept is not None:
             record["tokens"] = kept
         if kept is not None or self.token_mode == "on":
             record["output"] = collector.output()
+            if body is not None:
+                record["history"] = self._histories.delta(record["call"], token_data.history(body))[0]

@@ -303,7 +303,7 @@ class ModelProxy:
             record["attempt_statuses"] = statuses
         headers = response_headers(resp)
         if resp.content_type == "text/event-stream":
-            return await self._relay(request, resp, headers, record, t0, continuing)
+            return await self._relay(request, resp, headers, record, t0, continuing, body)
         try:
             data = await resp.read()
         except self._upstream.errors as exc:
@@ -322,7 +322,7 @@ class ModelProxy:
             # parse after the bytes are on their way: the agent does not wait for bookkeeping
             await answer.prepare(request)
             await answer.write_eof()
-        self._log.finish(record, data, continuing)
+        self._log.finish(record, data, continuing, body)
         return answer
 
     async def _restream(self, request: web.Request, data: bytes, headers: dict[str, str], endpoint: str,
@@ -342,7 +342,7 @@ class ModelProxy:
         return out
 
     async def _relay(self, request: web.Request, resp: aiohttp.ClientResponse, headers: dict[str, str],
-                     record: dict, t0: float, continuing: bool) -> web.StreamResponse:
+                     record: dict, t0: float, continuing: bool, body: dict) -> web.StreamResponse:
         """Relay an event stream chunk by chunk, scanning it for usage and tokens on the way."""
         scanner = self._log.scanner()
         out = web.StreamResponse(status=resp.status, headers=headers)
@@ -371,7 +371,7 @@ class ModelProxy:
             resp.release()
             record.update(latency_s=since(t0), response_bytes=size, usage=scanner.usage)
             if scanner.tokens is not None and resp.status < 400:
-                self._log.keep_tokens(record, scanner.tokens, continuing)
+                self._log.keep_tokens(record, scanner.tokens, continuing, body)
                 if self.token_mode == "on" and record["endpoint"] == "chat" and \
                         not (record.get("tokens") or {}).get("prompt"):
                     self._chat_streams_bare = True  # asked, no prompt ids came: restream the next ones

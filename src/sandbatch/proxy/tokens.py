@@ -237,39 +237,57 @@ class PromptLog:
             return None
         out: dict[str, Any] = {}
         if prompt is not None:
-            ids = array("q", prompt).tobytes()
-            head, keep = None, 0
-            for entry in reversed(self._heads):
-                common = _lcp(entry[1], ids) // 8
-                if common > keep:
-                    head, keep = entry, common
-            out["prompt"] = {"base": head and head[0], "keep": keep, "ids": prompt[keep:]}
-            out["extends"] = keep == len(head[1]) // 8 if continuing and head is not None else None
-            if head is not None and keep >= head[2]:
-                self._heads.remove(head)  # continued: this call is the conversation's head now
-            self._heads.append((call, ids + array("q", generation or []).tobytes(), len(prompt)))
-            del self._heads[:-self.keep]
+            out["prompt"], extends = self.delta(call, prompt, generation or [])
+            out["extends"] = extends if continuing else None
         out["generation"] = generation or []
         out["logprobs"] = logprobs or []
         return out
 
+    def delta(self, call: int, ids: list[int], tail: list[int] = ()) -> tuple[dict[str, Any], bool | None]:
+        """`ids` as a delta against the head sharing the longest prefix with it ({base, keep,
+        ids}), and whether it starts with that head whole (None: no head); call number `call`
+        with `ids` + `tail` becomes a head."""
+        packed = array("q", ids).tobytes()
+        head, keep = None, 0
+        for entry in reversed(self._heads):
+            common = _lcp(entry[1], packed) // 8
+            if common > keep:
+                head, keep = entry, common
+        if head is not None and keep >= head[2]:
+            self._heads.remove(head)  # continued: this call is the conversation's head now
+        self._heads.append((call, packed + array("q", tail).tobytes(), len(ids)))
+        del self._heads[:-self.keep]
+        return {"base": head and head[0], "keep": keep, "ids": ids[keep:]}, \
+            (keep == len(head[1]) // 8 if head is not None else None)
+
+
+def _decode(calls: Iterable[Mapping[str, Any]], field: str) -> dict[int, list[int]]:
+    """Call number -> its whole sequence, rebuilt from the deltas in each line's `field`
+    ("prompt": `tokens.prompt`, followed in its head by the generation; "history")."""
+    full: dict[int, list[int]] = {}  # call -> the head it left (prompt + generation)
+    whole: dict[int, list[int]] = {}
+    for row in calls:
+        tokens = row.get("tokens") if field == "prompt" and isinstance(row.get("tokens"), Mapping) else None
+        delta = (tokens or {}).get("prompt") if field == "prompt" else row.get(field)
+        number = row.get("call")
+        if not isinstance(delta, Mapping) or number is None:
+            continue
+        base = full.get(delta.get("base")) if delta.get("base") is not None else []
+        if base is None:  # its base is not in the file (a truncated record): unknown
+            continue
+        whole[number] = base[:delta.get("keep", 0)] + list(delta.get("ids") or [])
+        full[number] = whole[number] + list((tokens or {}).get("generation") or [])
+    return whole
+
 
 def decode_prompts(calls: Iterable[Mapping[str, Any]]) -> dict[int, list[int]]:
     """Call number -> its full prompt ids, rebuilt from the deltas of model_calls.jsonl lines."""
-    full: dict[int, list[int]] = {}  # call -> prompt + generation
-    prompts: dict[int, list[int]] = {}
-    for row in calls:
-        tokens = row.get("tokens")
-        number = row.get("call")
-        if not isinstance(tokens, Mapping) or not isinstance(tokens.get("prompt"), Mapping) or number is None:
-            continue
-        p = tokens["prompt"]
-        base = full.get(p.get("base")) if p.get("base") is not None else []
-        if base is None:  # its base is not in the file (a truncated record): unknown
-            continue
-        prompts[number] = base[:p.get("keep", 0)] + list(p.get("ids") or [])
-        full[number] = prompts[number] + list(tokens.get("generation") or [])
-    return prompts
+    return _decode(calls, "prompt")
+
+
+def decode_histories(calls: Iterable[Mapping[str, Any]]) -> dict[int, list[int]]:
+    """Call number -> the digests of its request's messages (`history`), rebuilt from the deltas."""
+    return _decode(calls, "history")
 
 
 def continuing(body: Mapping[str, Any]) -> bool:
@@ -279,3 +297,39 @@ def continuing(body: Mapping[str, Any]) -> bool:
         return False
     return any(isinstance(m, Mapping) and (m.get("role") == "assistant" or m.get("type") in ("function_call", "reasoning"))
                for m in items)
+
+
+_VOLATILE = frozenset({"cache_control", "providerOptions", "provider_options"})
+
+
+def _canonical(value: Any) -> Any:
+    """A message as compared across turns: cache markers left out (a harness moves them from
+    turn to turn) and tool-call arguments parsed (however the JSON was spaced or ordered)."""
+    if isinstance(value, Mapping):
+        out = {}
+        for key, item in value.items():
+            if key in _VOLATILE:
+                continue
+            if key in ("arguments", "input") and isinstance(item, str):
+                try:
+                    item = json.loads(item)
+                except ValueError:
+                    pass
+            out[key] = _canonical(item)
+        return out
+    if isinstance(value, list):
+        return [_canonical(v) for v in value]
+    return value
+
+
+def history(body: Mapping[str, Any]) -> list[int]:
+    """The request's conversation as one digest per message (its system prompt first: Chat
+    and Messages `system`, Responses `instructions`), 48-bit integers, so that a harness
+    rewriting its history (a compaction) shows as a list that does not start with the
+    previous turn's."""
+    items = body.get("messages") if isinstance(body.get("messages"), list) else body.get("input")
+    items = [{"role": "user", "content": items}] if isinstance(items, str) else list(items or [])
+    system = body.get("system", body.get("instructions"))
+    if system:
+        items = [{"role": "system", "content": system}] + items
+    return [int(digest(json.dumps(_canonical(m), sort_keys=True, ensure_ascii=False))[:12], 16) for m in items]

@@ -147,9 +147,13 @@ def token_data(joins: list[Mapping[str, Any]]) -> dict[str, Any]:
     prompt + generation token for token)."""
     total = {k: sum(int(j.get(k) or 0) for j in joins) for k in (
         "calls", "matched_calls", "unmatched_calls", "items", "matched_items", "unmatched_items",
-        "turns_with_tokens", "continuing_turns", "drifted_turns")}
+        "turns_with_tokens", "continuing_turns", "drifted_turns", "segments", "rewritten_turns", "untrusted_turns")}
     return {**total, "rollouts_with_tokens": sum(1 for j in joins if j.get("turns_with_tokens")),
-            "drift_rate": _rate(total["drifted_turns"], total["continuing_turns"])}
+            # rollouts whose history was rewritten (a compaction): more than one segment
+            "rollouts_rewritten": sum(1 for j in joins if j.get("rewritten_turns")),
+            "drift_rate": _rate(total["drifted_turns"], total["continuing_turns"]),
+            # the share of joined turns a trainer masks (their ids left off)
+            "untrusted_rate": _rate(total["untrusted_turns"], total["matched_calls"])}
 
 
 def suspicious_rollouts(rows: list[Mapping[str, Any]]) -> list[str]:

@@ -53,6 +53,10 @@ def _token_rows(t: dict[str, Any]) -> list[tuple[str, str]]:
         ("model calls joined to items (unmatched calls / items)",
          f"{t['matched_calls']}/{t['calls']} ({t['unmatched_calls']} / {t['unmatched_items']})"),
         ("re-tokenisation drift (turns not extending the previous turn)", _pct(t["drift_rate"])),
+        *([("segments (rollouts whose history was rewritten)",
+            f"{t['segments']} ({t['rollouts_rewritten']} rollouts)"),
+           ("untrusted turns (ids left off for a trainer to mask)", _pct(t["untrusted_rate"]))]
+          if "untrusted_rate" in t else []),
     ]
 
 

@@ -9,11 +9,14 @@ Script (YAML or JSON)::
           tool_calls:
             - name: bash
               arguments: {command: "ls"}
+              id: call_ls                           # optional (default: call_<turn>_<i>)
         - content: "Done."
       "re:fix the (parser|lexer)":
         turns: [...]
         final: {content: "All done."}               # per task, overrides the top level
     default: []                   # turns for a request matching no task
+    replies:                      # key: substring of the last user message -> the one reply
+      "[Assistant tool call]": {content: "Summary: ..."}   # (a harness's compaction request)
     final: {content: "Done."}     # reply once the turns are used up (mini-swe-agent: a
                                   # bash call running `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`)
     fallbacks:                    # a tool the request does not offer -> alternatives, in order
@@ -46,6 +49,7 @@ from ..core.errors import UserError
 class ToolCall:
     name: str
     arguments: dict[str, Any] | str
+    id: str | None = None  # default: call_<turn>_<i> (a conversation restarted by a compaction repeats those)
 
 
 @dataclass
@@ -90,7 +94,7 @@ def _turn(raw: Any, where: str) -> Turn:
         args = call.get("arguments", {})
         if not isinstance(args, (dict, str)):
             raise UserError(f"{where}.tool_calls[{i}].arguments: must be a mapping or a JSON string")
-        calls.append(ToolCall(call["name"], args))
+        calls.append(ToolCall(call["name"], args, str(call["id"]) if call.get("id") else None))
     return Turn(raw.get("content"), raw.get("reasoning_content"), calls, raw.get("finish_reason"))
 
 
@@ -98,6 +102,7 @@ def _turn(raw: Any, where: str) -> Turn:
 class Script:
     tasks: list[TaskScript] = field(default_factory=list)
     default: list[Turn] = field(default_factory=list)
+    replies: dict[str, Turn] = field(default_factory=dict)
     final: Turn = field(default_factory=lambda: Turn(content="Done."))
     fallbacks: dict[str, list[Fallback]] = field(default_factory=dict)
     title: str = "Scripted task"
@@ -121,7 +126,7 @@ class Script:
     def from_dict(cls, raw: dict[str, Any], where: str = "script") -> "Script":
         if not isinstance(raw, dict):
             raise UserError(f"{where}: the top level must be a mapping with 'tasks'")
-        allowed = {"tasks", "default", "final", "fallbacks", "title", "models", "max_model_len",
+        allowed = {"tasks", "default", "replies", "final", "fallbacks", "title", "models", "max_model_len",
                    "drop_history_reasoning", "stream_tokens"}
         unknown = set(raw) - allowed
         if unknown:
@@ -144,6 +149,7 @@ class Script:
             script.tasks.append(TaskScript(str(key), pattern,
                                            [_turn(t, f"{loc}[{i}]") for i, t in enumerate(spec)], final))
         script.default = [_turn(t, f"{where}: default[{i}]") for i, t in enumerate(raw.get("default") or [])]
+        script.replies = {str(k): _turn(t, f"{where}: replies.{k}") for k, t in (raw.get("replies") or {}).items()}
         if raw.get("final") is not None:
             script.final = _turn(raw["final"], f"{where}: final")
         for name, alts in (raw.get("fallbacks") or {}).items():
@@ -158,6 +164,10 @@ class Script:
         script.drop_history_reasoning = bool(raw.get("drop_history_reasoning", False))
         script.stream_tokens = bool(raw.get("stream_tokens", True))
         return script
+
+    def reply_for(self, last_user_text: str) -> Turn | None:
+        """The reply given to a request whose last user message holds a `replies` key."""
+        return next((t for k, t in self.replies.items() if k in last_user_text), None)
 
     def task_for(self, text: str) -> TaskScript | None:
         return next((t for t in self.tasks if t.matches(text)), None)

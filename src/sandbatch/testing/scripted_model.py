@@ -28,7 +28,8 @@ from ..proxy.server import ServerThread, catch_all, listen
 from ..proxy.settings import split_path
 from . import answers
 from .script import Script, ToolCall
-from .template import Reply, assistant_turns, content_text, first_user_text, render_prompt, request_messages, tool_names
+from .template import (Reply, assistant_turns, content_text, first_user_text, last_user_text, render_prompt,
+                       request_messages, tool_names)
 
 
 class ScriptedModel:
@@ -98,16 +99,16 @@ class ScriptedModel:
         prompt_ids = render_prompt(messages, self.script.drop_history_reasoning)
         model = str(body.get("model") or self.script.models[0])
         system = "\n".join(content_text(m.get("content")) for m in messages if m.get("role") in ("system", "developer"))
-        if not offered and re.search(r"\btitle\b", system, re.IGNORECASE):
+        turn = self.script.reply_for(last_user_text(messages))
+        if turn is None and not offered and re.search(r"\btitle\b", system, re.IGNORECASE):
             return Reply(self.script.title, "", [], "stop", prompt_ids, model)
         index = assistant_turns(messages)
         task = self.script.task_for(first_user_text(messages))
         turns = task.turns if task else self.script.default
-        if index < len(turns):
-            turn = turns[index]
-        else:
-            turn = (task.final if task and task.final else None) or self.script.final
-        calls = [self._resolve(call, offered, f"call_{index}_{i}") for i, call in enumerate(turn.tool_calls)]
+        if turn is None:
+            turn = turns[index] if index < len(turns) else \
+                (task.final if task and task.final else None) or self.script.final
+        calls = [self._resolve(call, offered, call.id or f"call_{index}_{i}") for i, call in enumerate(turn.tool_calls)]
         finish = turn.finish_reason or ("tool_calls" if calls else "stop")
         return Reply(turn.content or "", turn.reasoning_content or "", calls, finish, prompt_ids, model)
 

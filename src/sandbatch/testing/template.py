@@ -61,6 +61,10 @@ def first_user_text(messages: Iterable[dict[str, Any]]) -> str:
     return next((content_text(m.get("content")) for m in messages if m.get("role") == "user"), "")
 
 
+def last_user_text(messages: list[dict[str, Any]]) -> str:
+    return next((content_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
+
+
 def tool_names(body: dict[str, Any]) -> list[str]:
     names = []
     for tool in body.get("tools") or []:

@@ -253,7 +253,10 @@ def render(row: Mapping[str, Any], prompt: str | None, index_href: str) -> str:
                   *([("turns with token ids", join.get("turns_with_tokens")),
                      ("calls / items not joined", f"{join.get('unmatched_calls')} / {join.get('unmatched_items')}"),
                      ("drifted turns", f"{join.get('drifted_turns')} of {join.get('continuing_turns')}")]
-                    if join.get("calls") else [])])
+                    if join.get("calls") else []),
+                  # response.json written before segments were counted has none
+                  *([("segments / untrusted turns", f"{join['segments']} / {join.get('untrusted_turns')}")]
+                    if join.get("calls") and "segments" in join else [])])
     notes = ""
     if meta.get("unknown_events") or meta.get("conversion_error"):
         notes = (f'<p class="muted">{meta.get("unknown_events", 0)} event(s) the converter did not recognise'
