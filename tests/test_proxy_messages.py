@@ -183,9 +183,12 @@ def test_passthrough_to_an_upstream_serving_messages(scripted, tmp_path):
         answer = ask(c, [FIRST])
         with c.messages.stream(model="agent-model", max_tokens=64, messages=[FIRST], tools=[BASH]) as stream:
             streamed = stream.get_final_message()
+        counted = c.messages.count_tokens(model="agent-model", messages=[FIRST])
     assert [b.type for b in answer.content] == [b.type for b in streamed.content] == ["thinking", "text", "tool_use"]
     outer_rows, inner_rows = list(iter_jsonl(tmp_path / "outer.jsonl")), list(iter_jsonl(tmp_path / "inner.jsonl"))
-    assert [(r["endpoint"], r["status"], r.get("upstream_endpoint")) for r in outer_rows] == [("messages", 200, None)] * 2
-    assert [r["path"] for r in inner_rows] == ["/v1/messages"] * 2  # sent on as Messages calls
+    assert [(r["endpoint"], r["status"], r.get("upstream_endpoint")) for r in outer_rows] == \
+        [("messages", 200, None)] * 2 + [("count_tokens", 200, None)]
+    assert [r["path"] for r in inner_rows] == ["/v1/messages"] * 2 + ["/v1/messages/count_tokens"]  # sent on
+    assert counted.input_tokens == inner_rows[-1]["input_tokens"]  # the upstream's count
     assert outer_rows[0]["usage"]["completion_tokens"] > 0
     assert outer_rows[0]["cache_control_dropped"] == 2  # the tool's and the user message's

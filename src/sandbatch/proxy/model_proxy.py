@@ -228,8 +228,8 @@ class ModelProxy:
                                "agent_key as its API key", "invalid_api_key", "invalid_request_error")
         body = await request.read()
         try:
-            if request.method == "POST" and endpoint == "count_tokens":
-                return self._count_tokens(body, record, t0)
+            if request.method == "POST" and endpoint == "count_tokens" and self.settings.messages == "translate":
+                return self._count_tokens(body, record, t0)  # passed through: the upstream counts
             if request.method == "POST" and endpoint in MODEL_ENDPOINTS:
                 return await self._model_call(request, body, endpoint, rest, record, t0)
             return await self._passthrough(request, body, rest, record, t0)
@@ -443,8 +443,9 @@ class ModelProxy:
                            t0: float) -> web.Response:
         """Any other path (e.g. /models): forwarded as is, recorded, never counted as a call."""
         try:
+            headers = self._upstream.headers(request, body, anthropic=record["endpoint"] == "count_tokens")
             resp, attempts, statuses = await self._upstream.send(request.method, self.upstream_url + rest,
-                                                        request.query_string, body, self._upstream.headers(request, body))
+                                                                 request.query_string, body, headers)
         except Failure as failure:
             record.update(status=failure.response.status, attempts=failure.attempts, error=failure.error,
                           latency_s=since(t0))
