@@ -15,9 +15,8 @@ import pytest
 
 from services import need_program
 from gym_env import assert_valid_responses
-from harness_support import (OPENCODE_SCRIPT as SCRIPT, assert_token_data, converter, items_of, leftover_sandboxes,
-                             listed_model, read_events, rollout, run_context, run_workflow, scripted_model_server,
-                             sleeper, smoke_config)
+from harness_support import (OPENCODE_SCRIPT as SCRIPT, assert_token_data, items_of, leftover_sandboxes, listed_model,
+                             rollout, run_context, run_workflow, scripted_model_server, sleeper, smoke_config)
 from sandbatch.core.errors import UserError
 from sandbatch.harness import get_harness
 from sandbatch.harness.opencode import DEFAULT_PERMISSION
@@ -26,11 +25,13 @@ FIXTURES = Path(__file__).parent / "fixtures"
 RECORDED = FIXTURES / "opencode_1.18.33_events.jsonl"  # a real run: ls, a denied `git log`, "Done."
 
 
-convert = converter("opencode")
+def convert(events):
+    harness = get_harness("opencode")
+    return harness.convert(events, harness.merge_config({}))
 
 
 def recorded():
-    return read_events(RECORDED)
+    return [json.loads(line) for line in RECORDED.read_text().splitlines()]
 
 
 def test_convert_a_recorded_run():
