@@ -236,6 +236,11 @@ def test_real_claude_code_from_npm_resolves_smoke_tasks(tmp_path, tmp_path_facto
     run_dir, took = run_workflow(tmp_path, cfg)
     assert_resolved(run_dir, tasks, model)
     assert leftover_sandboxes(tmp_path) == []
+    # the Messages calls are counted as model calls: the usage summed in rollouts.jsonl is
+    # what the model reported, call for call
+    rows = [json.loads(line) for line in (run_dir / "rollouts.jsonl").read_text().splitlines()]
+    assert sum(r["usage"]["input_tokens"] for r in rows) == sum(u["prompt"] for u in model.reported_usage) > 0
+    assert sum(r["usage"]["output_tokens"] for r in rows) == sum(u["completion"] for u in model.reported_usage)
     timings = {t: (rollout(run_dir, t, "harness.json")["install_s"], rollout(run_dir, t, "harness.json")["agent_s"])
                for t in tasks}
     print(f"\nclaude-code via npm, 2 tasks: workflow {took:.1f} s; (install s, agent s) per task: {timings}")
