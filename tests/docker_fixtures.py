@@ -123,36 +123,41 @@ def agent_image(docker_base_image: str) -> str:
     """The base image plus what a real agent run needs and the base lacks: OpenCode (npm
     `opencode-ai` at the version the harness pins, installed under OPENCODE_PREFIX; run it
     with `install: {method: path}`) and `python` (SWE-bench Pro images have it; their
-    run_scripts call it). Built once on a machine (its tag names the recipe), by the first test
-    process that needs it.
+    run_scripts call it)."""
+    from sandbatch.harness.opencode import OpenCodeHarness
 
-    OpenCode is installed by the host's npm into the build context (the package's binary is
-    self-contained), so the image needs no node and the build no network."""
+    return npm_agent_image(docker_base_image, "opencode", f"opencode-ai@{OpenCodeHarness.default_version}",
+                           OPENCODE_PREFIX, setup="ln -sf /usr/bin/python3 /usr/local/bin/python && ")
+
+
+def npm_agent_image(base_image: str, name: str, spec: str, prefix: str, setup: str = "") -> str:
+    """`base_image` with the npm package `spec` installed under `prefix` (bin/`name` under it),
+    `setup` run before its `--version`. Built once on a machine (its tag names the recipe), by
+    the first test process that needs it.
+
+    The package is installed by the host's npm into the build context (the agents' packages
+    carry self-contained binaries), so the image needs no node and the build no network."""
     import hashlib
     import tempfile
 
     from services import need_program
     from shared import built_once
-    from sandbatch.harness.opencode import OpenCodeHarness
 
     need_program("npm", "run scripts/services/node.sh (as root)")
-    version = OpenCodeHarness.default_version
-    dockerfile = (f"FROM {docker_base_image}\nCOPY opencode/ {OPENCODE_PREFIX}/\n"
-                  "RUN ln -sf /usr/bin/python3 /usr/local/bin/python && "
-                  f"{OPENCODE_PREFIX}/bin/opencode --version\n")
-    base_id = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", docker_base_image],
+    version = spec.rpartition("@")[2]
+    dockerfile = f"FROM {base_image}\nCOPY {name}/ {prefix}/\nRUN {setup}{prefix}/bin/{name} --version\n"
+    base_id = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", base_image],
                              capture_output=True, text=True, check=True).stdout.strip()
     recipe = hashlib.sha256(f"{base_id}\n{dockerfile}".encode()).hexdigest()[:12]  # a new base, a new image
-    tag = f"sandbatch/test-agent:opencode-{version}-{recipe}"
-    with built_once(f"agent-image-{version}", bound=600 + 900):  # npm's and the build's timeouts
+    tag = f"sandbatch/test-agent:{name}-{version}-{recipe}"
+    with built_once(f"agent-image-{name}-{version}", bound=600 + 900):  # npm's and the build's timeouts
         if subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode == 0:
             return tag
         with tempfile.TemporaryDirectory(prefix="sandbatch-agent-image-") as tmp:
             context = Path(tmp)
             npm = subprocess.run(["npm", "install", "-g", "--no-audit", "--no-fund", "--prefix",
-                                  str(context / "opencode"), f"opencode-ai@{version}"],
-                                 capture_output=True, text=True, timeout=600)
-            assert npm.returncode == 0, f"npm install opencode-ai@{version}: {npm.stderr[-1500:]}"
+                                  str(context / name), spec], capture_output=True, text=True, timeout=600)
+            assert npm.returncode == 0, f"npm install {spec}: {npm.stderr[-1500:]}"
             (context / "Dockerfile").write_text(dockerfile)
             build = subprocess.run(["docker", "build", "-q", "-t", tag, str(context)], capture_output=True,
                                    text=True, timeout=900)

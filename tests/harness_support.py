@@ -56,6 +56,19 @@ def run_context(harness_name: str, tmp: Path, config: dict[str, Any] | None = No
                       timeouts=cfg.timeouts, rollout_dir=tmp)
 
 
+def converter(harness_name: str):
+    """The harness's conversion of events under its default config, as a function of the events."""
+    from sandbatch.harness import get_harness
+
+    harness = get_harness(harness_name)
+    return lambda events: harness.convert(events, harness.merge_config({}))
+
+
+def read_events(path: Path) -> list[dict[str, Any]]:
+    """A recorded event stream (one JSON object a line)."""
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
 def rollout(run_dir: Path, task: str, name: str, repeat: int = 0) -> Any:
     path = run_dir / task / str(repeat) / name
     if name.endswith(".json"):

@@ -29,7 +29,7 @@ FIXTURE_TASKS = {
 }
 NAMED = ["lightning_swe_verified", "xs_swe_verified", "xs_swe_multilingual", "xs_swe_pro", "xs_terminal_bench"]
 COMMENTED = set(NAMED) | {"swe_verified", "swe_multilingual", "swe_pro", "terminal_bench"} | {
-    p.stem for p in CONFIGS if p.stem.startswith(("mini_", "opencode_"))}
+    p.stem for p in CONFIGS if p.stem.startswith(("mini_", "opencode_", "claude_code_"))}
 
 
 # what a named profile reads from the environment, as its header lists it (the pool stand-in
@@ -50,10 +50,12 @@ def profile_env(monkeypatch, tmp_path_factory):
         monkeypatch.delenv(key, raising=False)
     for key, value in PROFILE_ENV.items():
         monkeypatch.setenv(key, value)
-    # the OpenCode configs upload ~/.opencode/bin/opencode: any file there (planning installs nothing)
+    # the OpenCode configs upload ~/.opencode/bin/opencode: any file there (planning installs nothing),
     home = tmp_path_factory.mktemp("home")
     (home / ".opencode" / "bin").mkdir(parents=True)
     (home / ".opencode" / "bin" / "opencode").write_text("#!/bin/sh\n")
+    (home / ".local" / "bin").mkdir(parents=True)  # and claude_code_docker ~/.local/bin/claude
+    (home / ".local" / "bin" / "claude").write_text("#!/bin/sh\n")
     monkeypatch.setenv("HOME", str(home))
 
 

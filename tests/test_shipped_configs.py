@@ -1,15 +1,16 @@
-"""The shipped configs that run an open harness on Docker (config/mini_*.yaml and
-config/opencode_*.yaml), each run exactly as shipped: no --config at all, the task file where
-the config names it (relative: the working directory is looked in first), only the variables
-its header lists set, the model URL pointing at the scripted model, and for OpenCode its
-binary where OpenCode's installer puts it (~/.opencode/bin/opencode; the real one, from npm).
+"""The shipped configs that run an open harness on Docker (config/mini_*.yaml,
+config/opencode_*.yaml and config/claude_code_docker.yaml), each run exactly as shipped: no
+--config at all, the task file where the config names it (relative: the working directory is
+looked in first), only the variables its header lists set, the model URL pointing at the
+scripted model, and for OpenCode and Claude Code their binaries where their installers put
+them (~/.opencode/bin/opencode, ~/.local/bin/claude; the real ones, from npm).
 
 One short run per config, in parallel: one task in its benchmark's real row format
 (SWE-bench 5.x rows with their own eval_script, SWE-bench Pro rows with run_scripts/,
 Terminal-Bench task directories; tests/test_named_profiles.py builds them), its image
 built here from sandbatch/base:bookworm under the public name the row names, so nothing
 is pulled. The model applies the reference fix in one shell call and submits (mini: its
-submit command; OpenCode: a final message); the task comes out resolved only if that fix
+submit command; OpenCode and Claude Code: a final message); the task comes out resolved only if that fix
 reached the container and the grader saw it.
 """
 
@@ -42,6 +43,7 @@ CONFIGS = {
     "opencode_swe_multilingual": "smoke__inventory-1",
     "opencode_swe_pro": "smoke__calc-1",
     "opencode_terminal_bench": "goodbye-file",
+    "claude_code_docker": "smoke__calc-1",
 }
 SUBMIT = {"content": "Done.", "tool_calls": [{"name": "bash", "arguments": {
     "command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"}}]}
@@ -79,39 +81,47 @@ def model_script(harness: str) -> dict:
         tasks[key] = [{"content": "Applying the fix.", "tool_calls": [{"name": "bash", "arguments": {
             "command": cmd, "description": "Apply the fix"}}]}]
     final = SUBMIT if harness == "mini" else {"content": "Done."}
-    return {"tasks": tasks, "final": final, "models": [SERVED]}
+    # Claude Code's shell tool is `Bash`
+    return {"tasks": tasks, "final": final, "models": [SERVED], "fallbacks": {"bash": ["Bash"]}}
 
 
 @pytest.fixture(scope="module")
-def opencode_home(tmp_path_factory) -> Path:
-    """A HOME holding the real OpenCode binary (npm's opencode-ai, the harness's default version)
-    where OpenCode's installer puts it."""
+def agent_home(tmp_path_factory) -> Path:
+    """A HOME holding the real OpenCode and Claude Code binaries (npm's opencode-ai and
+    @anthropic-ai/claude-code, the harnesses' default versions) where their installers put them."""
     need_program("npm", "run scripts/services/node.sh (as root)")
+    from sandbatch.harness.claude_code import ClaudeCodeHarness
     from sandbatch.harness.opencode import OpenCodeHarness
 
-    prefix = tmp_path_factory.mktemp("opencode-npm")
-    res = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix", str(prefix),
-                          f"opencode-ai@{OpenCodeHarness.default_version}"],
-                         capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0, res.stderr[-2000:]
-    [binary] = prefix.glob("node_modules/opencode-linux-x64/bin/opencode")
     home = tmp_path_factory.mktemp("home")
-    (home / ".opencode" / "bin").mkdir(parents=True)
-    (home / ".opencode" / "bin" / "opencode").symlink_to(binary)
+    for spec, platform_binary, where in (
+            (f"opencode-ai@{OpenCodeHarness.default_version}", "opencode-linux-x64/bin/opencode", ".opencode/bin/opencode"),
+            (f"@anthropic-ai/claude-code@{ClaudeCodeHarness.default_version}", "claude-code-linux-x64/claude",
+             ".local/bin/claude")):
+        prefix = tmp_path_factory.mktemp("agent-npm")
+        res = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix", str(prefix), spec],
+                             capture_output=True, text=True, timeout=600)
+        assert res.returncode == 0, res.stderr[-2000:]
+        [binary] = prefix.glob(f"node_modules/**/{platform_binary}")
+        (home / where).parent.mkdir(parents=True)
+        (home / where).symlink_to(binary)
     return home
 
 
 def test_every_open_harness_config_runs_as_shipped(tmp_path, docker_engine, docker_base_image,  # noqa: F811
-                                                   opencode_home):
+                                                   agent_home):
     with scripted_model_server(model_script("mini")) as (mini_url, mini_model), \
-            scripted_model_server(model_script("opencode")) as (opencode_url, opencode_model):
+            scripted_model_server(model_script("opencode")) as (opencode_url, opencode_model), \
+            scripted_model_server(model_script("claude_code")) as (claude_url, claude_model):
         base = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "SANDBATCH_"))}
         procs = {}
         t0 = time.monotonic()
         for name, task in CONFIGS.items():
             env = {**base, "SANDBATCH_MODEL_URL": mini_url, "SANDBATCH_MODEL_NAME": SERVED}
             if name.startswith("opencode"):
-                env.update(SANDBATCH_MODEL_URL=opencode_url, HOME=str(opencode_home))
+                env.update(SANDBATCH_MODEL_URL=opencode_url, HOME=str(agent_home))
+            if name.startswith("claude_code"):
+                env.update(SANDBATCH_MODEL_URL=claude_url, HOME=str(agent_home))
             workdir = tmp_path / name / "run"
             workdir.mkdir(parents=True)
             write_tasks(name, task, docker_base_image, workdir)
@@ -140,7 +150,8 @@ def test_every_open_harness_config_runs_as_shipped(tmp_path, docker_engine, dock
         assert len(calls) >= 2 and all(c["status"] == 200 for c in calls), (name, calls)
         assert json.loads((run / "manifest.json").read_text())["config"]["model"]["name"] == SERVED
         assert (run / "report.md").is_file()
-    for harness, model in (("mini", mini_model), ("opencode", opencode_model)):  # >= 2 calls a rollout
+    for harness, model in (("mini", mini_model), ("opencode", opencode_model),  # >= 2 calls a rollout
+                           ("claude_code", claude_model)):
         chat = [r for r in model.requests if r["path"].endswith("/chat/completions")]
         assert len(chat) >= 2 * sum(n.startswith(harness) for n in CONFIGS), (harness, len(chat))
         assert all(r["body"]["model"] == SERVED for r in chat), harness

@@ -68,6 +68,7 @@ class ProxyConfig(_Model):
     stream_usage: bool
     require_agent_key: bool
     drop_cache_control: bool
+    messages: str
     extra_body: dict[str, Any]
 
 

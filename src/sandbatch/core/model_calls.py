@@ -10,7 +10,7 @@ import os
 from typing import Any, Iterable, Iterator, Mapping
 
 # endpoints that generate tokens; the others (models, ...) are recorded but not counted as calls
-MODEL_ENDPOINTS = frozenset({"chat", "responses", "completions"})
+MODEL_ENDPOINTS = frozenset({"chat", "responses", "completions", "messages"})
 
 
 def int_or_zero(value: Any) -> int:

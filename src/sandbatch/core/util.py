@@ -83,6 +83,16 @@ def iter_jsonl(path: str | os.PathLike) -> Iterator[Any]:
                 yield json.loads(line)
 
 
+def json_object(raw: Any, key: str) -> dict[str, Any]:
+    """Tool-call arguments as the object APIs want: the JSON object `raw` holds (or is), else
+    `raw` kept under `key` (arguments that are not an object, or not JSON)."""
+    try:
+        value = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        value = raw
+    return value if isinstance(value, dict) else {key: value}
+
+
 def duration_text(seconds: float) -> str:
     """A duration as people read it: 45s, 3m07s, 1h02m00s."""
     s = int(round(seconds))

@@ -10,18 +10,14 @@ The prompt goes in on stdin (an argument with spaces would be quoted literally).
 from __future__ import annotations
 
 import json
-import shlex
-from pathlib import Path
 from typing import Any
 
 from ..rollout import responses
-from ..core.errors import UserError
 from ..sandbox import Sandbox
 from ..core.util import deep_merge
-from ._process import install_options, json_events, run_command, sh, str_env, upload_source
-from .base import Conversion, Harness, Outcome, RunContext, keep_unknown, model_endpoint
-
-INSTALL_METHODS = ("npm", "upload", "path")
+from ._npm import NpmHarness
+from ._process import json_events, run_command, str_env
+from .base import Conversion, Outcome, RunContext, keep_unknown, model_endpoint
 KEY_ENV = "SANDBATCH_MODEL_API_KEY"  # the config names it ({env:...}), so the key is in no file
 
 # Anti-cheat default: the solution must not come from history the task's base commit does
@@ -37,8 +33,9 @@ DEFAULT_PERMISSION: dict[str, Any] = {
 }
 
 
-class OpenCodeHarness(Harness):
+class OpenCodeHarness(NpmHarness):
     name = "opencode"
+    binary = "opencode"
     default_version = "1.18.33"
     default_config = {
         "install": {
@@ -60,39 +57,6 @@ class OpenCodeHarness(Harness):
         "extra_args": [],
         "inline_think": False,
     }
-
-    def check_config(self, config: dict[str, Any]) -> None:
-        super().check_config(config)
-        opts = install_options(self.name, config, INSTALL_METHODS)
-        src = Path(opts["source"]).expanduser() if opts["method"] == "upload" else None
-        if src is not None and src.is_dir() and not (src / "bin" / "opencode").exists():
-            raise UserError(f"harness.config.install.source: {src} has no bin/opencode; give the opencode binary "
-                            f"or a prefix made by `npm install -g --prefix DIR opencode-ai`")
-
-    def _prefix(self, sandbox: Sandbox) -> str:
-        return f"{sandbox.tmpdir}/opencode"
-
-    def _binary(self, sandbox: Sandbox, config: dict[str, Any]) -> str:
-        opts = config["install"]
-        if opts["method"] == "path":
-            return opts["path"]
-        if opts["method"] == "upload" and Path(opts["source"]).expanduser().is_file():
-            return f"{self._prefix(sandbox)}/opencode"
-        return f"{self._prefix(sandbox)}/bin/opencode"
-
-    async def install(self, sandbox: Sandbox, ctx: RunContext) -> None:
-        self.check_config(ctx.config)
-        opts, prefix, binary = ctx.config["install"], self._prefix(sandbox), self._binary(sandbox, ctx.config)
-        timeout = ctx.timeouts.install
-        if opts["method"] == "upload":
-            source = Path(opts["source"]).expanduser()
-            await upload_source(sandbox, str(source), binary if source.is_file() else prefix, timeout)
-        elif opts["method"] == "npm":
-            spec = f"{opts['package']}@{self.version(ctx)}"
-            await sh(sandbox, f"npm install -g --no-audit --no-fund --prefix {shlex.quote(prefix)} {shlex.quote(spec)}",
-                     timeout=timeout, what=f"npm install {spec}", env={**self.state_env(sandbox), **str_env(opts["env"])})
-        await sh(sandbox, f"{shlex.quote(binary)} --version", timeout=120, what=f"running {binary} --version",
-                 env=self.state_env(sandbox))
 
     def opencode_config(self, ctx: RunContext) -> dict[str, Any]:
         cfg, pid, model = ctx.config, ctx.config["provider_id"], ctx.model.name

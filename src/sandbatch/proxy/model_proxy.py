@@ -29,8 +29,10 @@ off it records each call's number, what it produced (`output`, digests for the c
 join) and its token ids and logprobs (`tokens`, see tokens.py); `on` also asks the
 upstream for them and makes streamed calls unstreamed upstream where a stream carries
 none (Responses always; Chat once a stream of this upstream came without them), streaming
-the answer back to the agent (restream.py). Where it listens: settings.py; the upstream
-side (headers, retries, errors): upstream.py.
+the answer back to the agent (restream.py). Anthropic Messages calls (/v1/messages) are
+translated to unstreamed Chat calls and their answers back (messages.py), or passed through
+(model.proxy.messages). Where it listens: settings.py; the upstream side (headers,
+retries, errors): upstream.py.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from ..core.errors import InfraError, UserError
 from ..core.model_calls import MODEL_ENDPOINTS
 from . import tokens as token_data
 from .calls import CallLog, now, since
+from . import messages as messages_api
 from .restream import chat_stream, responses_stream
 from .rewrite import rewrite_request
 from .server import ServerThread, catch_all
@@ -208,6 +211,11 @@ class ModelProxy:
         self._log.close()
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        answer = await self._answer(request)
+        # a Messages client reads Anthropic's error shape
+        return messages_error(answer) if split_path(request.path)[0] in ("messages", "count_tokens") else answer
+
+    async def _answer(self, request: web.Request) -> web.StreamResponse:
         endpoint, rest = split_path(request.path)
         record: dict[str, Any] = {"timestamp": now(), "method": request.method, "path": request.path,
                                   "endpoint": endpoint}
@@ -220,6 +228,8 @@ class ModelProxy:
                                "agent_key as its API key", "invalid_api_key", "invalid_request_error")
         body = await request.read()
         try:
+            if request.method == "POST" and endpoint == "count_tokens" and self.settings.messages == "translate":
+                return self._count_tokens(body, record, t0)  # passed through: the upstream counts
             if request.method == "POST" and endpoint in MODEL_ENDPOINTS:
                 return await self._model_call(request, body, endpoint, rest, record, t0)
             return await self._passthrough(request, body, rest, record, t0)
@@ -270,10 +280,17 @@ class ModelProxy:
             return error_response(s.cap_status, message, f"{cap}_exceeded", kind)
         self.calls += 1
         record["call"] = self.calls
+        # Messages calls: translated to one unstreamed Chat call (messages.py), unless passed through
+        translated = endpoint == "messages" and s.messages == "translate"
+        client_stream, client_model = body.get("stream") is True, body.get("model")
+        if translated:
+            body, left_out = messages_api.to_chat(body)
+            endpoint, rest = "chat", "/chat/completions"
+            record.update(upstream_endpoint="chat", **left_out)
         changes = rewrite_request(
             body, endpoint, drop_cache=s.drop_cache_control, sampling=self.sampling, extra_body=s.extra_body,
             model=self.model_name if s.force_model_name else None, stream_usage=s.stream_usage)
-        record.update(model=body.get("model"), stream=body.get("stream") is True, **changes)
+        record.update(model=body.get("model"), stream=client_stream, **changes)
         restream = usage_chunk = False
         if self.token_mode == "on":
             record.update(token_data.ask(body, endpoint))
@@ -285,12 +302,14 @@ class ModelProxy:
                 usage_chunk = (body.pop("stream_options", None) or {}).get("include_usage") is True
                 body["stream"] = False
                 record["restreamed"] = True
+        if translated:
+            body["stream"] = False
         continuing = token_data.continuing(body)
         content = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
         record["request_bytes"] = len(content)
         try:
             upstream = await self._upstream.send("POST", self.upstream_url + rest, request.query_string, content,
-                                        self._upstream.headers(request, content))
+                                        self._upstream.headers(request, content, anthropic=endpoint == "messages"))
         except Failure as failure:
             record.update(status=failure.response.status, attempts=failure.attempts,
                           attempt_statuses=failure.statuses, error=failure.error, latency_s=since(t0),
@@ -315,7 +334,9 @@ class ModelProxy:
             resp.release()
         record["latency_s"] = since(t0)
         record["response_bytes"] = len(data)
-        if restream and resp.status < 400:
+        if translated:
+            answer = await self._messages_answer(request, resp.status, data, headers, client_model, client_stream)
+        elif restream and resp.status < 400:
             answer = await self._restream(request, data, headers, endpoint, usage_chunk)
         else:
             answer = web.Response(status=resp.status, body=data, headers=headers)
@@ -324,6 +345,46 @@ class ModelProxy:
             await answer.write_eof()
         self._log.finish(record, data, continuing, body)
         return answer
+
+    async def _messages_answer(self, request: web.Request, status: int, data: bytes, headers: dict[str, str],
+                               model: Any, stream: bool) -> web.StreamResponse:
+        """A Chat answer sent to a Messages client: the message, or its event stream."""
+        headers = {k: v for k, v in headers.items() if k != "content-type"}
+        if status >= 400:
+            return web.json_response(messages_api.error(status, messages_api.error_message(data)), status=status,
+                                     headers=headers)
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            obj = None
+        if not isinstance(obj, dict):
+            return web.json_response(messages_api.error(502, "sandbatch model proxy: the upstream's answer is not "
+                                                        "a JSON object"), status=502)
+        message = messages_api.from_chat(obj, model)
+        if not stream:
+            return web.json_response(message, headers=headers)
+        out = web.StreamResponse(status=200, headers={**headers, "content-type": "text/event-stream",
+                                                      "cache-control": "no-cache"})
+        await out.prepare(request)
+        await out.write(messages_api.stream(message))
+        await out.write_eof()
+        return out
+
+    def _count_tokens(self, raw: bytes, record: dict, t0: float) -> web.Response:
+        """Messages' count_tokens, answered here (an estimate: messages.count_tokens)."""
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            record.update(status=400, error="request body is not a JSON object", latency_s=since(t0))
+            self._log.write(record)
+            return web.json_response(messages_api.error(400, "sandbatch model proxy: the request body must be a "
+                                                        "JSON object"), status=400)
+        count = messages_api.count_tokens(body)
+        record.update(status=200, input_tokens=count, latency_s=since(t0))
+        self._log.write(record)
+        return web.json_response({"input_tokens": count})
 
     async def _restream(self, request: web.Request, data: bytes, headers: dict[str, str], endpoint: str,
                         usage_chunk: bool) -> web.StreamResponse:
@@ -382,8 +443,9 @@ class ModelProxy:
                            t0: float) -> web.Response:
         """Any other path (e.g. /models): forwarded as is, recorded, never counted as a call."""
         try:
+            headers = self._upstream.headers(request, body, anthropic=record["endpoint"] == "count_tokens")
             resp, attempts, statuses = await self._upstream.send(request.method, self.upstream_url + rest,
-                                                        request.query_string, body, self._upstream.headers(request, body))
+                                                                 request.query_string, body, headers)
         except Failure as failure:
             record.update(status=failure.response.status, attempts=failure.attempts, error=failure.error,
                           latency_s=since(t0))
@@ -399,3 +461,18 @@ class ModelProxy:
         record.update(status=resp.status, attempts=attempts, latency_s=since(t0))
         self._log.write(record)
         return web.Response(status=resp.status, body=data, headers=response_headers(resp))
+
+
+def messages_error(answer: web.StreamResponse) -> web.StreamResponse:
+    """An error answer of the proxy's own (OpenAI's shape) in Anthropic's shape, for a Messages
+    client; any other answer as it is."""
+    body = answer.body if isinstance(answer, web.Response) and answer.status >= 400 else None
+    try:
+        obj = json.loads(body) if isinstance(body, bytes) else None
+    except ValueError:
+        obj = None
+    if not isinstance(obj, dict) or obj.get("type") == "error" or not isinstance(obj.get("error"), dict):
+        return answer
+    return web.json_response(messages_api.error(answer.status, str(obj["error"].get("message"))),
+                             status=answer.status, headers={k: v for k, v in answer.headers.items()
+                                                            if k.lower() not in ("content-type", "content-length")})

@@ -102,7 +102,7 @@ def rewrite_request(
         n = drop_cache_control(body)
         if n:
             changes["cache_control_dropped"] = n
-    if endpoint in ("chat", "responses", "completions"):
+    if endpoint in ("chat", "responses", "completions", "messages"):
         apply_sampling(body, endpoint, sampling or {})
         if extra_body:
             _merge(body, extra_body)

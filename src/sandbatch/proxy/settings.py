@@ -18,7 +18,8 @@ PROVIDER_HOSTS: dict[str, tuple[str, str | None]] = {
     "docker": ("0.0.0.0", "host.docker.internal"),
 }
 
-_ENDPOINTS = {"/chat/completions": "chat", "/responses": "responses", "/completions": "completions"}
+_ENDPOINTS = {"/chat/completions": "chat", "/responses": "responses", "/completions": "completions",
+              "/messages": "messages", "/messages/count_tokens": "count_tokens"}
 
 
 def proxy_settings(values: ProxyConfig | Mapping[str, Any] | None = None) -> ProxyConfig:

@@ -111,15 +111,18 @@ class Upstream:
         if self._client is not None:
             await self._client.close()
 
-    def headers(self, request: web.Request | None, body: bytes) -> dict[str, str]:
+    def headers(self, request: web.Request | None, body: bytes, anthropic: bool = False) -> dict[str, str]:
         """The agent's request headers as sent upstream: its credentials replaced by the upstream
-        key (None: a request of the proxy's own, e.g. the preflight's model list)."""
+        key (None: a request of the proxy's own, e.g. the preflight's model list); `anthropic`:
+        a Messages call passed through, the key also as Anthropic's `x-api-key`."""
         headers = _lower(request.headers if request is not None else {}, _DROP_REQUEST)
         headers["accept-encoding"] = "identity"  # bytes are relayed as they come
         if body:
             headers.setdefault("content-type", "application/json")
         if self._api_key:
             headers["authorization"] = f"Bearer {self._api_key}"
+            if anthropic:
+                headers["x-api-key"] = self._api_key
         return headers
 
     async def send(self, method: str, url: str, query: str, content: bytes,

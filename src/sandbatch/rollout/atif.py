@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
+from ..core.util import json_object
 from .responses import input_text, item_text
 
 if TYPE_CHECKING:
@@ -29,11 +30,7 @@ SCHEMA_VERSION = "ATIF-v1.4"
 
 def _arguments(raw: Any) -> dict[str, Any]:
     """ATIF wants an object; a call whose arguments are not one keeps them under `input`."""
-    try:
-        value = json.loads(raw) if isinstance(raw, str) else raw
-    except ValueError:
-        value = raw
-    return value if isinstance(value, dict) else {"input": value}
+    return json_object(raw, "input")
 
 
 def agent_steps(items: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -1,0 +1,56 @@
+"""Agents published on npm (OpenCode, Claude Code): installed by `npm install -g --prefix`
+under the sandbox's scratch space, or uploaded from this host (the binary, or a prefix such
+an install made), or already in the image (`path`)."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any, ClassVar
+
+from ..core.errors import UserError
+from ..sandbox import Sandbox
+from ._process import install_options, sh, str_env, upload_source
+from .base import Harness, RunContext
+
+INSTALL_METHODS = ("npm", "upload", "path")
+
+
+class NpmHarness(Harness):
+    """A harness whose agent is the npm package `install.package`, run as `binary`."""
+
+    binary: ClassVar[str]  # the program's name in the package's bin/
+    version_env: ClassVar[dict[str, str]] = {}  # extra environment of `binary --version`
+
+    def check_config(self, config: dict[str, Any]) -> None:
+        super().check_config(config)
+        opts = install_options(self.name, config, INSTALL_METHODS)
+        src = Path(opts["source"]).expanduser() if opts["method"] == "upload" else None
+        if src is not None and src.is_dir() and not (src / "bin" / self.binary).exists():
+            raise UserError(f"harness.config.install.source: {src} has no bin/{self.binary}; give the {self.binary} "
+                            f"binary or a prefix made by `npm install -g --prefix DIR {opts['package']}`")
+
+    def _prefix(self, sandbox: Sandbox) -> str:
+        return f"{sandbox.tmpdir}/{self.name}"
+
+    def _binary(self, sandbox: Sandbox, config: dict[str, Any]) -> str:
+        opts = config["install"]
+        if opts["method"] == "path":
+            return opts["path"]
+        if opts["method"] == "upload" and Path(opts["source"]).expanduser().is_file():
+            return f"{self._prefix(sandbox)}/{self.binary}"
+        return f"{self._prefix(sandbox)}/bin/{self.binary}"
+
+    async def install(self, sandbox: Sandbox, ctx: RunContext) -> None:
+        self.check_config(ctx.config)
+        opts, prefix, binary = ctx.config["install"], self._prefix(sandbox), self._binary(sandbox, ctx.config)
+        timeout = ctx.timeouts.install
+        if opts["method"] == "upload":
+            source = Path(opts["source"]).expanduser()
+            await upload_source(sandbox, str(source), binary if source.is_file() else prefix, timeout)
+        elif opts["method"] == "npm":
+            spec = f"{opts['package']}@{self.version(ctx)}"
+            await sh(sandbox, f"npm install -g --no-audit --no-fund --prefix {shlex.quote(prefix)} {shlex.quote(spec)}",
+                     timeout=timeout, what=f"npm install {spec}", env={**self.state_env(sandbox), **str_env(opts["env"])})
+        await sh(sandbox, f"{shlex.quote(binary)} --version", timeout=120, what=f"running {binary} --version",
+                 env={**self.state_env(sandbox), **self.version_env})
