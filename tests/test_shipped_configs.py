@@ -1,8 +1,9 @@
-"""The shipped configs that run an open harness on Docker (config/mini_*.yaml and
-config/opencode_*.yaml), each run exactly as shipped: no --config at all, the task file where
-the config names it (relative: the working directory is looked in first), only the variables
-its header lists set, the model URL pointing at the scripted model, and for OpenCode its
-binary where OpenCode's installer puts it (~/.opencode/bin/opencode; the real one, from npm).
+"""The shipped configs that run an open harness on Docker (config/mini_*.yaml,
+config/opencode_*.yaml and config/codex_docker.yaml), each run exactly as shipped: no --config
+at all, the task file where the config names it (relative: the working directory is looked in
+first), only the variables its header lists set, the model URL pointing at the scripted model,
+for OpenCode its binary where OpenCode's installer puts it (~/.opencode/bin/opencode; the real
+one, from npm), and for Codex npm's package where the config's header installs it (~/.npm-global).
 
 One short run per config, in parallel: one task in its benchmark's real row format
 (SWE-bench 5.x rows with their own eval_script, SWE-bench Pro rows with run_scripts/,
@@ -25,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from docker_fixtures import docker_base_image, docker_engine  # noqa: F401 (fixtures)
-from harness_support import scripted_model_server
+from harness_support import codex_npm_prefix, scripted_model_server
 from services import need_program
 from sandbatch.core import resources
 from test_named_profiles import SERVED, TB_TASKS, pro_row, smoke_rows, swebench_row, terminal_bench_task, wait_all
@@ -42,6 +43,7 @@ CONFIGS = {
     "opencode_swe_multilingual": "smoke__inventory-1",
     "opencode_swe_pro": "smoke__calc-1",
     "opencode_terminal_bench": "goodbye-file",
+    "codex_docker": "smoke__calc-1",
 }
 SUBMIT = {"content": "Done.", "tool_calls": [{"name": "bash", "arguments": {
     "command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"}}]}
@@ -79,7 +81,9 @@ def model_script(harness: str) -> dict:
         tasks[key] = [{"content": "Applying the fix.", "tool_calls": [{"name": "bash", "arguments": {
             "command": cmd, "description": "Apply the fix"}}]}]
     final = SUBMIT if harness == "mini" else {"content": "Done."}
-    return {"tasks": tasks, "final": final, "models": [SERVED]}
+    # Codex's shell tool is exec_command, its argument cmd
+    fallbacks = {"bash": [{"name": "exec_command", "rename": {"command": "cmd"}}]}
+    return {"tasks": tasks, "final": final, "models": [SERVED], "fallbacks": fallbacks}
 
 
 @pytest.fixture(scope="module")
@@ -101,10 +105,20 @@ def opencode_home(tmp_path_factory) -> Path:
     return home
 
 
+@pytest.fixture(scope="module")
+def codex_home(tmp_path_factory) -> Path:
+    """A HOME holding the real Codex (npm's @openai/codex, the harness's default version) where
+    codex_docker's header has npm install it (~/.npm-global)."""
+    home = tmp_path_factory.mktemp("codex-home")
+    (home / ".npm-global").symlink_to(codex_npm_prefix())
+    return home
+
+
 def test_every_open_harness_config_runs_as_shipped(tmp_path, docker_engine, docker_base_image,  # noqa: F811
-                                                   opencode_home):
+                                                   opencode_home, codex_home):
     with scripted_model_server(model_script("mini")) as (mini_url, mini_model), \
-            scripted_model_server(model_script("opencode")) as (opencode_url, opencode_model):
+            scripted_model_server(model_script("opencode")) as (opencode_url, opencode_model), \
+            scripted_model_server(model_script("codex")) as (codex_url, codex_model):
         base = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "SANDBATCH_"))}
         procs = {}
         t0 = time.monotonic()
@@ -112,6 +126,8 @@ def test_every_open_harness_config_runs_as_shipped(tmp_path, docker_engine, dock
             env = {**base, "SANDBATCH_MODEL_URL": mini_url, "SANDBATCH_MODEL_NAME": SERVED}
             if name.startswith("opencode"):
                 env.update(SANDBATCH_MODEL_URL=opencode_url, HOME=str(opencode_home))
+            if name.startswith("codex"):
+                env.update(SANDBATCH_MODEL_URL=codex_url, HOME=str(codex_home))
             workdir = tmp_path / name / "run"
             workdir.mkdir(parents=True)
             write_tasks(name, task, docker_base_image, workdir)
@@ -140,8 +156,9 @@ def test_every_open_harness_config_runs_as_shipped(tmp_path, docker_engine, dock
         assert len(calls) >= 2 and all(c["status"] == 200 for c in calls), (name, calls)
         assert json.loads((run / "manifest.json").read_text())["config"]["model"]["name"] == SERVED
         assert (run / "report.md").is_file()
-    for harness, model in (("mini", mini_model), ("opencode", opencode_model)):  # >= 2 calls a rollout
-        chat = [r for r in model.requests if r["path"].endswith("/chat/completions")]
+    for harness, model in (("mini", mini_model), ("opencode", opencode_model), ("codex", codex_model)):
+        # >= 2 calls a rollout; Codex asks the Responses API
+        chat = [r for r in model.requests if r["path"].endswith(("/chat/completions", "/responses"))]
         assert len(chat) >= 2 * sum(n.startswith(harness) for n in CONFIGS), (harness, len(chat))
         assert all(r["body"]["model"] == SERVED for r in chat), harness
     print(f"{len(CONFIGS)} shipped open-harness configs x 1 rollout on Docker: {took:.0f} s")

@@ -14,6 +14,7 @@ HARNESSES: dict[str, str] = {
     "pool": "sandbatch.harness.pool:PoolHarness",
     "opencode": "sandbatch.harness.opencode:OpenCodeHarness",
     "mini-swe-agent": "sandbatch.harness.mini_swe_agent:MiniSweAgentHarness",
+    "codex": "sandbatch.harness.codex:CodexHarness",
 }
 
 

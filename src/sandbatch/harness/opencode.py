@@ -10,7 +10,6 @@ The prompt goes in on stdin (an argument with spaces would be quoted literally).
 from __future__ import annotations
 
 import json
-import shlex
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ from ..rollout import responses
 from ..core.errors import UserError
 from ..sandbox import Sandbox
 from ..core.util import deep_merge
-from ._process import install_options, json_events, run_command, sh, str_env, upload_source
+from ._process import check_runs, install_options, json_events, npm_install, run_command, str_env, upload_source
 from .base import Conversion, Harness, Outcome, RunContext, keep_unknown, model_endpoint
 
 INSTALL_METHODS = ("npm", "upload", "path")
@@ -88,11 +87,8 @@ class OpenCodeHarness(Harness):
             source = Path(opts["source"]).expanduser()
             await upload_source(sandbox, str(source), binary if source.is_file() else prefix, timeout)
         elif opts["method"] == "npm":
-            spec = f"{opts['package']}@{self.version(ctx)}"
-            await sh(sandbox, f"npm install -g --no-audit --no-fund --prefix {shlex.quote(prefix)} {shlex.quote(spec)}",
-                     timeout=timeout, what=f"npm install {spec}", env={**self.state_env(sandbox), **str_env(opts["env"])})
-        await sh(sandbox, f"{shlex.quote(binary)} --version", timeout=120, what=f"running {binary} --version",
-                 env=self.state_env(sandbox))
+            await npm_install(sandbox, opts, self.version(ctx), prefix, timeout=timeout, env=self.state_env(sandbox))
+        await check_runs(sandbox, binary, self.state_env(sandbox))
 
     def opencode_config(self, ctx: RunContext) -> dict[str, Any]:
         cfg, pid, model = ctx.config, ctx.config["provider_id"], ctx.model.name
