@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from docker_fixtures import docker_base_image, docker_engine  # noqa: F401 (fixtures)
+from real_opensandbox import os_run, real_opensandbox  # noqa: F401 (fixtures)
 from gym_env import assert_valid_responses
 from harness_support import (OPENCODE_SCRIPT, codex_npm_prefix, convert_events, items_of, leftover_sandboxes,
                              listed_model, recorded_events, rollout, run_context, run_workflow, scripted_model_server,
@@ -44,6 +45,37 @@ def recorded():
 @pytest.fixture(scope="session")
 def codex_npm() -> Path:
     return codex_npm_prefix()
+
+
+CODEX_IN_IMAGE = "/opt/codex/codex"
+
+
+@pytest.fixture(scope="session")
+def codex_image(codex_npm, docker_base_image) -> str:  # noqa: F811
+    """The base image with Codex's binary at CODEX_IN_IMAGE (run with `install: {method: path}`),
+    built once on a machine (its tag names the recipe)."""
+    import hashlib
+    import shutil
+    import subprocess
+    import tempfile
+
+    from sandbatch.harness.codex import CodexHarness, native_binary
+    from shared import built_once
+
+    version = CodexHarness.default_version
+    dockerfile = f"FROM {docker_base_image}\nCOPY codex {CODEX_IN_IMAGE}\nRUN {CODEX_IN_IMAGE} --version\n"
+    base_id = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", docker_base_image],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    tag = f"sandbatch/test-agent:codex-{version}-{hashlib.sha256(f'{base_id}{dockerfile}'.encode()).hexdigest()[:12]}"
+    with built_once(f"codex-image-{version}", bound=900):
+        if subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode != 0:
+            with tempfile.TemporaryDirectory(prefix="sandbatch-codex-image-") as tmp:
+                shutil.copy(native_binary(str(codex_npm)), Path(tmp) / "codex")
+                (Path(tmp) / "Dockerfile").write_text(dockerfile)
+                build = subprocess.run(["docker", "build", "-q", "-t", tag, tmp], capture_output=True, text=True,
+                                       timeout=900)
+            assert build.returncode == 0, f"docker build {tag}: {build.stderr[-1500:]}"
+    return tag
 
 
 # --- conversion, from a recorded run ---------------------------------------------------------
@@ -220,3 +252,27 @@ def assert_joined(run_dir, tasks, model):
         assert join["matched_calls"] == join["calls"] == join["turns_with_tokens"] >= 3, join
         carrying = [i for i in resp["output"] if "prompt_token_ids" in i]
         assert len(carrying) == join["calls"] and all(tuple(i["prompt_token_ids"]) in prompts for i in carrying)
+
+
+@pytest.mark.slow
+def test_real_codex_on_opensandbox_resolves_a_smoke_task(tmp_path, real_opensandbox, os_run, codex_image):  # noqa: F811
+    """Codex already in the image (`install: path`), in a sandbox of the real OpenSandbox
+    server, reaching the scripted model only through the rollout's proxy: the task resolves."""
+    from workflow_util import snakemake, write_config
+
+    harness = {"name": "codex", "config": {"install": {"method": "path", "path": CODEX_IN_IMAGE}}}
+    with scripted_model_server(CODEX_SCRIPT) as (url, model):
+        cfg = write_config(tmp_path, "config.yaml", {
+            "run": os_run, "retries": 0, "harness": harness, "timeouts": {"agent": 300},
+            "benchmark": {"instance_ids": ["smoke__textutils-1"]}, "model": {"name": "scripted", "base_url": url},
+            "sandbox": {"provider": "opensandbox", "default_image": codex_image,
+                        "opensandbox": real_opensandbox.options()}})
+        proc = snakemake(tmp_path, "--configfile", str(cfg), timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = tmp_path / "results" / os_run
+    h = rollout(run_dir, "smoke__textutils-1", "harness.json")
+    assert (h["status"], h["exit_code"]) == ("ok", 0), h
+    assert rollout(run_dir, "smoke__textutils-1", "grade.json")["reward"] == 1.0
+    resp = rollout(run_dir, "smoke__textutils-1", "response.json")
+    assert [c["name"] for c in items_of(resp, "function_call")] == ["exec_command", "exec_command"]
+    assert len([r for r in model.requests if r["path"].endswith("/responses")]) == 3
