@@ -128,6 +128,28 @@ def test_convert_falls_back_to_the_stream_and_keeps_unknowns():
     assert conv.unknown == 2 and conv.metadata["unknown_types"] == {"item.completed": 1, "list": 1}
 
 
+def test_convert_marks_compactions_and_later_words_to_the_model():
+    def item(payload):
+        return {"type": "response_item", "payload": payload}
+
+    def said(role, text):
+        return item({"type": "message", "role": role, "content": [{"type": "input_text", "text": text}]})
+
+    conv = convert([said("developer", "Be brief."), said("user", "Fix it."),
+                    item({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "On it."}]}),
+                    {"type": "compacted", "payload": {"message": "summary"}}, said("user", "Summary: on it."),
+                    item({"type": "custom_tool_call", "call_id": "c1", "name": "apply_patch", "input": "*** Begin"}),
+                    item({"type": "custom_tool_call_output", "call_id": "c1", "output": [{"type": "input_text",
+                                                                                        "text": "Done!"}]}),
+                    item({"type": "web_search_call"})])
+    assert (conv.instructions, conv.input) == ("Be brief.", [{"role": "user", "content": "Fix it.", "type": "message"}])
+    assert [(i["type"], i.get("name"), i.get("arguments") or i.get("output")) for i in conv.items[1:]] == [
+        ("function_call", "apply_patch", "*** Begin"), ("function_call_output", None, "Done!")]
+    assert conv.metadata["codex_compactions"] == [{"after": conv.items[0]["id"]}]
+    assert conv.feedback == [{"after": conv.items[0]["id"], "text": "Summary: on it."}]
+    assert conv.unknown == 1 and conv.metadata["unknown_types"] == {"response_item": 1}
+
+
 def _response(conv):
     from sandbatch.rollout import responses
 

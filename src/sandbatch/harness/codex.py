@@ -47,7 +47,7 @@ FORBIDDEN_COMMANDS: list[list[str]] = [["git", sub] for sub in (
 _STREAM_ITEMS = ("item.completed",)
 _STREAM_KNOWN = ("thread.started", "turn.started", "item.started", "item.updated")
 # the session file's records that are not response items: known, not converted
-_SESSION_KNOWN = ("session_meta", "event_msg", "turn_context", "world_state", "token_usage_record", "compacted")
+_SESSION_KNOWN = ("session_meta", "event_msg", "turn_context", "world_state", "token_usage_record")
 
 
 class CodexHarness(Harness):
@@ -183,6 +183,10 @@ class CodexHarness(Harness):
                 errors.append(ev.get("error", ev.get("message", ev)))
             elif kind == "thread.started":
                 threads.append(ev.get("thread_id"))
+            elif kind == "compacted":
+                # Codex replaced its history by a summary here: the next prompt does not extend the last
+                conv.metadata.setdefault("codex_compactions", []).append(
+                    {"after": conv.items[-1]["id"] if conv.items else None})
             elif kind == "session_meta" and conv.instructions is None:
                 # Codex's system prompt: sent as the first developer message, recorded only here
                 base = (ev.get("payload") or {}).get("base_instructions")
@@ -243,13 +247,12 @@ def _response_item(conv: Conversion, item: Any) -> None:
         if item.get("role") == "assistant":
             if text.strip():
                 conv.items.append(responses.message(text))
-        elif item.get("role") in ("developer", "system") and not conv.items:
+        elif conv.items:  # Codex's later words to the model (a developer or user message)
+            conv.add_feedback(text)
+        elif item.get("role") in ("developer", "system"):
             conv.instructions = "\n\n".join(filter(None, [conv.instructions, text]))
-        elif item.get("role") == "user":
-            if conv.items:
-                conv.add_feedback(text)
-            else:
-                conv.input = (conv.input or []) + [responses.user_message(text)]
+        else:
+            conv.input = (conv.input or []) + [responses.user_message(text)]
     elif kind == "reasoning":
         parts = item.get("content") or item.get("summary") or []
         text = "\n".join(p.get("text", "") for p in parts if isinstance(p, dict))
