@@ -6,10 +6,11 @@ local base image, one run per harness in a fresh directory: the `oracle`, then e
 uploaded into its containers (`install.method: upload`, as the shipped configs do) and
 driven by the scripted model (benchmarks/scripted.py: `--turns` turns through the CLI's
 shell tool, the last applying the gold patch, then a final message). Measured per rollout,
-as benchmarks/host_cpu.py measures them: the CPU of the run's process tree (Snakemake, the
-step server and its steps, the rollout's model proxy), of dockerd and containerd, of the
-containerd shims, and of the containers (the CLI itself runs there; every container on the
-engine counts: on a shared machine others' do too); and the medians of the harness step's
+as benchmarks/utilisation.py measures them: the CPU of the run's process tree (Snakemake, the
+step server and its steps, the rollout's model proxy), of the run's containers (the CLI
+itself runs there) and their containerd shims (told from others' by the run's label), and
+of dockerd and containerd (every container on the machine counts there: on a shared machine
+others' do too, so that part is printed apart); and the medians of the harness step's
 install (the upload) and agent seconds. The scripted model runs on a thread of this process
 and is not counted.
 
@@ -29,12 +30,14 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from host_cpu import Engine, load  # noqa: E402
+from host_cpu import load  # noqa: E402
 from orchestration_cpu import children_cpu  # noqa: E402
 from scripted import script  # noqa: E402
+from utilisation import Host  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 IMAGE = "sandbatch/base:bookworm"
@@ -44,7 +47,8 @@ FALLBACKS = {"bash": [{"name": "exec_command", "rename": {"command": "cmd"}}]}
 
 def run(a, label: str, harness: dict, url: str | None) -> dict:
     wd = Path(tempfile.mkdtemp(prefix=f"sandbatch-harness-cpu-{label}-"))
-    cfg = {"run": label, "repeats": a.repeats, "concurrency": a.concurrency, "retries": 0,
+    name = f"cpu-{label}-{uuid.uuid4().hex[:6]}"  # the label on its containers: the machine is shared
+    cfg = {"run": name, "repeats": a.repeats, "concurrency": a.concurrency, "retries": 0,
            "benchmark": {"limit": a.tasks}, "harness": harness, "timeouts": {"agent": 600, "install": 600},
            "sandbox": {"provider": "docker", "default_image": IMAGE}}
     if url:
@@ -52,27 +56,28 @@ def run(a, label: str, harness: dict, url: str | None) -> dict:
     (wd / "run.json").write_text(json.dumps(cfg))  # JSON is YAML
     cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(wd), "--workflow-profile",
            str(REPO / "profiles" / "default"), "--cores", str(a.cores), "--configfile", str(wd / "run.json")]
-    engine = Engine()
+    host = Host()
     cpu0, t0 = children_cpu(), time.monotonic()
     proc = subprocess.run(cmd, cwd=wd, capture_output=True, text=True)
     wall, cpu = time.monotonic() - t0, children_cpu() - cpu0
-    host = engine.stop()
+    parts = host.stop(name)
     if proc.returncode != 0:
         print(proc.stderr[-3000:], file=sys.stderr)
         raise SystemExit(f"the {label} run failed (exit {proc.returncode}); its directory: {wd}")
-    rows = [json.loads(line) for line in (wd / "results" / label / "rollouts.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (wd / "results" / name / "rollouts.jsonl").read_text().splitlines()]
     if any(not r.get("resolved") for r in rows):
         raise SystemExit(f"the {label} run left rollouts unresolved; its directory: {wd}")
-    steps = [json.loads(p.read_text()) for p in (wd / "results" / label).glob("*/*/harness.json")]
+    steps = [json.loads(p.read_text()) for p in (wd / "results" / name).glob("*/*/harness.json")]
     shutil.rmtree(wd, ignore_errors=True)
     n = len(rows)
-    out = {"label": label, "n": n, "wall": wall, "tree": cpu / n, "containers": host["containers"] / n,
-           "engine": (host["dockerd"] + host["containerd"] + host["shims, runc"]) / n,
+    out = {"label": label, "n": n, "wall": wall, "tree": cpu / n, "containers": parts["containers"] / n,
+           "shims": parts["shims, runc"] / n, "daemons": (parts["dockerd"] + parts["containerd"]) / n,
            "install_s": statistics.median(s["install_s"] for s in steps),
            "agent_s": statistics.median(s["agent_s"] for s in steps)}
-    out["total"] = out["tree"] + out["containers"] + out["engine"]
+    out["total"] = out["tree"] + out["containers"] + out["shims"]
     print(f"{label}: {n} rollouts, wall {wall:.1f} s; CPU-s per rollout: process tree {out['tree']:.2f}, "
-          f"engine {out['engine']:.2f}, containers {out['containers']:.2f}, total {out['total']:.2f}; "
+          f"its containers {out['containers']:.2f}, their shims {out['shims']:.2f}, total {out['total']:.2f} "
+          f"(dockerd + containerd, for every container on the machine: {out['daemons']:.2f}); "
           f"median install {out['install_s']:.1f} s, agent {out['agent_s']:.1f} s", flush=True)
     return out
 
@@ -105,8 +110,8 @@ def main() -> int:
     oracle = results[0]
     for r in results[1:]:
         print(f"{r['label']} - oracle, CPU-s per rollout: {r['total'] - oracle['total']:.2f} "
-              f"(process tree {r['tree'] - oracle['tree']:+.2f}, engine {r['engine'] - oracle['engine']:+.2f}, "
-              f"containers {r['containers'] - oracle['containers']:+.2f}) over {a.turns} model turns")
+              f"(process tree {r['tree'] - oracle['tree']:+.2f}, containers {r['containers'] - oracle['containers']:+.2f}, "
+              f"shims {r['shims'] - oracle['shims']:+.2f}) over {a.turns} model turns")
     return 0
 
 
