@@ -191,7 +191,22 @@ def test_config_errors(tmp_path):
             harness.check_config(harness.merge_config(config))
 
 
-# --- status mapping, through the workflow ------------------------------------------------------
+# --- status mapping ------------------------------------------------------------------------------
+
+def test_status_from_exit_code_and_events():
+    from sandbatch.harness._process import AgentRun
+
+    harness = get_harness("codex")
+    failed = {"type": "turn.failed", "error": {"message": "stream disconnected before completion"}}
+    done = {"type": "turn.completed", "usage": {}}
+    for exit_code, timed_out, events, expected in [
+            (0, False, [done], ("ok", None)),
+            (0, False, [failed], ("agent_error", "agent_error_event")),  # exit 0 all the same
+            (1, False, [failed], ("agent_error", "agent_exit")),
+            (None, True, [], ("timeout", "agent_timeout"))]:
+        outcome = harness.outcome(AgentRun(exit_code, "", "", timed_out, 1.0), events)
+        assert (outcome.status, outcome.failure_class) == expected, (exit_code, events)
+
 
 @pytest.mark.slow
 def test_crashing_and_hanging_codex(tmp_path):

@@ -147,8 +147,10 @@ class CodexHarness(Harness):
         await sandbox.upload(f"{home}/rules/sandbatch.rules", exec_policy(cfg["forbidden_commands"]).encode())
         env = {**self._env(sandbox), KEY_ENV: ctx.api_key or "unused", **str_env(cfg["env"])}
         run = await run_command(sandbox, argv, timeout=ctx.timeouts.agent, env=env, stdin=ctx.prompt.encode("utf-8"))
-        events = json_events(run.stdout) + await self._session_records(sandbox)
-        outcome = self.outcome(run, events)
+        return self.outcome(run, json_events(run.stdout) + await self._session_records(sandbox))
+
+    def outcome(self, run, events: list[dict[str, Any]], **metadata: Any) -> Outcome:
+        outcome = super().outcome(run, events, **metadata)
         # a turn that failed (the model unreachable past Codex's retries) may still exit 0
         if outcome.status == "ok" and any(ev.get("type") == "turn.failed" for ev in events):
             outcome.status, outcome.failure_class = "agent_error", "agent_error_event"
