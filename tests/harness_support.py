@@ -56,16 +56,16 @@ def run_context(harness_name: str, tmp: Path, config: dict[str, Any] | None = No
                       timeouts=cfg.timeouts, rollout_dir=tmp)
 
 
-def converter(harness_name: str):
-    """The harness's conversion of events under its default config, as a function of the events."""
+def convert_events(harness_name: str, events: list[Any]) -> Any:
+    """The Conversion of `events` by the harness with its default config."""
     from sandbatch.harness import get_harness
 
     harness = get_harness(harness_name)
-    return lambda events: harness.convert(events, harness.merge_config({}))
+    return harness.convert(events, harness.merge_config({}))
 
 
-def read_events(path: Path) -> list[dict[str, Any]]:
-    """A recorded event stream (one JSON object a line)."""
+def recorded_events(path: Path) -> list[dict[str, Any]]:
+    """A recorded events.jsonl."""
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
@@ -80,6 +80,26 @@ def rollout(run_dir: Path, task: str, name: str, repeat: int = 0) -> Any:
 
 def items_of(response: dict[str, Any], kind: str) -> list[dict[str, Any]]:
     return [item for item in response["output"] if item["type"] == kind]
+
+
+def codex_npm_prefix() -> Path:
+    """An npm prefix holding the real Codex (npm's @openai/codex at the harness's version),
+    installed once per machine (shared.machine_dir)."""
+    import subprocess
+
+    from sandbatch.harness.codex import CodexHarness
+    from services import need_program
+    from shared import built_once, machine_dir
+
+    npm = need_program("npm", "run scripts/services/node.sh (as root)")
+    version = CodexHarness.default_version
+    prefix = machine_dir(f"codex-{version}")
+    with built_once(f"codex-{version}", bound=600):  # npm's timeout
+        if not (prefix / "bin" / "codex").exists():
+            proc = subprocess.run([npm, "install", "-g", "--no-audit", "--no-fund", "--prefix", str(prefix),
+                                   f"@openai/codex@{version}"], capture_output=True, text=True, timeout=600)
+            assert proc.returncode == 0, f"npm install @openai/codex@{version}: {proc.stderr[-1500:]}"
+    return prefix
 
 
 def leftover_sandboxes(tmp: Path) -> list[str]:

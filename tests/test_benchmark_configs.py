@@ -29,7 +29,7 @@ FIXTURE_TASKS = {
 }
 NAMED = ["lightning_swe_verified", "xs_swe_verified", "xs_swe_multilingual", "xs_swe_pro", "xs_terminal_bench"]
 COMMENTED = set(NAMED) | {"swe_verified", "swe_multilingual", "swe_pro", "terminal_bench"} | {
-    p.stem for p in CONFIGS if p.stem.startswith(("mini_", "opencode_", "claude_code_"))}
+    p.stem for p in CONFIGS if p.stem.startswith(("mini_", "opencode_", "claude_code_", "codex_"))}
 
 
 # what a named profile reads from the environment, as its header lists it (the pool stand-in
@@ -56,6 +56,9 @@ def profile_env(monkeypatch, tmp_path_factory):
     (home / ".opencode" / "bin" / "opencode").write_text("#!/bin/sh\n")
     (home / ".local" / "bin").mkdir(parents=True)  # and claude_code_docker ~/.local/bin/claude
     (home / ".local" / "bin" / "claude").write_text("#!/bin/sh\n")
+    # and the Codex config ~/.npm-global/bin/codex
+    (home / ".npm-global" / "bin").mkdir(parents=True)
+    (home / ".npm-global" / "bin" / "codex").write_text("#!/bin/sh\n")
     monkeypatch.setenv("HOME", str(home))
 
 

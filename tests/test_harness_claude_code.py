@@ -10,6 +10,7 @@ self-contained binary, so the image needs no Node).
 
 from __future__ import annotations
 
+import functools
 import json
 import stat
 import subprocess
@@ -20,8 +21,8 @@ from openai.types.responses import Response
 
 from docker_fixtures import docker_base_image, docker_engine, docker_run_label, npm_agent_image  # noqa: F401
 from gym_env import assert_valid_responses
-from harness_support import (CALC_EDIT, SLUG_EDIT, assert_token_data, converter, items_of, leftover_sandboxes,
-                             listed_model, read_events, rollout, run_context, run_workflow, scripted_model_server,
+from harness_support import (CALC_EDIT, SLUG_EDIT, assert_token_data, convert_events, items_of, leftover_sandboxes,
+                             listed_model, recorded_events, rollout, run_context, run_workflow, scripted_model_server,
                              smoke_config)
 from real_opensandbox import real_opensandbox, reap_run, unique_run  # noqa: F401 (fixture)
 from services import need_program
@@ -35,11 +36,11 @@ RECORDED = FIXTURES / "claude_code_2.1.332_events.jsonl"  # a real run: grep, a 
 CLAUDE_PREFIX = "/opt/claude-code"  # where claude_image holds Claude Code: bin/claude under it
 
 
-convert = converter("claude-code")
+convert = functools.partial(convert_events, "claude-code")
 
 
 def recorded():
-    return read_events(RECORDED)
+    return recorded_events(RECORDED)
 
 
 def test_convert_a_recorded_run():

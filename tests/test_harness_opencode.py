@@ -15,9 +15,9 @@ import pytest
 
 from services import need_program
 from gym_env import assert_valid_responses
-from harness_support import (CALC_EDIT, OPENCODE_SCRIPT as SCRIPT, assert_token_data, items_of, leftover_sandboxes,
-                             listed_model, rollout, run_context, run_workflow, scripted_model_server, sleeper,
-                             smoke_config)
+from harness_support import (CALC_EDIT, OPENCODE_SCRIPT as SCRIPT, assert_token_data, convert_events, items_of,
+                             leftover_sandboxes, listed_model, recorded_events, rollout, run_context, run_workflow,
+                             scripted_model_server, sleeper, smoke_config)
 from sandbatch.core.errors import UserError
 from sandbatch.harness import get_harness
 from sandbatch.harness.opencode import DEFAULT_PERMISSION
@@ -27,12 +27,11 @@ RECORDED = FIXTURES / "opencode_1.18.33_events.jsonl"  # a real run: ls, a denie
 
 
 def convert(events):
-    harness = get_harness("opencode")
-    return harness.convert(events, harness.merge_config({}))
+    return convert_events("opencode", events)
 
 
 def recorded():
-    return [json.loads(line) for line in RECORDED.read_text().splitlines()]
+    return recorded_events(RECORDED)
 
 
 def test_convert_a_recorded_run():

@@ -1,9 +1,10 @@
 """The shipped configs that run an open harness on Docker (config/mini_*.yaml,
-config/opencode_*.yaml and config/claude_code_docker.yaml), each run exactly as shipped: no
---config at all, the task file where the config names it (relative: the working directory is
-looked in first), only the variables its header lists set, the model URL pointing at the
-scripted model, and for OpenCode and Claude Code their binaries where their installers put
-them (~/.opencode/bin/opencode, ~/.local/bin/claude; the real ones, from npm).
+config/opencode_*.yaml, config/claude_code_docker.yaml and config/codex_docker.yaml), each run
+exactly as shipped: no --config at all, the task file where the config names it (relative: the
+working directory is looked in first), only the variables its header lists set, the model URL
+pointing at the scripted model, and for OpenCode and Claude Code their binaries where their
+installers put them (~/.opencode/bin/opencode, ~/.local/bin/claude; the real ones, from npm),
+for Codex npm's package where the config's header installs it (~/.npm-global).
 
 One short run per config, in parallel: one task in its benchmark's real row format
 (SWE-bench 5.x rows with their own eval_script, SWE-bench Pro rows with run_scripts/,
@@ -26,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from docker_fixtures import docker_base_image, docker_engine  # noqa: F401 (fixtures)
-from harness_support import scripted_model_server
+from harness_support import codex_npm_prefix, scripted_model_server
 from services import need_program
 from sandbatch.core import resources
 from test_named_profiles import SERVED, TB_TASKS, pro_row, smoke_rows, swebench_row, terminal_bench_task, wait_all
@@ -44,6 +45,7 @@ CONFIGS = {
     "opencode_swe_pro": "smoke__calc-1",
     "opencode_terminal_bench": "goodbye-file",
     "claude_code_docker": "smoke__calc-1",
+    "codex_docker": "smoke__calc-1",
 }
 SUBMIT = {"content": "Done.", "tool_calls": [{"name": "bash", "arguments": {
     "command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"}}]}
@@ -81,14 +83,16 @@ def model_script(harness: str) -> dict:
         tasks[key] = [{"content": "Applying the fix.", "tool_calls": [{"name": "bash", "arguments": {
             "command": cmd, "description": "Apply the fix"}}]}]
     final = SUBMIT if harness == "mini" else {"content": "Done."}
-    # Claude Code's shell tool is `Bash`
-    return {"tasks": tasks, "final": final, "models": [SERVED], "fallbacks": {"bash": ["Bash"]}}
+    # Claude Code's shell tool is `Bash`; Codex's is exec_command, its argument cmd
+    fallbacks = {"bash": ["Bash", {"name": "exec_command", "rename": {"command": "cmd"}}]}
+    return {"tasks": tasks, "final": final, "models": [SERVED], "fallbacks": fallbacks}
 
 
 @pytest.fixture(scope="module")
 def agent_home(tmp_path_factory) -> Path:
-    """A HOME holding the real OpenCode and Claude Code binaries (npm's opencode-ai and
-    @anthropic-ai/claude-code, the harnesses' default versions) where their installers put them."""
+    """A HOME holding the real OpenCode, Claude Code and Codex (npm's opencode-ai,
+    @anthropic-ai/claude-code and @openai/codex, the harnesses' default versions) where their
+    installers put them."""
     need_program("npm", "run scripts/services/node.sh (as root)")
     from sandbatch.harness.claude_code import ClaudeCodeHarness
     from sandbatch.harness.opencode import OpenCodeHarness
@@ -105,6 +109,7 @@ def agent_home(tmp_path_factory) -> Path:
         [binary] = prefix.glob(f"node_modules/**/{platform_binary}")
         (home / where).parent.mkdir(parents=True)
         (home / where).symlink_to(binary)
+    (home / ".npm-global").symlink_to(codex_npm_prefix())  # where codex_docker's header has npm install it
     return home
 
 
@@ -112,7 +117,8 @@ def test_every_open_harness_config_runs_as_shipped(tmp_path, docker_engine, dock
                                                    agent_home):
     with scripted_model_server(model_script("mini")) as (mini_url, mini_model), \
             scripted_model_server(model_script("opencode")) as (opencode_url, opencode_model), \
-            scripted_model_server(model_script("claude_code")) as (claude_url, claude_model):
+            scripted_model_server(model_script("claude_code")) as (claude_url, claude_model), \
+            scripted_model_server(model_script("codex")) as (codex_url, codex_model):
         base = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "SANDBATCH_"))}
         procs = {}
         t0 = time.monotonic()
@@ -122,6 +128,8 @@ def test_every_open_harness_config_runs_as_shipped(tmp_path, docker_engine, dock
                 env.update(SANDBATCH_MODEL_URL=opencode_url, HOME=str(agent_home))
             if name.startswith("claude_code"):
                 env.update(SANDBATCH_MODEL_URL=claude_url, HOME=str(agent_home))
+            if name.startswith("codex"):
+                env.update(SANDBATCH_MODEL_URL=codex_url, HOME=str(agent_home))
             workdir = tmp_path / name / "run"
             workdir.mkdir(parents=True)
             write_tasks(name, task, docker_base_image, workdir)
@@ -151,8 +159,9 @@ def test_every_open_harness_config_runs_as_shipped(tmp_path, docker_engine, dock
         assert json.loads((run / "manifest.json").read_text())["config"]["model"]["name"] == SERVED
         assert (run / "report.md").is_file()
     for harness, model in (("mini", mini_model), ("opencode", opencode_model),  # >= 2 calls a rollout
-                           ("claude_code", claude_model)):
-        chat = [r for r in model.requests if r["path"].endswith("/chat/completions")]
+                           ("claude_code", claude_model), ("codex", codex_model)):
+        # Codex asks the Responses API
+        chat = [r for r in model.requests if r["path"].endswith(("/chat/completions", "/responses"))]
         assert len(chat) >= 2 * sum(n.startswith(harness) for n in CONFIGS), (harness, len(chat))
         assert all(r["body"]["model"] == SERVED for r in chat), harness
     print(f"{len(CONFIGS)} shipped open-harness configs x 1 rollout on Docker: {took:.0f} s")

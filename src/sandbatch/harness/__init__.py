@@ -15,6 +15,7 @@ HARNESSES: dict[str, str] = {
     "opencode": "sandbatch.harness.opencode:OpenCodeHarness",
     "mini-swe-agent": "sandbatch.harness.mini_swe_agent:MiniSweAgentHarness",
     "claude-code": "sandbatch.harness.claude_code:ClaudeCodeHarness",
+    "codex": "sandbatch.harness.codex:CodexHarness",
 }
 
 

@@ -4,13 +4,12 @@ an install made), or already in the image (`path`)."""
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 from typing import Any, ClassVar
 
 from ..core.errors import UserError
 from ..sandbox import Sandbox
-from ._process import install_options, sh, str_env, upload_source
+from ._process import check_runs, install_options, npm_install, upload_source
 from .base import Harness, RunContext
 
 INSTALL_METHODS = ("npm", "upload", "path")
@@ -49,8 +48,5 @@ class NpmHarness(Harness):
             source = Path(opts["source"]).expanduser()
             await upload_source(sandbox, str(source), binary if source.is_file() else prefix, timeout)
         elif opts["method"] == "npm":
-            spec = f"{opts['package']}@{self.version(ctx)}"
-            await sh(sandbox, f"npm install -g --no-audit --no-fund --prefix {shlex.quote(prefix)} {shlex.quote(spec)}",
-                     timeout=timeout, what=f"npm install {spec}", env={**self.state_env(sandbox), **str_env(opts["env"])})
-        await sh(sandbox, f"{shlex.quote(binary)} --version", timeout=120, what=f"running {binary} --version",
-                 env={**self.state_env(sandbox), **self.version_env})
+            await npm_install(sandbox, opts, self.version(ctx), prefix, timeout=timeout, env=self.state_env(sandbox))
+        await check_runs(sandbox, binary, {**self.state_env(sandbox), **self.version_env})

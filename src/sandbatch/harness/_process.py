@@ -140,3 +140,16 @@ async def sh(sandbox: Sandbox, script: str, *, timeout: float, what: str,
         why = "timed out" if res.timed_out else f"exit {res.exit_code}"
         raise InfraError(f"{what} failed ({why}): {(res.stdout + res.stderr).strip()[-500:]}", "harness_install")
     return res.stdout
+
+
+async def npm_install(sandbox: Sandbox, opts: dict[str, Any], version: str | None, prefix: str, *, timeout: float,
+                      env: dict[str, str]) -> None:
+    """`npm install -g` of the install block's package at `version` under `prefix` (install.env added)."""
+    spec = f"{opts['package']}@{version}"
+    await sh(sandbox, f"npm install -g --no-audit --no-fund --prefix {shlex.quote(prefix)} {shlex.quote(spec)}",
+             timeout=timeout, what=f"npm install {spec}", env={**env, **str_env(opts.get("env"))})
+
+
+async def check_runs(sandbox: Sandbox, binary: str, env: dict[str, str]) -> None:
+    """The installed agent answers `--version` (an install that cannot run fails here, as an install)."""
+    await sh(sandbox, f"{shlex.quote(binary)} --version", timeout=120, what=f"running {binary} --version", env=env)

@@ -28,8 +28,8 @@ from ..proxy.server import ServerThread, catch_all, listen
 from ..proxy.settings import split_path
 from . import answers
 from .script import Script, ToolCall
-from .template import (Reply, assistant_turns, content_text, first_user_text, last_user_text, render_prompt,
-                       request_messages, tool_names)
+from .template import (Reply, assistant_turns, content_text, last_user_text, render_prompt, request_messages,
+                       tool_names, user_texts)
 
 
 class ScriptedModel:
@@ -103,7 +103,9 @@ class ScriptedModel:
         if turn is None and not offered and re.search(r"\btitle\b", system, re.IGNORECASE):
             return Reply(self.script.title, "", [], "stop", prompt_ids, model)
         index = assistant_turns(messages)
-        task = self.script.task_for(first_user_text(messages))
+        # the first user message a task matches: some agents (Codex) send their environment
+        # as a user message before the task's
+        task = next(filter(None, map(self.script.task_for, user_texts(messages))), None)
         turns = task.turns if task else self.script.default
         if turn is None:
             turn = turns[index] if index < len(turns) else \

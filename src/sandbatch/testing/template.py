@@ -57,8 +57,12 @@ def assistant_turns(messages: Iterable[dict[str, Any]]) -> int:
     return turns
 
 
+def user_texts(messages: Iterable[dict[str, Any]]) -> list[str]:
+    return [content_text(m.get("content")) for m in messages if m.get("role") == "user"]
+
+
 def first_user_text(messages: Iterable[dict[str, Any]]) -> str:
-    return next((content_text(m.get("content")) for m in messages if m.get("role") == "user"), "")
+    return next(iter(user_texts(messages)), "")
 
 
 def last_user_text(messages: list[dict[str, Any]]) -> str:
