@@ -16,6 +16,7 @@ from typing import Any
 
 from ..rollout import responses
 from ..core.errors import UserError
+from ..core.failures import FailureClass
 from ..sandbox import Sandbox
 from ..core.util import deep_merge
 from ._process import install_options, json_events, run_command, sh, str_env, upload_source
@@ -129,7 +130,7 @@ class OpenCodeHarness(Harness):
         events = json_events(run.stdout)
         outcome = self.outcome(run, events)
         if outcome.status == "ok" and any(ev.get("type") == "error" for ev in events):
-            outcome.status, outcome.failure_class = "agent_error", "agent_error_event"
+            outcome.status, outcome.failure_class = "agent_error", FailureClass.AGENT_ERROR_EVENT
         return outcome
 
     def convert(self, events, config) -> Conversion:

@@ -50,6 +50,7 @@ from aiohttp import web
 
 from .. import trace
 from ..core.errors import InfraError, UserError
+from ..core.failures import FailureClass
 from ..core.model_calls import MODEL_ENDPOINTS
 from . import tokens as token_data
 from .calls import CallLog, now, since
@@ -178,7 +179,7 @@ class ModelProxy:
             self._thread.start()
         except OSError as exc:  # e.g. a fixed model.proxy.port already in use
             raise InfraError(f"model proxy: cannot listen on {self.bind_host}:{self._thread.port} "
-                             f"({exc.strerror or exc})", "proxy") from None
+                             f"({exc.strerror or exc})", FailureClass.PROXY) from None
         return self
 
     def stop(self) -> None:
@@ -365,7 +366,7 @@ class ModelProxy:
         except self._upstream.errors as exc:
             # a status can no longer be sent: raising ends the connection without the final
             # chunk, so the agent sees a truncated stream
-            record.update(error=f"upstream stream broke ({exception_text(exc)})", endpoint_failure="model_unavailable")
+            record.update(error=f"upstream stream broke ({exception_text(exc)})", endpoint_failure=FailureClass.MODEL_UNAVAILABLE)
             raise
         finally:
             resp.release()

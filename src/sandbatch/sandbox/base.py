@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 
 from .. import trace
 from ..core.errors import InfraError, UserError
+from ..core.failures import FailureClass
 
 if TYPE_CHECKING:
     from .admission import CreateAdmission
@@ -89,7 +90,7 @@ class SandboxInfo(BaseModel):
 
 
 class SandboxError(InfraError):
-    def __init__(self, message: str, failure_class: str = "sandbox"):
+    def __init__(self, message: str, failure_class: FailureClass = FailureClass.SANDBOX):
         super().__init__(message, failure_class)
 
 
@@ -233,10 +234,10 @@ class Sandbox(abc.ABC):
         if not res.ok or len(counts) != 2 or not all(c.isdigit() for c in counts):
             raise SandboxError(f"cannot stop the processes left in sandbox {self.id}: exit {res.exit_code}"
                                f"{' (timed out)' if res.timed_out else ''}, {res.stderr.strip()[-200:]!r}",
-                               "sandbox_exec")
+                               FailureClass.SANDBOX_EXEC)
         if int(counts[1]):
             raise SandboxError(f"{counts[1]} processes of sandbox {self.id} still ran after {STOP_ROUNDS} rounds "
-                               "of SIGSTOP and SIGKILL", "sandbox_exec")
+                               "of SIGSTOP and SIGKILL", FailureClass.SANDBOX_EXEC)
         return int(counts[0])
 
     async def restrict_network(self, proxy: tuple[str, int] | None) -> str | None:
@@ -246,7 +247,7 @@ class Sandbox(abc.ABC):
         reaches the proxy at from now on, or None. Only providers whose `isolates_network` is
         True implement it."""
         raise SandboxError(f"the {self.provider.name} provider cannot restrict a sandbox's network",
-                           "sandbox_network")
+                           FailureClass.SANDBOX_NETWORK)
 
     def map_path(self, path: str) -> str:
         """Where an absolute path of the task's image (/logs/verifier, /tests, the image's
