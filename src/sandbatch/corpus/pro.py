@@ -71,5 +71,6 @@ def noop_patch(row: Row, image: str, docker: str = "docker") -> str:
     proc = subprocess.run([docker, "run", "--rm", "--entrypoint", "bash", image, "-c", script],
                           capture_output=True, text=True, timeout=300)
     if not proc.stdout.startswith("diff --git"):
-        raise InfraError(f"{row.id}: could not make the comment-only patch: {proc.stderr[-500:]}", FailureClass.CORPUS_LISTS)
+        raise InfraError(f"{row.id}: could not make the comment-only patch: {proc.stderr[-500:]}",
+                         FailureClass.CORPUS_LISTS)
     return proc.stdout

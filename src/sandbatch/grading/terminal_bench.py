@@ -77,11 +77,13 @@ def read_reward(json_data: bytes | None, txt_data: bytes | None) -> tuple[float,
         try:
             value = float(text)
         except ValueError:
-            raise InfraError(f"reward.txt does not hold a number: {text[:60]!r}", FailureClass.GRADING_NO_REWARD) from None
+            raise InfraError(f"reward.txt does not hold a number: {text[:60]!r}",
+                             FailureClass.GRADING_NO_REWARD) from None
         if not math.isfinite(value):
             raise InfraError(f"reward.txt holds a non-finite reward: {text!r}", FailureClass.GRADING_NO_REWARD)
         return value, {"reward_txt": text}
-    raise InfraError("the verifier wrote neither /logs/verifier/reward.json nor reward.txt", FailureClass.GRADING_NO_REWARD)
+    raise InfraError("the verifier wrote neither /logs/verifier/reward.json nor reward.txt",
+                     FailureClass.GRADING_NO_REWARD)
 
 
 def _finite(v) -> bool:

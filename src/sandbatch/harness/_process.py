@@ -139,5 +139,6 @@ async def sh(sandbox: Sandbox, script: str, *, timeout: float, what: str,
     res = await sandbox.exec(script, timeout=timeout, env=env, cwd=sandbox.tmpdir)
     if not res.ok:
         why = "timed out" if res.timed_out else f"exit {res.exit_code}"
-        raise InfraError(f"{what} failed ({why}): {(res.stdout + res.stderr).strip()[-500:]}", FailureClass.HARNESS_INSTALL)
+        raise InfraError(f"{what} failed ({why}): {(res.stdout + res.stderr).strip()[-500:]}",
+                         FailureClass.HARNESS_INSTALL)
     return res.stdout

@@ -171,7 +171,8 @@ class MiniSweAgentHarness(Harness):
                                   if k in info})
         exit_status = info.get("exit_status")
         if not run.timed_out and exit_status:
-            outcome.status, outcome.failure_class = EXIT_STATUS.get(exit_status, ("agent_error", FailureClass.AGENT_EXCEPTION))
+            outcome.status, outcome.failure_class = EXIT_STATUS.get(exit_status,
+                                                                    ("agent_error", FailureClass.AGENT_EXCEPTION))
         elif not run.timed_out and outcome.status == "ok":  # exited 0 without a trajectory
             outcome.status, outcome.failure_class = "agent_error", FailureClass.NO_TRAJECTORY
         return outcome

@@ -125,6 +125,8 @@ def _unset(name: str | None) -> bool:
 
 
 def _check_model(cfg: Config, errors: Collector, on_host: bool = False) -> None:
+    from ..sandbox import provider_class, proxy_address
+
     model = cfg.model
     with errors.check():
         if not model.base_url:
@@ -139,17 +141,18 @@ def _check_model(cfg: Config, errors: Collector, on_host: bool = False) -> None:
                             "without one")
     # an agent on this host needs no address the sandboxes reach; one in a sandbox service
     # whose address is missing (reported above) has none to derive it from yet
-    service_known = cfg.sandbox.provider != "opensandbox" or bool(cfg.sandbox.service())
+    provider = provider_class(cfg.sandbox.provider)
+    service_known = provider.proxy_hosts[1] is not None or bool(provider.service(cfg.sandbox.options()))
     with errors.check():
         if model.proxy.enabled and not on_host and service_known:
-            from ..proxy import proxy_hosts
-
-            proxy_hosts(cfg.sandbox.provider, model.proxy, cfg.sandbox.service())
+            proxy_address(cfg.sandbox, model.proxy)
 
 
 def check_images(cfg: Config, tasks: Callable[[], Iterable[Task]]) -> None:
     """A provider that runs images needs one for every task (the task's, or sandbox.default_image)."""
-    if cfg.sandbox.provider == "local" or cfg.sandbox.default_image:
+    from ..sandbox import provider_class
+
+    if not provider_class(cfg.sandbox.provider).needs_image or cfg.sandbox.default_image:
         return
     for task in tasks():
         if not task.image:

@@ -2,9 +2,10 @@
 
 Usage in the harness job (an asyncio program)::
 
-    from sandbatch.proxy import ModelProxy, proxy_hosts
+    from sandbatch.proxy import ModelProxy
+    from sandbatch.sandbox import proxy_address
 
-    bind, advertise = proxy_hosts(cfg.sandbox.provider, cfg.model.proxy, cfg.sandbox.service())
+    bind, advertise = proxy_address(cfg.sandbox, cfg.model.proxy)
     async with ModelProxy.from_config(cfg.model, rollout_dir / "model_calls.jsonl",
                                       bind_host=bind) as proxy:
         base_url = proxy.url_for(advertise)        # "http://<advertise>:<port>/v1"
@@ -366,7 +367,8 @@ class ModelProxy:
         except self._upstream.errors as exc:
             # a status can no longer be sent: raising ends the connection without the final
             # chunk, so the agent sees a truncated stream
-            record.update(error=f"upstream stream broke ({exception_text(exc)})", endpoint_failure=FailureClass.MODEL_UNAVAILABLE)
+            record.update(error=f"upstream stream broke ({exception_text(exc)})",
+                          endpoint_failure=FailureClass.MODEL_UNAVAILABLE)
             raise
         finally:
             resp.release()

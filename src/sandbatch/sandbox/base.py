@@ -8,7 +8,7 @@ and adds one line to the registry in `sandbatch.sandbox`.
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Mapping, Sequence
 
 from pydantic import BaseModel, Field
 
@@ -263,6 +263,12 @@ class Provider(abc.ABC):
     # whether the provider can restrict a sandbox's network (Sandbox.restrict_network, a spec
     # without internet); False: its sandboxes reach whatever this host reaches (local)
     isolates_network: bool = True
+    # the model proxy's (bind host, advertised host) when model.proxy leaves them null: where it
+    # listens and where this provider's sandboxes reach it. None advertised: this host's address
+    # on its route toward the provider's service (sandbox.proxy_address)
+    proxy_hosts: ClassVar[tuple[str, str | None]] = ("0.0.0.0", None)
+    # whether a sandbox runs an image: then every task needs one (its own or sandbox.default_image)
+    needs_image: ClassVar[bool] = True
     # the run's shared create admission (sandbox.admission); None: creates are not paced
     admission: "CreateAdmission | None" = None
 
@@ -300,6 +306,12 @@ class Provider(abc.ABC):
         has already run, and what it printed: made once, then reused by every sandbox of the
         same image and script. None where the provider keeps no images of its own (the
         script then runs in each sandbox)."""
+        return None
+
+    @classmethod
+    def service(cls, options: dict[str, Any]) -> str | None:
+        """host:port of the remote service this provider's sandboxes run on (from its options);
+        None for sandboxes on this host's own engine. Default: None."""
         return None
 
     @classmethod

@@ -350,6 +350,8 @@ def _kill_groups(root: Path) -> None:
 
 class LocalProvider(Provider):
     name = "local"
+    proxy_hosts = ("127.0.0.1", "127.0.0.1")  # its sandboxes are processes of this host
+    needs_image = False
     # its commands are processes of this host's network namespace: nothing can be restricted
     # without privileges the runner does not have; rollouts record it (NetworkRecord.enforced)
     isolates_network = False
@@ -372,7 +374,8 @@ class LocalProvider(Provider):
             make_python(sb.root / "python")
         except OSError as exc:
             shutil.rmtree(sb.root, ignore_errors=True)
-            raise SandboxError(f"cannot create local sandbox under {self.root}: {exc}", FailureClass.SANDBOX_CREATE) from exc
+            raise SandboxError(f"cannot create local sandbox under {self.root}: {exc}",
+                               FailureClass.SANDBOX_CREATE) from exc
         return sb
 
     async def connect(self, sandbox_id: str, spec: SandboxSpec) -> LocalSandbox:

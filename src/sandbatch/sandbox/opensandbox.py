@@ -287,7 +287,8 @@ class OpenSandboxSandbox(Sandbox):
                 await self._raise_if_gone(exc)
                 if not_started:
                     raise SandboxError(f"sandbox {self.id}: execd did not accept the command after "
-                                       f"{attempt + 1} attempts ({_short_message(exc)})", FailureClass.SANDBOX_EXEC) from exc
+                                       f"{attempt + 1} attempts ({_short_message(exc)})",
+                                       FailureClass.SANDBOX_EXEC) from exc
                 raise SandboxError(f"sandbox {self.id}: command failed in transit and may have run, so it is "
                                    f"not retried ({_short_message(exc)})", FailureClass.SANDBOX_EXEC) from exc
             duration = time.monotonic() - start
@@ -434,6 +435,10 @@ class OpenSandboxProvider(Provider):
         self._transport: httpx.AsyncBaseTransport | None = None
         # the server's egress sidecar restricts what a sandbox reaches (off: nothing is restricted)
         self.isolates_network = bool(self.options["network_policy"])
+
+    @classmethod
+    def service(cls, options: dict[str, Any]) -> str | None:
+        return (options.get("connection") or {}).get("domain")
 
     @classmethod
     def check_options(cls, options: dict[str, Any]) -> None:

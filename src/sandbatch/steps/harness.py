@@ -145,7 +145,8 @@ class HarnessStep(Step):
         elif not cfg.model.proxy.enabled:
             yield Endpoint(direct_url=cfg.model.base_url, api_key=cfg.model.upstream_key())
         else:
-            from ..proxy import ModelProxy, proxy_hosts
+            from ..proxy import ModelProxy
+            from ..sandbox import proxy_address
 
             on_host = self.harness.model_on_host(self.harness.merge_config(cfg.harness.config))
             if on_host:
@@ -153,7 +154,7 @@ class HarnessStep(Step):
                 bind = cfg.model.proxy.bind_host or "127.0.0.1"
                 advertise = "127.0.0.1" if bind in ("0.0.0.0", "::") else bind
             else:
-                bind, advertise = proxy_hosts(cfg.sandbox.provider, cfg.model.proxy, cfg.sandbox.service())
+                bind, advertise = proxy_address(cfg.sandbox, cfg.model.proxy)
             async with ModelProxy.from_config(cfg.model, self.ctx.path(MODEL_CALLS), bind_host=bind) as proxy:
                 yield Endpoint(proxy=proxy, advertise=advertise, api_key=proxy.agent_key, on_host=on_host,
                                why_none="the agent's model client runs on this host" if on_host else "")
@@ -189,7 +190,8 @@ class HarnessStep(Step):
         self._log(f"agent stopped: the model endpoint failed {proxy.settings.stop_after_failures} calls in a row "
                   f"({proxy.outage})")
         self._check_endpoint()
-        raise InfraError(f"model endpoint {self.ctx.cfg.model.base_url}: {proxy.outage}", proxy.outage or FailureClass.MODEL)
+        raise InfraError(f"model endpoint {self.ctx.cfg.model.base_url}: {proxy.outage}",
+                         proxy.outage or FailureClass.MODEL)
 
     async def _restrict(self, sandbox: Sandbox, endpoint: "Endpoint") -> tuple[str | None, NetworkRecord]:
         """The agent's network from now on (steps/network.py), and its model URL on it."""

@@ -68,7 +68,8 @@ async def _create(ctx: StepContext, spec: SandboxSpec, phases: dict[str, float] 
             sandbox = await asyncio.wait_for(provider.create(
                 spec.model_copy(update={"image": made[0]}) if made else spec), timeout)
     except asyncio.TimeoutError:
-        raise SandboxError(f"creating the sandbox took longer than {timeout:.0f} s", FailureClass.SANDBOX_CREATE) from None
+        raise SandboxError(f"creating the sandbox took longer than {timeout:.0f} s",
+                           FailureClass.SANDBOX_CREATE) from None
     try:
         if step:
             kept.note_sandbox(ctx.dir, step, sandbox.id)

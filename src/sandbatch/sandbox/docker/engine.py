@@ -76,7 +76,8 @@ class Engine:
         except (requests.exceptions.ConnectionError, docker.errors.DockerException) as exc:
             raise SandboxError(ENGINE_DOWN.format(_short(exc)), FailureClass.SANDBOX) from None
         except requests.exceptions.Timeout:
-            raise SandboxError(f"docker engine: {method} did not answer within {self.timeout:g} s", FailureClass.SANDBOX) from None
+            raise SandboxError(f"docker engine: {method} did not answer within {self.timeout:g} s",
+                               FailureClass.SANDBOX) from None
 
     # --- commands ---------------------------------------------------------------------
 
