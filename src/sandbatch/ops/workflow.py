@@ -233,10 +233,9 @@ _MODEL_PLUMBING = ("base_url_env", "name_env", "api_key_env")
 _PROXY_PLUMBING = ("bind_host", "advertise_host", "port", "retries", "backoff", "backoff_max", "retry_budget",
                    "connect_timeout")
 # within sandbox: where sandboxes live and how they are reached, paced and labelled; registry
-# rewrites name mirrors of the same images. Only the selected provider's own options count.
+# rewrites name mirrors of the same images. Only the selected provider's own options count,
+# less its plumbing (Provider.plumbing).
 _SANDBOX_PLUMBING = ("ttl_seconds", "owner", "image_rewrites", "create_rate")
-_PROVIDER_PLUMBING = ("root", "connection", "operations", "probe", "docker", "host", "label_prefix", "api_timeout",
-                      "create_timeout", "pull")
 
 
 def _without(section: dict[str, Any], keys: Iterable[str]) -> dict[str, Any]:
@@ -247,6 +246,8 @@ def agent_settings(raw: dict[str, Any]) -> dict[str, Any]:
     """What a rollout's agent run depends on: the task set's definition, the harness, the model,
     the selected sandbox provider, the agent's timeouts and the patch's extraction (the agent's
     sandbox is gone once the patch is out, so a new patch needs a new agent run)."""
+    from ..sandbox import provider_class
+
     out = _without(raw, _NOT_AGENT)
     out["benchmark"] = _without(raw["benchmark"], _SELECTION)
     model = _without(raw["model"], _MODEL_PLUMBING)
@@ -254,7 +255,7 @@ def agent_settings(raw: dict[str, Any]) -> dict[str, Any]:
     sandbox = raw["sandbox"]
     provider = sandbox["provider"]
     out["sandbox"] = {**{k: v for k, v in _without(sandbox, _SANDBOX_PLUMBING).items() if not isinstance(v, dict)},
-                      provider: _without(sandbox.get(provider) or {}, _PROVIDER_PLUMBING)}
+                      provider: _without(sandbox.get(provider) or {}, provider_class(provider).plumbing)}
     out["timeouts"] = _without(raw["timeouts"], ("grade",))
     return out
 

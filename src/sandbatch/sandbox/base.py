@@ -269,6 +269,9 @@ class Provider(abc.ABC):
     proxy_hosts: ClassVar[tuple[str, str | None]] = ("0.0.0.0", None)
     # whether a sandbox runs an image: then every task needs one (its own or sandbox.default_image)
     needs_image: ClassVar[bool] = True
+    # its options that say where sandboxes live and how they are reached, not what runs in them:
+    # changing one reruns no agent (ops.workflow.agent_settings)
+    plumbing: ClassVar[tuple[str, ...]] = ()
     # the run's shared create admission (sandbox.admission); None: creates are not paced
     admission: "CreateAdmission | None" = None
 

@@ -352,6 +352,7 @@ class LocalProvider(Provider):
     name = "local"
     proxy_hosts = ("127.0.0.1", "127.0.0.1")  # its sandboxes are processes of this host
     needs_image = False
+    plumbing = ("root",)
     # its commands are processes of this host's network namespace: nothing can be restricted
     # without privileges the runner does not have; rollouts record it (NetworkRecord.enforced)
     isolates_network = False

@@ -420,6 +420,7 @@ def _join(lines: list[str]) -> str:
 
 class OpenSandboxProvider(Provider):
     name = "opensandbox"
+    plumbing = ("connection", "operations", "probe")
 
     def __init__(self, options: dict[str, Any] | None = None):
         super().__init__(options)

@@ -39,6 +39,7 @@ DEFAULTS: dict[str, Any] = {
 class DockerProvider(Provider):
     name = "docker"
     proxy_hosts = ("0.0.0.0", network.MODEL_HOST)  # containers reach this host through the host gateway
+    plumbing = ("docker", "host", "label_prefix", "api_timeout", "create_timeout", "pull")
 
     def __init__(self, options: dict[str, Any] | None = None):
         super().__init__({**DEFAULTS, **(options or {})})
