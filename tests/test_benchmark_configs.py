@@ -16,6 +16,7 @@ import pytest
 
 from sandbatch import REPO_ROOT
 from sandbatch.core import config
+from sandbatch.sandbox import provider_class
 from sandbatch.sandbox.local import default_root
 
 FIX = REPO_ROOT / "tests" / "fixtures" / "bench"
@@ -113,7 +114,7 @@ def test_model_url_and_service_address_from_the_environment(profile_env, monkeyp
     assert cfg.model.base_url == "http://127.0.0.1:9999/v1"
     conn = cfg.sandbox.options()["connection"]
     assert (conn["domain"], conn["protocol"]) == ("sandboxes.example.com:8443", "https")
-    assert cfg.sandbox.service() == "sandboxes.example.com:8443"
+    assert provider_class(cfg.sandbox.provider).service(cfg.sandbox.options()) == "sandboxes.example.com:8443"
 
 
 def snakemake(workdir: Path, *args: str, timeout: int = 300, env: dict | None = None) -> subprocess.CompletedProcess:

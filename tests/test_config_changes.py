@@ -198,3 +198,16 @@ def test_agent_stamp_names_what_an_agent_run_depends_on(change, redoes):
     assert (agent_settings(base) != agent_settings(changed)) is redoes
     names = ["t/0"]
     assert (stamps(base, names)["agent"] != stamps(changed, names)["agent"]) is redoes
+
+
+@pytest.mark.parametrize("provider,plumbing,setting", [
+    ("docker", {"label_prefix": "other.", "api_timeout": 30}, {"network": "none"}),
+    ("opensandbox", {"connection": {"domain": "elsewhere:8080"}}, {"network_policy": False}),
+])
+def test_a_selected_providers_plumbing_reruns_no_agent(provider, plumbing, setting):
+    """The provider class names its plumbing (Provider.plumbing); its other options are the agent's."""
+    def raw(options: dict) -> dict:
+        return _raw({"sandbox": {"provider": provider, "default_image": "img", provider: options}})
+
+    assert agent_settings(raw({})) == agent_settings(raw(plumbing))
+    assert agent_settings(raw({})) != agent_settings(raw(setting))

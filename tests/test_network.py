@@ -24,8 +24,9 @@ from docker_fixtures import (OPENCODE_PREFIX, agent_image, docker_base_image, do
 from harness_support import CALC_EDIT, fix_turns, items_of, rollout, scripted_model_server
 from real_opensandbox import IMAGE, real_opensandbox, unique_run, with_provider  # noqa: F401 (fixture)
 from sandbatch.sandbox import SandboxError
-from sandbatch.proxy import ModelProxy, proxy_hosts
-from sandbatch.proxy.settings import route_source
+from sandbatch.proxy import ModelProxy
+from sandbatch.sandbox.docker import DockerProvider
+from sandbatch.sandbox.route import route_source
 from sandbatch.sandbox.base import SandboxSpec
 from sandbatch.sandbox.docker import DockerProvider
 from sandbatch.sandbox.local import LocalProvider
@@ -105,7 +106,7 @@ def test_the_agent_reaches_its_model_proxy_and_nothing_else(tmp_path, docker_eng
                                                              docker_run_label, host_service):
     model = ScriptedModel(Script.from_dict({"models": ["scripted-m"]}))
     upstream = model.serve()
-    bind, advertise = proxy_hosts("docker")
+    bind, advertise = DockerProvider.proxy_hosts
     proxy = ModelProxy({}, f"http://127.0.0.1:{upstream.port}/v1", None, tmp_path / "calls.jsonl", bind_host=bind)
     provider = DockerProvider()
     outside = route_source("192.0.2.1:9")  # this host's address off the host

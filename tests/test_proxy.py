@@ -17,8 +17,9 @@ from aiohttp import web
 
 from sandbatch.core.config import parse
 from services import need_program
-from sandbatch.proxy import ModelProxy, drop_cache_control, proxy_hosts, split_path
+from sandbatch.proxy import ModelProxy, drop_cache_control, proxy_settings, split_path
 from sandbatch.proxy.upstream import retry_after
+from sandbatch.sandbox import proxy_address
 from sandbatch.proxy import server as http_server
 from sandbatch.proxy.server import ServerThread, catch_all
 from sandbatch.testing.scripted_model import Script, ScriptedModel
@@ -561,12 +562,21 @@ def test_a_port_in_use_is_an_infra_error(out):
             proxy("http://127.0.0.1:1/v1", out, port=busy.getsockname()[1]).start()
 
 
+def proxy_hosts(provider: str, settings: dict | None = None, service: str | None = None) -> tuple[str, str]:
+    """sandbox.proxy_address for a provider, model.proxy settings (over the schema's defaults)
+    and the sandbox service's address."""
+    options = {"connection": {"domain": service}} if service is not None else {}
+    sandbox = parse({"sandbox": {"provider": provider, provider: options}}).sandbox
+    return proxy_address(sandbox, proxy_settings(settings))
+
+
 def test_proxy_hosts_defaults_and_overrides():
     assert proxy_hosts("local") == ("127.0.0.1", "127.0.0.1")
     assert proxy_hosts("docker") == ("0.0.0.0", "host.docker.internal")
     assert proxy_hosts("docker", {"advertise_host": "172.17.0.1"}) == ("0.0.0.0", "172.17.0.1")
-    with pytest.raises(UserError, match="advertise_host"):
-        proxy_hosts("somecloud")
+    assert proxy_hosts("docker", {"bind_host": "127.0.0.1"}) == ("127.0.0.1", "host.docker.internal")
+    with pytest.raises(UserError, match="advertise_host: no default for sandbox provider 'opensandbox' and no route "):
+        proxy_hosts("opensandbox", service="")  # a service whose address is not set
     with pytest.raises(UserError, match="unknown key 'retry'"):
         proxy_hosts("local", {"retry": 1})
 

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from ops_util import run, sandbatch
-from sandbatch.rollout.records import INDEX, GradeRecord, read_index, summary
+from sandbatch.rollout.records import INDEX, GradeRecord, final_status, read_index, summary
 
 
 def test_saved_records_are_indexed_and_the_last_line_wins(tmp_path):
@@ -16,6 +16,21 @@ def test_saved_records_are_indexed_and_the_last_line_wins(tmp_path):
     assert len((tmp_path / INDEX).read_text().splitlines()) == 2
     assert index == {"grade.json": {"status": "ok", "failure_class": None, "duration_s": 1.5, "resolved": True}}
     assert summary(tmp_path, "grade.json", index) == index["grade.json"]
+
+
+def test_the_final_status_is_the_first_infra_error_else_the_agents_and_a_tampered_grade_over_all():
+    ok = {"status": "ok"}
+    agent = {"status": "timeout", "failure_class": "agent_timeout", "error": "ran long"}
+    assert final_status({"sandbox": ok, "harness": agent, "patch": ok, "grade": {"failure_class": "empty_patch"}}) \
+        == ("timeout", "agent_timeout", None, "ran long")
+    assert final_status({"harness": {"status": "ok"}, "grade": {"failure_class": "tests_timeout", "error": "e"}}) \
+        == ("ok", "tests_timeout", None, "e")
+    infra = {"sandbox": ok, "harness": agent, "patch": {"status": "infra_error", "failure_class": "patch_extract",
+                                                        "error": "git diff failed"},
+             "grade": {"status": "infra_error", "failure_class": "grader_crash"}}
+    assert final_status(infra) == ("infra_error", "patch_extract", "patch", "git diff failed")
+    tampered = {"harness": ok, "grade": {"status": "tampered", "failure_class": "tampering"}}
+    assert final_status(tampered) == ("tampered", "tampering", "grade", None)
 
 
 def test_a_record_missing_from_the_index_is_read_itself(tmp_path):

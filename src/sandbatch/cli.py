@@ -77,9 +77,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     harness = get_harness(cfg.harness.name)
     if harness.needs_model and cfg.model.proxy.enabled and not harness.model_on_host(
             harness.merge_config(cfg.harness.config)):
-        from .proxy import proxy_hosts
+        from .sandbox import proxy_address
 
-        advertise = proxy_hosts(cfg.sandbox.provider, cfg.model.proxy, cfg.sandbox.service())[1]
+        advertise = proxy_address(cfg.sandbox, cfg.model.proxy)[1]
         print(f"# the sandboxes reach the model proxy at {advertise}", file=sys.stderr)
     return 0
 

@@ -115,12 +115,6 @@ class SandboxConfig(_Model):
         """The options block of `provider` (default: the selected one)."""
         return dict((self.model_extra or {}).get(provider or self.provider) or {})
 
-    def service(self) -> str | None:
-        """host:port of a remote sandbox service (opensandbox), None for engines on this host."""
-        if self.provider != "opensandbox":
-            return None
-        return (self.options().get("connection") or {}).get("domain")
-
 
 class Timeouts(_Model):
     sandbox: float
@@ -321,7 +315,8 @@ OPENAI_BASE_URL, OPENAI_API_KEY = "OPENAI_BASE_URL", "OPENAI_API_KEY"
 
 def _apply_env(filled: dict[str, Any]) -> None:
     """`*_env` keys: a set, non-empty environment variable replaces the value beside it
-    (model.base_url, model.name; sandbox.opensandbox.connection.domain, whose variable may be a URL).
+    (model.base_url, model.name; a sandbox service's sandbox.<provider>.connection.domain, whose
+    variable may be a URL).
     OPENAI_BASE_URL gives model.base_url when the config names neither it nor base_url_env."""
     model = filled["model"]
     for key in ("base_url", "name"):
@@ -330,14 +325,15 @@ def _apply_env(filled: dict[str, Any]) -> None:
             model[key] = os.environ[name].strip()
     if not model.get("base_url") and not model.get("base_url_env") and os.environ.get(OPENAI_BASE_URL, "").strip():
         model["base_url"] = os.environ[OPENAI_BASE_URL].strip()
-    conn = (filled["sandbox"].get("opensandbox") or {}).get("connection") or {}
-    name = conn.get("domain_env")
-    value = os.environ.get(name, "").strip() if name else ""
-    if value:
-        scheme, sep, rest = value.partition("://")
-        if sep and scheme in ("http", "https"):
-            conn["protocol"], value = scheme, rest
-        conn["domain"] = value.rstrip("/")
+    for options in filled["sandbox"].values():  # each provider's block; a remote service's has a connection
+        conn = (options.get("connection") or {}) if isinstance(options, dict) else {}
+        name = conn.get("domain_env") if isinstance(conn, dict) else None
+        value = os.environ.get(name, "").strip() if name else ""
+        if value:
+            scheme, sep, rest = value.partition("://")
+            if sep and scheme in ("http", "https"):
+                conn["protocol"], value = scheme, rest
+            conn["domain"] = value.rstrip("/")
 
 
 def base_url_source(model: Mapping[str, Any], sources: Sequence[tuple[str, Mapping[str, Any]]]) -> str:

@@ -9,6 +9,8 @@ Snakemake while attempts remain, then recorded as `infra_error` in the rollout.
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
+from .failures import FailureClass
+
 
 class SandbatchError(Exception):
     """Base of every error this package raises on purpose."""
@@ -55,6 +57,6 @@ def error_lines(exc: UserError) -> list[str]:
 class InfraError(SandbatchError):
     """Infrastructure failure; `failure_class` says which part failed."""
 
-    def __init__(self, message: str, failure_class: str = "infra"):
+    def __init__(self, message: str, failure_class: FailureClass = FailureClass.INFRA):
         super().__init__(message)
         self.failure_class = failure_class

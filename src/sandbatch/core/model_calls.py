@@ -9,6 +9,8 @@ import json
 import os
 from typing import Any, Iterable, Iterator, Mapping
 
+from .failures import FailureClass
+
 # endpoints that generate tokens; the others (models, ...) are recorded but not counted as calls
 MODEL_ENDPOINTS = frozenset({"chat", "responses", "completions", "messages"})
 
@@ -85,24 +87,21 @@ def iter_calls(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
 # A rollout whose agent met one of these is an infrastructure failure of that class, never a
 # reward (docs/proxy.md, "When the model endpoint fails"). The proxy writes the class of each
 # failed call as `endpoint_failure`; the harness step decides from them.
-ENDPOINT_FAILURES: dict[str, str] = {
-    "model_unreachable": "no connection to model.base_url: refused, reset, DNS or TLS failure, connect timeout",
-    "model_unavailable": "the endpoint answered 5xx or 429 after the proxy's retries, broke off its answer, or "
-                         "sent nothing within model.proxy.read_timeout",
-    "model_auth": "the endpoint refused the key: 401 or 403",
-    "model_not_found": "the endpoint does not serve the model asked for (404)",
+ENDPOINT_FAILURES: dict[FailureClass, str] = {
+    c: c.meaning for c in (FailureClass.MODEL_UNREACHABLE, FailureClass.MODEL_UNAVAILABLE, FailureClass.MODEL_AUTH,
+                           FailureClass.MODEL_NOT_FOUND)
 }
 
 
-def status_failure(status: int) -> str | None:
+def status_failure(status: int) -> FailureClass | None:
     """The endpoint failure an upstream HTTP status stands for; None for a success or a
     request the agent got wrong (400, 413, 422, ...: the agent's own failure)."""
     if status in (401, 403):
-        return "model_auth"
+        return FailureClass.MODEL_AUTH
     if status == 404:
-        return "model_not_found"
+        return FailureClass.MODEL_NOT_FOUND
     if status == 429 or status >= 500:
-        return "model_unavailable"
+        return FailureClass.MODEL_UNAVAILABLE
     return None
 
 

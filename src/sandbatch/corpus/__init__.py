@@ -25,6 +25,7 @@ from pathlib import Path
 
 from .. import REPO_ROOT
 from ..core.errors import InfraError, UserError
+from ..core.failures import FailureClass
 
 ROOT = REPO_ROOT / "corpus"
 COMMON = ROOT / "_common"  # files every build context gets (the conda stand-in)
@@ -132,7 +133,8 @@ def store(row: Row, before: dict[str, str], after: dict[str, str], passed, noop:
     f2p = sorted(t for t in after if passed(after, t) and not passed(before, t))
     p2p = sorted(t for t in after if passed(after, t) and passed(before, t))
     if not f2p:
-        raise InfraError(f"{row.id}: no test fails before the gold patch and passes after it", "corpus_lists")
+        raise InfraError(f"{row.id}: no test fails before the gold patch and passes after it",
+                         FailureClass.CORPUS_LISTS)
     row.data["FAIL_TO_PASS"], row.data["PASS_TO_PASS"], row.data["noop_patch"] = f2p, p2p, noop
     row.save()
     return f2p, p2p

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from ..core.errors import InfraError, UserError
+from ..core.failures import FailureClass
 from . import COMMON, Row
 
 BASE_IMAGE = os.environ.get("SANDBATCH_BASE_IMAGE", "sandbatch/base:bookworm")
@@ -84,5 +85,5 @@ def build(row: Row, docker: str = "docker", timeout: float = 3600, fresh: bool =
                               capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         raise InfraError(f"corpus: building {tag} for {row.id} failed:\n{(proc.stdout + proc.stderr)[-3000:]}",
-                         "image_build")
+                         FailureClass.IMAGE_BUILD)
     return tag, time.monotonic() - start

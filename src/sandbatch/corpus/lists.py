@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 
 from ..core.errors import InfraError
+from ..core.failures import FailureClass
 from ..grading.swebench import HEREDOC, plan
 from ..tasks.swebench import _task as make_task
 from . import Row, store
@@ -61,7 +62,7 @@ def statuses(row: Row, image: str, gold: bool, timeout: float) -> tuple[dict[str
     Path(fh.name).unlink()
     if not found:
         raise InfraError(f"{row.id}: swebench's get_logs_eval found no test output "
-                         f"({'gold' if gold else 'base'} run):\n{log[-2000:]}", "corpus_lists")
+                         f"({'gold' if gold else 'base'} run):\n{log[-2000:]}", FailureClass.CORPUS_LISTS)
     return status, log
 
 
@@ -75,7 +76,7 @@ def noop_patch(row: Row, image: str) -> str:
               f"git -c core.fileMode=false diff -- {q}")
     out = _run(image, script, 300)
     if not out.startswith("diff --git"):
-        raise InfraError(f"{row.id}: could not make the comment-only patch: {out[-500:]}", "corpus_lists")
+        raise InfraError(f"{row.id}: could not make the comment-only patch: {out[-500:]}", FailureClass.CORPUS_LISTS)
     return out
 
 

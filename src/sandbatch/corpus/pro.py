@@ -16,6 +16,7 @@ import shlex
 import subprocess
 
 from ..core.errors import InfraError
+from ..core.failures import FailureClass
 from ..grading.swebench_pro import last_command, parse_output
 from . import Row, store
 from .build import build
@@ -45,7 +46,7 @@ def statuses(row: Row, image: str, gold: bool, timeout: float, docker: str = "do
     status = parse_output(out[1].encode()) if len(out) == 2 else None
     if not status:
         raise InfraError(f"{row.id}: run_script/parser gave no results ({'gold' if gold else 'base'} run):\n"
-                         f"{proc.stderr[-2000:]}", "corpus_lists")
+                         f"{proc.stderr[-2000:]}", FailureClass.CORPUS_LISTS)
     return status, proc.stderr
 
 
@@ -70,5 +71,6 @@ def noop_patch(row: Row, image: str, docker: str = "docker") -> str:
     proc = subprocess.run([docker, "run", "--rm", "--entrypoint", "bash", image, "-c", script],
                           capture_output=True, text=True, timeout=300)
     if not proc.stdout.startswith("diff --git"):
-        raise InfraError(f"{row.id}: could not make the comment-only patch: {proc.stderr[-500:]}", "corpus_lists")
+        raise InfraError(f"{row.id}: could not make the comment-only patch: {proc.stderr[-500:]}",
+                         FailureClass.CORPUS_LISTS)
     return proc.stdout

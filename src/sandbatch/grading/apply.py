@@ -6,6 +6,7 @@ import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..core.failures import FailureClass
 from . import reads, suspicion, tamper, write_log
 from .tamper import save_untracked, untracked_backup
 
@@ -81,7 +82,7 @@ async def apply_patch(sandbox: "Sandbox", patch: str, path: str, rec: "GradeReco
     rec.apply_method = applied_method(out)
     rec.patch_applied = rec.apply_method is not None
     if not rec.patch_applied:
-        rec.failure_class = "patch_apply_failed"
+        rec.failure_class = FailureClass.PATCH_APPLY_FAILED
         write_log(rec.log_path, log)
     return Applied(rec.patch_applied, taken)
 
@@ -104,7 +105,7 @@ async def keep_code_only(g: "GradeContext", rec: "GradeRecord", log: list[str], 
     await tamper.restore(g.sandbox, findings, snap, cwd, g.timeout, log)
     rec.tampering = [f.as_dict() for f in findings]
     if rec.tampering and g.cfg.grading.tampering == "fail":
-        rec.status, rec.failure_class = "tampered", "tampering"
+        rec.status, rec.failure_class = "tampered", FailureClass.TAMPERING
         rec.error = f"the patch changes what grades it: {', '.join(t['path'] for t in rec.tampering[:5])}"
         write_log(rec.log_path, log)
         return False
@@ -115,7 +116,7 @@ async def keep_code_only(g: "GradeContext", rec: "GradeRecord", log: list[str], 
         log += ["$ suspicious lines of the patch", *(f"{s['path']}:{s['line']}: {s['reason']}: {s['text']}"
                                                    for s in rec.suspicious)]
     if rec.suspicious and g.cfg.grading.suspicious == "fail":
-        rec.status, rec.failure_class = "tampered", "suspicious"
+        rec.status, rec.failure_class = "tampered", FailureClass.SUSPICIOUS
         first = rec.suspicious[0]
         rec.error = (f"the patch's code reaches into the test runner ({len(rec.suspicious)} lines), first "
                      f"{first['path']}:{first['line']}: {first['reason']}")

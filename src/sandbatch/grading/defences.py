@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
+from ..core.failures import FailureClass
 from . import consistency, declared, verdict
 
 if TYPE_CHECKING:
@@ -58,6 +59,6 @@ def apply(g: "GradeContext", rec: "GradeRecord", found: Findings) -> None:
     if not found.resolvable:
         rec.resolved = False
     if found.entries and g.cfg.grading.tampering == "fail":
-        rec.status, rec.failure_class, rec.resolved = "tampered", "tampering", False
+        rec.status, rec.failure_class, rec.resolved = "tampered", FailureClass.TAMPERING, False
         rec.error = f"the test run was tampered with: {', '.join(e['kind'] for e in found.entries[:5])}"
     rec.reward = 1.0 if rec.resolved else 0.0

@@ -18,6 +18,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..core.failures import FailureClass
 from ..rollout.records import GradeRecord
 from .. import trace
 from . import GradeContext, defences, reports, tamper, unittest_verdict, verdict, write_log
@@ -197,7 +198,7 @@ async def grade(g: GradeContext) -> GradeRecord:
     try:
         p = plan(task, sandbox.workdir, g.base_ref)
     except Unsupported as exc:
-        rec.status, rec.failure_class, rec.error = "infra_error", "grading_unsupported", str(exc)
+        rec.status, rec.failure_class, rec.error = "infra_error", FailureClass.GRADING_UNSUPPORTED, str(exc)
         return rec
     from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT
 
@@ -232,13 +233,13 @@ async def grade(g: GradeContext) -> GradeRecord:
     log += ["$ bash eval.sh", out]
     write_log(g.log_path, log)
     if TEST_PATCH_FAILED in out:
-        rec.status, rec.failure_class = "infra_error", "test_patch_apply_failed"
+        rec.status, rec.failure_class = "infra_error", FailureClass.TEST_PATCH_APPLY_FAILED
         rec.error = "the task's test_patch did not apply after resetting the test files"
         return rec
     m = _EXIT_RE.findall(out)
     rec.test_exit_code = int(m[-1]) if m else (None if run.timed_out else run.exit_code)
     if run.timed_out:
-        rec.failure_class = "tests_timeout"
+        rec.failure_class = FailureClass.TESTS_TIMEOUT
         return rec
     status, found = parse_log(out, p)
     rec.test_results = dict(status)
@@ -256,11 +257,11 @@ async def grade(g: GradeContext) -> GradeRecord:
             s in ("FAILED", "ERROR") for s in rec.test_results.values()):
         # the log claims no failure while the test command failed: it is not this run's log
         rec.tests_ran = False
-        rec.failure_class = "test_log_inconsistent"
+        rec.failure_class = FailureClass.TEST_LOG_INCONSISTENT
     if rec.tests_ran:
         rec.tests_status, rec.resolved = report(status, p)
     else:
-        rec.failure_class = rec.failure_class or "tests_did_not_run"
+        rec.failure_class = rec.failure_class or FailureClass.TESTS_DID_NOT_RUN
     defences.apply(g, rec, checked)
     if rec.tests_ran:
         rec.report.update(resolved=rec.resolved, tests_status=rec.tests_status)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import shlex
 
+from ..core.failures import FailureClass
 from ..rollout.records import GradeRecord
 from . import GradeContext, defences, verdict, write_log
 from .apply import apply_patch, keep_code_only
@@ -65,7 +66,7 @@ async def grade(g: GradeContext) -> GradeRecord:
         res = await sandbox.exec(setup, timeout=g.timeout, cwd=wd)
         log += [f"$ {setup}", res.stdout, res.stderr]
         if not res.ok:
-            rec.status, rec.failure_class = "infra_error", "test_setup_failed"
+            rec.status, rec.failure_class = "infra_error", FailureClass.TEST_SETUP_FAILED
             rec.error = f"the last line of before_repo_set_cmd failed (exit {res.exit_code}): {res.stderr.strip()[-200:]}"
             write_log(g.log_path, log)
             return rec
@@ -108,7 +109,7 @@ async def grade(g: GradeContext) -> GradeRecord:
         log += [f"--- {name.rsplit('/', 1)[-1]}", output[-1]]
     write_log(g.log_path, log)
     if not conclusive or not status:
-        rec.failure_class = "tests_inconclusive"
+        rec.failure_class = FailureClass.TESTS_INCONCLUSIVE
         return rec
     rec.tests_ran = True
     rec.test_results = dict(status)

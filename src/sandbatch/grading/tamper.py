@@ -44,6 +44,7 @@ from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Callable
 
 from ..core.errors import InfraError
+from ..core.failures import FailureClass
 from . import reads
 
 if TYPE_CHECKING:
@@ -466,7 +467,7 @@ async def restore(sandbox: "Sandbox", findings: list[Finding], snap: str, cwd: s
     missing = [f.path for f in findings if not f.action]
     if missing:
         raise InfraError(f"could not restore {', '.join(missing[:5])}: {''.join(err).strip()[-200:]}",
-                         "tamper_restore_failed")
+                         FailureClass.TAMPER_RESTORE_FAILED)
 
 
 # the verifier's environment: the image's shell by absolute path, a PATH without relative entries (nor,

@@ -23,6 +23,7 @@ import shlex
 from pathlib import Path
 
 from ..core.errors import InfraError
+from ..core.failures import FailureClass
 from ..rollout.records import GradeRecord
 from ..sandbox import Sandbox
 from . import GradeContext, tamper, tb_verifier, write_log
@@ -65,10 +66,10 @@ def read_reward(json_data: bytes | None, txt_data: bytes | None) -> tuple[float,
         try:
             doc = json.loads(json_data)
         except ValueError:
-            raise InfraError("reward.json is not valid JSON", "grading_no_reward") from None
+            raise InfraError("reward.json is not valid JSON", FailureClass.GRADING_NO_REWARD) from None
         if not isinstance(doc, dict) or not doc or not all(_finite(v) for v in doc.values()):
             raise InfraError(f"reward.json must be a non-empty dict of finite numbers, got {str(doc)[:100]}",
-                             "grading_no_reward")
+                             FailureClass.GRADING_NO_REWARD)
         reward = doc["reward"] if "reward" in doc else sum(doc.values()) / len(doc)
         return float(reward), {"reward_json": doc}
     if txt_data is not None:
@@ -76,11 +77,13 @@ def read_reward(json_data: bytes | None, txt_data: bytes | None) -> tuple[float,
         try:
             value = float(text)
         except ValueError:
-            raise InfraError(f"reward.txt does not hold a number: {text[:60]!r}", "grading_no_reward") from None
+            raise InfraError(f"reward.txt does not hold a number: {text[:60]!r}",
+                             FailureClass.GRADING_NO_REWARD) from None
         if not math.isfinite(value):
-            raise InfraError(f"reward.txt holds a non-finite reward: {text!r}", "grading_no_reward")
+            raise InfraError(f"reward.txt holds a non-finite reward: {text!r}", FailureClass.GRADING_NO_REWARD)
         return value, {"reward_txt": text}
-    raise InfraError("the verifier wrote neither /logs/verifier/reward.json nor reward.txt", "grading_no_reward")
+    raise InfraError("the verifier wrote neither /logs/verifier/reward.json nor reward.txt",
+                     FailureClass.GRADING_NO_REWARD)
 
 
 def _finite(v) -> bool:
@@ -123,7 +126,7 @@ async def grade(g: GradeContext) -> GradeRecord:
     clean = await sandbox.exec(f"rm -rf {shlex.quote(tests)} {shlex.quote(logs)} && mkdir -p {shlex.join(made)}",
                                timeout=120)
     if not clean.ok:
-        raise InfraError(f"cannot reset {LOGS} and {TESTS}: {clean.stderr.strip()[-200:]}", "sandbox_exec")
+        raise InfraError(f"cannot reset {LOGS} and {TESTS}: {clean.stderr.strip()[-200:]}", FailureClass.SANDBOX_EXEC)
     logs = made[-1]
     n = await upload_dir(sandbox, Path(task.task_dir or "") / "tests", TESTS, task.workdir,
                          {LOGS: iso.logs} if iso else None)
@@ -135,7 +138,7 @@ async def grade(g: GradeContext) -> GradeRecord:
             f"{' (timed out)' if run.timed_out else ''}", run.stdout, run.stderr]
     write_log(g.log_path, log)
     if run.timed_out:
-        rec.failure_class = "tests_timeout"
+        rec.failure_class = FailureClass.TESTS_TIMEOUT
     reward, details = read_reward(*await _files(sandbox, f"{logs}/reward.json", f"{logs}/reward.txt"))
     rec.tests_ran = True
     rec.reward = reward

@@ -39,6 +39,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Callable
 
 from ..core.errors import InfraError
+from ..core.failures import FailureClass
 from . import integrity
 from .verdict_record import Verdict
 
@@ -384,7 +385,8 @@ def check_rootdir(roots: list[str], workdir: str) -> None:
         if r == wd or wd in r.parents:
             continue
         raise InfraError(f"pytest took {root} as its rootdir, outside the workdir {workdir}: a configuration above "
-                         f"the workdir applies to the task's tests (see sandbox.local.root)", "grading_rootdir")
+                         f"the workdir applies to the task's tests (see sandbox.local.root)",
+                         FailureClass.GRADING_ROOTDIR)
 
 
 _PYTEST = re.compile(r"(?:^|[\s;&|(/])(?:py\.test|pytest)(?=[\s;&|)]|$)")

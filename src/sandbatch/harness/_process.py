@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..core.errors import InfraError, UserError
+from ..core.failures import FailureClass
 from ..sandbox import Sandbox, SandboxError
 
 # A provider that does not stop a command at its timeout gets this much longer before the
@@ -138,7 +139,8 @@ async def sh(sandbox: Sandbox, script: str, *, timeout: float, what: str,
     res = await sandbox.exec(script, timeout=timeout, env=env, cwd=sandbox.tmpdir)
     if not res.ok:
         why = "timed out" if res.timed_out else f"exit {res.exit_code}"
-        raise InfraError(f"{what} failed ({why}): {(res.stdout + res.stderr).strip()[-500:]}", "harness_install")
+        raise InfraError(f"{what} failed ({why}): {(res.stdout + res.stderr).strip()[-500:]}",
+                         FailureClass.HARNESS_INSTALL)
     return res.stdout
 
 

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 from ..core.config import ModelConfig, Timeouts
 from ..core.errors import UserError
+from ..core.failures import FailureClass
 from ..rollout.records import Status
 from ..sandbox import Sandbox
 from ..tasks import Task
@@ -41,7 +42,7 @@ class Outcome:
     events: list[dict[str, Any]]
     exit_code: int | None
     status: Status
-    failure_class: str | None = None
+    failure_class: FailureClass | None = None
     timed_out: bool = False
     stderr_tail: str = ""
     install_s: float = 0.0
@@ -122,12 +123,12 @@ class Harness(abc.ABC):
     async def run(self, sandbox: Sandbox, ctx: RunContext) -> Outcome:
         """Run the agent headlessly in sandbox.workdir within ctx.timeouts.agent."""
 
-    def status_for_exit(self, exit_code: int | None, timed_out: bool) -> tuple[Status, str | None]:
+    def status_for_exit(self, exit_code: int | None, timed_out: bool) -> tuple[Status, FailureClass | None]:
         if timed_out:
-            return "timeout", "agent_timeout"
+            return "timeout", FailureClass.AGENT_TIMEOUT
         if exit_code == 0:
             return "ok", None
-        return "agent_error", "agent_exit"
+        return "agent_error", FailureClass.AGENT_EXIT
 
     def outcome(self, run, events: list[dict[str, Any]], **metadata: Any) -> Outcome:
         """The Outcome of an agent run (a _process.AgentRun), status from `status_for_exit`."""

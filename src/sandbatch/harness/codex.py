@@ -28,6 +28,7 @@ import tomli_w
 from ..core.errors import UserError
 from ..core.util import deep_merge
 from ..rollout import responses
+from ..core.failures import FailureClass
 from ..sandbox import Sandbox
 from ._process import check_runs, install_options, json_events, npm_install, run_command, str_env, upload_source
 from .base import Conversion, Harness, Outcome, RunContext, keep_unknown, model_endpoint
@@ -153,7 +154,7 @@ class CodexHarness(Harness):
         outcome = super().outcome(run, events, **metadata)
         # a turn that failed (the model unreachable past Codex's retries) may still exit 0
         if outcome.status == "ok" and any(ev.get("type") == "turn.failed" for ev in events):
-            outcome.status, outcome.failure_class = "agent_error", "agent_error_event"
+            outcome.status, outcome.failure_class = "agent_error", FailureClass.AGENT_ERROR_EVENT
         return outcome
 
     async def _session_records(self, sandbox: Sandbox) -> list[dict[str, Any]]:

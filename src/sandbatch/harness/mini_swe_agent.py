@@ -34,6 +34,7 @@ import yaml
 
 from ..rollout import responses
 from ..core.errors import InfraError, UserError
+from ..core.failures import FailureClass
 from ..rollout.records import Status
 from ..sandbox import Sandbox
 from ..core.util import deep_merge
@@ -46,11 +47,11 @@ MODES = ("host", "sandbox")
 HOST_TRAJECTORY = "mini.traj.json"  # host mode: saved in the rollout directory when the agent ends
 
 # exit_status -> (status, failure class); any other value is the name of an exception
-EXIT_STATUS: dict[str, tuple[Status, str | None]] = {
+EXIT_STATUS: dict[str, tuple[Status, FailureClass | None]] = {
     "Submitted": ("ok", None),
-    "LimitsExceeded": ("agent_error", "step_limit"),
-    "TimeExceeded": ("timeout", "agent_time_limit"),
-    "RepeatedFormatError": ("agent_error", "format_error"),
+    "LimitsExceeded": ("agent_error", FailureClass.STEP_LIMIT),
+    "TimeExceeded": ("timeout", FailureClass.AGENT_TIME_LIMIT),
+    "RepeatedFormatError": ("agent_error", FailureClass.FORMAT_ERROR),
 }
 
 
@@ -114,7 +115,7 @@ class MiniSweAgentHarness(Harness):
             if not py.ok:
                 raise InfraError(f"installing mini-swe-agent in the sandbox needs {opts['python']}, which the "
                                  f"image lacks; set harness.config.mode: host to run mini-swe-agent on this "
-                                 f"host with its commands in the sandbox", "harness_install")
+                                 f"host with its commands in the sandbox", FailureClass.HARNESS_INSTALL)
             index = ""
             if opts["method"] == "upload":
                 wheels = await upload_source(sandbox, opts["source"], f"{home}/wheels", timeout)
@@ -128,7 +129,7 @@ class MiniSweAgentHarness(Harness):
                 last = (str(exc).strip().splitlines() or [""])[-1]
                 raise InfraError(f"installing {spec} in the sandbox failed: {last[-300:]}; set "
                                  f"harness.config.mode: host to run mini-swe-agent on this host",
-                                 "harness_install") from None
+                                 FailureClass.HARNESS_INSTALL) from None
         await sh(sandbox, f"test -x {q(self._binary(sandbox, ctx.config))}", timeout=60,
                  what="finding the mini executable")
 
@@ -170,9 +171,10 @@ class MiniSweAgentHarness(Harness):
                                   if k in info})
         exit_status = info.get("exit_status")
         if not run.timed_out and exit_status:
-            outcome.status, outcome.failure_class = EXIT_STATUS.get(exit_status, ("agent_error", "agent_exception"))
+            outcome.status, outcome.failure_class = EXIT_STATUS.get(exit_status,
+                                                                    ("agent_error", FailureClass.AGENT_EXCEPTION))
         elif not run.timed_out and outcome.status == "ok":  # exited 0 without a trajectory
-            outcome.status, outcome.failure_class = "agent_error", "no_trajectory"
+            outcome.status, outcome.failure_class = "agent_error", FailureClass.NO_TRAJECTORY
         return outcome
 
     async def _run_on_host(self, sandbox: Sandbox, ctx: RunContext) -> Outcome:

@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 from ..rollout import responses
+from ..core.failures import FailureClass
 from ..sandbox import Sandbox
 from ..core.util import deep_merge
 from ._npm import NpmHarness
@@ -93,7 +94,7 @@ class OpenCodeHarness(NpmHarness):
         events = json_events(run.stdout)
         outcome = self.outcome(run, events)
         if outcome.status == "ok" and any(ev.get("type") == "error" for ev in events):
-            outcome.status, outcome.failure_class = "agent_error", "agent_error_event"
+            outcome.status, outcome.failure_class = "agent_error", FailureClass.AGENT_ERROR_EVENT
         return outcome
 
     def convert(self, events, config) -> Conversion:

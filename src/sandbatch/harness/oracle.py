@@ -11,6 +11,7 @@ import shlex
 import time
 from pathlib import Path
 
+from ..core.failures import FailureClass
 from ..rollout import responses
 from ..grading.apply import applied_method, apply_script
 from ..grading.terminal_bench import upload_dir
@@ -46,7 +47,7 @@ class OracleHarness(Harness):
         solution = Path(ctx.task.task_dir) / "solution"
         if not (solution / "solve.sh").is_file():
             return Outcome(events=[{"type": "error", "error": f"{solution}/solve.sh not found"}], exit_code=None,
-                           status="agent_error", failure_class="no_reference_solution")
+                           status="agent_error", failure_class=FailureClass.NO_REFERENCE_SOLUTION)
         await upload_dir(sandbox, solution, "/solution", ctx.task.workdir)
         script = sandbox.map_path("/solution") + "/solve.sh"
         events = [{"type": "apply_patch", "path": "/solution/solve.sh", "bytes": (solution / "solve.sh").stat().st_size}]

@@ -20,6 +20,7 @@ from typing import Any
 from ..rollout import responses
 from ..core.config import ModelConfig
 from ..core.errors import InfraError, UserError
+from ..core.failures import FailureClass
 from ..sandbox import Sandbox
 from ..proxy.served import served_context_window
 from ..core.util import deep_merge
@@ -176,7 +177,7 @@ class PoolHarness(Harness):
         if ctx.config["max_context_window"] is None:  # checked before the run; the endpoint may be down now
             window, why = await asyncio.to_thread(served_context_window, ctx.model)
             if window is None:
-                raise InfraError(f"the model's context window: {why}", "model_context_window")
+                raise InfraError(f"the model's context window: {why}", FailureClass.MODEL_CONTEXT_WINDOW)
         await sandbox.upload_files({cfg_path: (json.dumps(self.agent_config(ctx, window), indent=2).encode(), 0o600),
                                     prompt_path: (ctx.prompt.encode("utf-8"), 0o644)})
         argv = [self._binary(sandbox, self.install_settings(ctx.config)), "exec", "-o", "json", "--sandbox", "disabled",

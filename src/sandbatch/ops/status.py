@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.util import duration_text
-from ..rollout.records import GRADE, HARNESS, PATCH_INFO, RESPONSE, SANDBOX, read_index, summary
+from ..rollout.records import GRADE, HARNESS, PATCH_INFO, RESPONSE, SANDBOX, final_status, read_index, summary
 
 # step -> the record that marks it done (in chain order)
 STEPS: dict[str, str] = {"sandbox": SANDBOX, "harness": HARNESS, "convert": RESPONSE, "patch": PATCH_INFO,
@@ -140,19 +140,11 @@ def collect(run: str, results_dir: str = "results", workdir: str | os.PathLike =
 
 def _account(st: RunStatus, recs: dict[str, dict[str, Any]]) -> None:
     """Status and failure class of a finished rollout, as the aggregate computes them."""
-    grade, harness = recs["grade"], recs.get("harness", {})
-    status = harness.get("status", "ok")
-    failure = harness.get("failure_class") or grade.get("failure_class")
-    for step in ("sandbox", "harness", "patch", "grade"):
-        if recs.get(step, {}).get("status") == "infra_error":
-            status, failure = "infra_error", recs[step].get("failure_class")
-            break
-    if grade.get("status") == "tampered":  # grading.tampering: fail
-        status, failure = "tampered", grade.get("failure_class")
-    st.status_counts[status] += 1
-    if failure:
-        st.failure_classes[failure] += 1
-    if grade.get("resolved"):
+    final = final_status(recs)
+    st.status_counts[final.status] += 1
+    if final.failure_class:
+        st.failure_classes[final.failure_class] += 1
+    if recs["grade"].get("resolved"):
         st.resolved += 1
 
 

@@ -125,6 +125,8 @@ def _unset(name: str | None) -> bool:
 
 
 def _check_model(cfg: Config, errors: Collector, on_host: bool = False) -> None:
+    from ..sandbox import provider_class, proxy_address
+
     model = cfg.model
     with errors.check():
         if not model.base_url:
@@ -139,17 +141,18 @@ def _check_model(cfg: Config, errors: Collector, on_host: bool = False) -> None:
                             "without one")
     # an agent on this host needs no address the sandboxes reach; one in a sandbox service
     # whose address is missing (reported above) has none to derive it from yet
-    service_known = cfg.sandbox.provider != "opensandbox" or bool(cfg.sandbox.service())
+    provider = provider_class(cfg.sandbox.provider)
+    service_known = provider.proxy_hosts[1] is not None or bool(provider.service(cfg.sandbox.options()))
     with errors.check():
         if model.proxy.enabled and not on_host and service_known:
-            from ..proxy import proxy_hosts
-
-            proxy_hosts(cfg.sandbox.provider, model.proxy, cfg.sandbox.service())
+            proxy_address(cfg.sandbox, model.proxy)
 
 
 def check_images(cfg: Config, tasks: Callable[[], Iterable[Task]]) -> None:
     """A provider that runs images needs one for every task (the task's, or sandbox.default_image)."""
-    if cfg.sandbox.provider == "local" or cfg.sandbox.default_image:
+    from ..sandbox import provider_class
+
+    if not provider_class(cfg.sandbox.provider).needs_image or cfg.sandbox.default_image:
         return
     for task in tasks():
         if not task.image:
@@ -230,10 +233,9 @@ _MODEL_PLUMBING = ("base_url_env", "name_env", "api_key_env")
 _PROXY_PLUMBING = ("bind_host", "advertise_host", "port", "retries", "backoff", "backoff_max", "retry_budget",
                    "connect_timeout")
 # within sandbox: where sandboxes live and how they are reached, paced and labelled; registry
-# rewrites name mirrors of the same images. Only the selected provider's own options count.
+# rewrites name mirrors of the same images. Only the selected provider's own options count,
+# less its plumbing (Provider.plumbing).
 _SANDBOX_PLUMBING = ("ttl_seconds", "owner", "image_rewrites", "create_rate")
-_PROVIDER_PLUMBING = ("root", "connection", "operations", "probe", "docker", "host", "label_prefix", "api_timeout",
-                      "create_timeout", "pull")
 
 
 def _without(section: dict[str, Any], keys: Iterable[str]) -> dict[str, Any]:
@@ -244,6 +246,8 @@ def agent_settings(raw: dict[str, Any]) -> dict[str, Any]:
     """What a rollout's agent run depends on: the task set's definition, the harness, the model,
     the selected sandbox provider, the agent's timeouts and the patch's extraction (the agent's
     sandbox is gone once the patch is out, so a new patch needs a new agent run)."""
+    from ..sandbox import provider_class
+
     out = _without(raw, _NOT_AGENT)
     out["benchmark"] = _without(raw["benchmark"], _SELECTION)
     model = _without(raw["model"], _MODEL_PLUMBING)
@@ -251,7 +255,7 @@ def agent_settings(raw: dict[str, Any]) -> dict[str, Any]:
     sandbox = raw["sandbox"]
     provider = sandbox["provider"]
     out["sandbox"] = {**{k: v for k, v in _without(sandbox, _SANDBOX_PLUMBING).items() if not isinstance(v, dict)},
-                      provider: _without(sandbox.get(provider) or {}, _PROVIDER_PLUMBING)}
+                      provider: _without(sandbox.get(provider) or {}, provider_class(provider).plumbing)}
     out["timeouts"] = _without(raw["timeouts"], ("grade",))
     return out
 

@@ -3,9 +3,8 @@ and call records beside it), token records, what /models serves. May import core
 
 from .model_proxy import ModelProxy
 from .rewrite import apply_sampling, drop_cache_control, rewrite_request
-from .settings import PROVIDER_HOSTS, proxy_hosts, proxy_settings, split_path
+from .settings import proxy_settings, split_path
 
 __all__ = [
-    "PROVIDER_HOSTS", "ModelProxy", "apply_sampling", "drop_cache_control",
-    "proxy_hosts", "proxy_settings", "rewrite_request", "split_path",
+    "ModelProxy", "apply_sampling", "drop_cache_control", "proxy_settings", "rewrite_request", "split_path",
 ]

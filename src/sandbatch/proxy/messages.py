@@ -114,11 +114,15 @@ def _assistant(content: Any) -> dict[str, Any]:
     return message
 
 
+# Anthropic's tool_choice types as Chat Completions names them
+CHAT_TOOL_CHOICE = dict(auto="auto", any="required", none="none")
+
+
 def _tool_choice(choice: Any) -> Any:
     kind = choice.get("type") if isinstance(choice, dict) else None
     if kind == "tool":
         return {"type": "function", "function": {"name": choice.get("name", "")}}
-    return {"auto": "auto", "any": "required", "none": "none"}.get(kind)
+    return CHAT_TOOL_CHOICE.get(kind)
 
 
 def to_chat(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

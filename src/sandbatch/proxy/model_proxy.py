@@ -2,9 +2,10 @@
 
 Usage in the harness job (an asyncio program)::
 
-    from sandbatch.proxy import ModelProxy, proxy_hosts
+    from sandbatch.proxy import ModelProxy
+    from sandbatch.sandbox import proxy_address
 
-    bind, advertise = proxy_hosts(cfg.sandbox.provider, cfg.model.proxy, cfg.sandbox.service())
+    bind, advertise = proxy_address(cfg.sandbox, cfg.model.proxy)
     async with ModelProxy.from_config(cfg.model, rollout_dir / "model_calls.jsonl",
                                       bind_host=bind) as proxy:
         base_url = proxy.url_for(advertise)        # "http://<advertise>:<port>/v1"
@@ -52,6 +53,7 @@ from aiohttp import web
 
 from .. import trace
 from ..core.errors import InfraError, UserError
+from ..core.failures import FailureClass
 from ..core.model_calls import MODEL_ENDPOINTS
 from . import tokens as token_data
 from .calls import CallLog, now, since
@@ -181,7 +183,7 @@ class ModelProxy:
             self._thread.start()
         except OSError as exc:  # e.g. a fixed model.proxy.port already in use
             raise InfraError(f"model proxy: cannot listen on {self.bind_host}:{self._thread.port} "
-                             f"({exc.strerror or exc})", "proxy") from None
+                             f"({exc.strerror or exc})", FailureClass.PROXY) from None
         return self
 
     def stop(self) -> None:
@@ -426,7 +428,8 @@ class ModelProxy:
         except self._upstream.errors as exc:
             # a status can no longer be sent: raising ends the connection without the final
             # chunk, so the agent sees a truncated stream
-            record.update(error=f"upstream stream broke ({exception_text(exc)})", endpoint_failure="model_unavailable")
+            record.update(error=f"upstream stream broke ({exception_text(exc)})",
+                          endpoint_failure=FailureClass.MODEL_UNAVAILABLE)
             raise
         finally:
             resp.release()

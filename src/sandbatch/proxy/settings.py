@@ -1,22 +1,14 @@
-"""Where the model proxy listens and what a request asks for: `model.proxy` with the schema's
-defaults, the host it binds and the address the sandboxes reach it at per sandbox provider,
-and which endpoint a request path names.
+"""What the model proxy is set to and what a request asks for: `model.proxy` with the schema's
+defaults, and which endpoint a request path names. The host it binds and the address the
+sandboxes reach it at depend on the sandbox provider: sandbox.proxy_address.
 """
 
 from __future__ import annotations
 
-import ipaddress
-import socket
 from typing import Any, Mapping
 
 from ..core.config import ProxyConfig, load_schema
 from ..core.errors import UserError
-
-# sandbox provider -> (bind host, advertised host) when model.proxy leaves them null
-PROVIDER_HOSTS: dict[str, tuple[str, str | None]] = {
-    "local": ("127.0.0.1", "127.0.0.1"),
-    "docker": ("0.0.0.0", "host.docker.internal"),
-}
 
 _ENDPOINTS = {"/chat/completions": "chat", "/responses": "responses", "/completions": "completions",
               "/messages": "messages", "/messages/count_tokens": "count_tokens"}
@@ -33,60 +25,6 @@ def proxy_settings(values: ProxyConfig | Mapping[str, Any] | None = None) -> Pro
         raise UserError(f"model.proxy: unknown key '{sorted(unknown)[0]}'; allowed keys: {', '.join(sorted(merged))}")
     merged.update(values or {})
     return ProxyConfig.model_validate(merged)
-
-
-def proxy_hosts(provider: str, settings: ProxyConfig | Mapping[str, Any] | None = None,
-                service: str | None = None) -> tuple[str, str]:
-    """(bind host, advertised host) for a sandbox provider, config values first.
-
-    A provider without a fixed default (opensandbox) advertises this host's address on its
-    route toward `service` ("host:port" of the sandbox service).
-    """
-    s = proxy_settings(settings)
-    bind_default, advertise_default = PROVIDER_HOSTS.get(provider, ("0.0.0.0", None))
-    advertise = s.advertise_host or advertise_default or (route_source(service) if service else None)
-    if advertise is None:
-        toward = f" toward {service}" if service else ""
-        raise UserError(
-            f"model.proxy.advertise_host: no default for sandbox provider '{provider}' and no route{toward} "
-            "to derive one from; set it to an address of this host that the sandboxes can reach, "
-            "or set model.proxy.enabled: false"
-        )
-    return s.bind_host or bind_default, advertise
-
-
-# stands for "anywhere off this host": only the routing table is consulted, nothing is sent
-_OFF_HOST = "192.0.2.1"
-
-
-def route_source(service: str) -> str | None:
-    """This host's source address on its route toward `service` (host:port), or None.
-
-    A service on this host (a loopback route) runs its sandboxes on this host's container
-    engine, which never reaches the host's loopback: the address of the route off the host
-    is used instead.
-    """
-    host, _, port = service.rpartition(":") if ":" in service else (service, "", "80")
-    host = host.strip("[]") or service
-
-    def source(target: str, port: int) -> str | None:
-        try:
-            infos = socket.getaddrinfo(target, port, type=socket.SOCK_DGRAM)
-        except (OSError, UnicodeError):
-            return None
-        for family, _, _, _, addr in infos:
-            with socket.socket(family, socket.SOCK_DGRAM) as sock:
-                try:
-                    sock.connect(addr)  # UDP: picks the route, sends nothing
-                    return sock.getsockname()[0]
-                except OSError:
-                    continue
-        return None
-
-    found = source(host, int(port) if port.isdigit() else 80)
-    if found is not None and ipaddress.ip_address(found.split("%")[0]).is_loopback:
-        found = source(_OFF_HOST, 9)
-    return found
 
 
 def split_path(path: str) -> tuple[str, str]:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Mapping
 import aiohttp
 from aiohttp import web
 
+from ..core.failures import FailureClass
 from ..core.util import backoff_delay
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ class Failure(Exception):
     """The upstream could not answer; carries the response for the agent and the record, and
     the endpoint failure it is (core.model_calls.ENDPOINT_FAILURES)."""
 
-    def __init__(self, response: web.Response, error: str, attempts: int, statuses: list, failure_class: str):
+    def __init__(self, response: web.Response, error: str, attempts: int, statuses: list, failure_class: FailureClass):
         super().__init__(error)
         self.response = response
         self.error = error
@@ -153,12 +154,12 @@ class Upstream:
                 statuses.append(type(exc).__name__)
                 raise Failure(error_response(504, f"sandbatch model proxy: upstream {self.url} sent nothing for "
                                          f"{s.read_timeout} s (model.proxy.read_timeout)", "upstream_timeout"),
-                              exception_text(exc), attempt, statuses, "model_unavailable") from None
+                              exception_text(exc), attempt, statuses, FailureClass.MODEL_UNAVAILABLE) from None
             except self.errors as exc:
                 statuses.append(type(exc).__name__)
                 raise Failure(error_response(502, f"sandbatch model proxy: upstream request failed ({exception_text(exc)})",
                                              "upstream_error"),
-                              exception_text(exc), attempt, statuses, "model_unavailable") from None
+                              exception_text(exc), attempt, statuses, FailureClass.MODEL_UNAVAILABLE) from None
             else:
                 statuses.append(resp.status)
                 if resp.status not in RETRY_STATUSES:
@@ -170,7 +171,7 @@ class Upstream:
                 if resp is not None:
                     return resp, attempt, statuses  # the agent sees the upstream's own 429/502/503
                 raise Failure(error_response(502, unreachable, "upstream_unreachable"), unreachable, attempt, statuses,
-                              "model_unreachable")
+                              FailureClass.MODEL_UNREACHABLE)
             if resp is not None:
                 resp.release()
             await asyncio.sleep(wait)

@@ -2,7 +2,7 @@
 
 Every step writes its record for every rollout, also when the rollout failed, so that the
 aggregate always runs: `status` is one of ok / agent_error / timeout / infra_error and
-`failure_class` says what failed (e.g. sandbox_create, harness_exit, grader_crash).
+`failure_class` says what failed (a core.failures.FailureClass: sandbox_create, agent_exit, grader_crash, ...).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import json
 import os
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Mapping, NamedTuple, TypeVar
 
 from pydantic import BaseModel, Field
 
@@ -100,6 +100,35 @@ def summary(rollout_dir: str | Path, name: str, index: dict[str, dict[str, Any]]
     with open(os.path.join(rollout_dir, name), encoding="utf-8") as fh:
         data = json.load(fh)
     return {k: data[k] for k in SUMMARY if k in data}
+
+
+# the steps whose records can end a rollout in an infrastructure error, in chain order
+PHASES = ("sandbox", "harness", "patch", "grade")
+
+
+class Final(NamedTuple):
+    status: str
+    failure_class: str | None
+    failed_phase: str | None  # the phase whose infra error (or tampered grade) decided the status
+    error: str | None
+
+
+def final_status(records: Mapping[str, Mapping[str, Any]]) -> Final:
+    """A finished rollout's status, failure class, failed phase and error, from its records'
+    fields (phase -> {status, failure_class, error}; a missing record counts as ok): the
+    harness's status unless a phase failed for the infrastructure (the first such wins), and
+    a tampered grade over all. The one derivation the rollouts.jsonl row and `sandbatch status` share."""
+    harness, grade = records.get("harness") or {}, records.get("grade") or {}
+    final = Final(harness.get("status", "ok"), harness.get("failure_class") or grade.get("failure_class"), None,
+                  harness.get("error") or grade.get("error"))
+    for phase in PHASES:
+        rec = records.get(phase) or {}
+        if rec.get("status") == "infra_error":
+            final = Final("infra_error", rec.get("failure_class"), phase, rec.get("error"))
+            break
+    if grade.get("status") == "tampered":  # grading.tampering: fail
+        final = final._replace(status="tampered", failure_class=grade.get("failure_class"), failed_phase="grade")
+    return final
 
 
 class RepoHistory(BaseModel):

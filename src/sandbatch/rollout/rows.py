@@ -11,8 +11,8 @@ from .. import trace
 from ..core.config import Config
 from ..core.util import read_json
 from ..tasks import TaskRef
-from .records import (GRADE, HARNESS, PATCH_INFO, RESPONSE, SANDBOX, GradeRecord, HarnessRecord, PatchRecord,
-                      SandboxRecord, load)
+from .records import (GRADE, HARNESS, PATCH_INFO, PHASES, RESPONSE, SANDBOX, GradeRecord, HarnessRecord,
+                      PatchRecord, SandboxRecord, final_status, load)
 
 
 def rollout_row(cfg: Config, task: TaskRef, repeat: int) -> dict[str, Any]:
@@ -22,21 +22,16 @@ def rollout_row(cfg: Config, task: TaskRef, repeat: int) -> dict[str, Any]:
     pr = load(PatchRecord, d / PATCH_INFO)
     gr = load(GradeRecord, d / GRADE)
     resp = read_json(d / RESPONSE)
-    status, failure_class, failed_phase = hr.status, hr.failure_class or gr.failure_class, None
-    error = hr.error or gr.error
-    for phase, rec in (("sandbox", sb), ("harness", hr), ("patch", pr), ("grade", gr)):
-        if rec.status == "infra_error":
-            status, failure_class, failed_phase, error = "infra_error", rec.failure_class, phase, rec.error
-            break
-    if gr.status == "tampered":  # grading.tampering: fail
-        status, failure_class, failed_phase = "tampered", gr.failure_class, "grade"
+    final = final_status({phase: rec.model_dump(include={"status", "failure_class", "error"})
+                          for phase, rec in zip(PHASES, (sb, hr, pr, gr))})
     durations = {"sandbox": sb.duration_s, "install": hr.install_s, "agent": hr.agent_s, "harness": hr.duration_s,
                  "patch": pr.duration_s, "grade": gr.duration_s, "tests": gr.phases.get("tests"),
                  # the share of the harness step spent waiting on the model (convert step)
                  "model": (resp.get("sandbatch") or {}).get("model_s")}
     return {
         "run": cfg.run, "task_id": task.id, "instance_id": task.instance_id, "repo": task.repo, "repeat": repeat,
-        "status": status, "failure_class": failure_class, "failed_phase": failed_phase, "error": error,
+        "status": final.status, "failure_class": final.failure_class, "failed_phase": final.failed_phase,
+        "error": final.error,
         "reward": gr.reward, "resolved": gr.resolved, "patch_empty": pr.empty, "patch_bytes": pr.bytes,
         "patch_applied": gr.patch_applied, "tests_ran": gr.tests_ran,
         "harness": hr.harness, "harness_status": hr.status, "exit_code": hr.exit_code,

@@ -8,12 +8,13 @@ and adds one line to the registry in `sandbatch.sandbox`.
 from __future__ import annotations
 
 import abc
-from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Mapping, Sequence
 
 from pydantic import BaseModel, Field
 
 from .. import trace
 from ..core.errors import InfraError, UserError
+from ..core.failures import FailureClass
 
 if TYPE_CHECKING:
     from .admission import CreateAdmission
@@ -89,7 +90,7 @@ class SandboxInfo(BaseModel):
 
 
 class SandboxError(InfraError):
-    def __init__(self, message: str, failure_class: str = "sandbox"):
+    def __init__(self, message: str, failure_class: FailureClass = FailureClass.SANDBOX):
         super().__init__(message, failure_class)
 
 
@@ -233,10 +234,10 @@ class Sandbox(abc.ABC):
         if not res.ok or len(counts) != 2 or not all(c.isdigit() for c in counts):
             raise SandboxError(f"cannot stop the processes left in sandbox {self.id}: exit {res.exit_code}"
                                f"{' (timed out)' if res.timed_out else ''}, {res.stderr.strip()[-200:]!r}",
-                               "sandbox_exec")
+                               FailureClass.SANDBOX_EXEC)
         if int(counts[1]):
             raise SandboxError(f"{counts[1]} processes of sandbox {self.id} still ran after {STOP_ROUNDS} rounds "
-                               "of SIGSTOP and SIGKILL", "sandbox_exec")
+                               "of SIGSTOP and SIGKILL", FailureClass.SANDBOX_EXEC)
         return int(counts[0])
 
     async def restrict_network(self, proxy: tuple[str, int] | None) -> str | None:
@@ -246,7 +247,7 @@ class Sandbox(abc.ABC):
         reaches the proxy at from now on, or None. Only providers whose `isolates_network` is
         True implement it."""
         raise SandboxError(f"the {self.provider.name} provider cannot restrict a sandbox's network",
-                           "sandbox_network")
+                           FailureClass.SANDBOX_NETWORK)
 
     def map_path(self, path: str) -> str:
         """Where an absolute path of the task's image (/logs/verifier, /tests, the image's
@@ -262,6 +263,15 @@ class Provider(abc.ABC):
     # whether the provider can restrict a sandbox's network (Sandbox.restrict_network, a spec
     # without internet); False: its sandboxes reach whatever this host reaches (local)
     isolates_network: bool = True
+    # the model proxy's (bind host, advertised host) when model.proxy leaves them null: where it
+    # listens and where this provider's sandboxes reach it. None advertised: this host's address
+    # on its route toward the provider's service (sandbox.proxy_address)
+    proxy_hosts: ClassVar[tuple[str, str | None]] = ("0.0.0.0", None)
+    # whether a sandbox runs an image: then every task needs one (its own or sandbox.default_image)
+    needs_image: ClassVar[bool] = True
+    # its options that say where sandboxes live and how they are reached, not what runs in them:
+    # changing one reruns no agent (ops.workflow.agent_settings)
+    plumbing: ClassVar[tuple[str, ...]] = ()
     # the run's shared create admission (sandbox.admission); None: creates are not paced
     admission: "CreateAdmission | None" = None
 
@@ -299,6 +309,12 @@ class Provider(abc.ABC):
         has already run, and what it printed: made once, then reused by every sandbox of the
         same image and script. None where the provider keeps no images of its own (the
         script then runs in each sandbox)."""
+        return None
+
+    @classmethod
+    def service(cls, options: dict[str, Any]) -> str | None:
+        """host:port of the remote service this provider's sandboxes run on (from its options);
+        None for sandboxes on this host's own engine. Default: None."""
         return None
 
     @classmethod

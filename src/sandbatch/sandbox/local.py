@@ -26,6 +26,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Mapping
 
+from ..core.failures import FailureClass
 from ..core.util import read_json, write_json
 from .base import (CA_ENV, STOP_ROUNDS, ExecResult, Provider, Sandbox, SandboxError, SandboxGone, SandboxInfo,
                    SandboxSpec, State)
@@ -187,7 +188,7 @@ class LocalSandbox(Sandbox):
         try:
             return Path(path).read_bytes()
         except FileNotFoundError:
-            raise SandboxError(f"{path}: no such file in sandbox {self.id}", "sandbox_file") from None
+            raise SandboxError(f"{path}: no such file in sandbox {self.id}", FailureClass.SANDBOX_FILE) from None
 
     async def status(self) -> State:
         return "running" if self.alive else "gone"
@@ -203,7 +204,7 @@ class LocalSandbox(Sandbox):
         killed, left = _kill_homed(self.tmpdir)
         if left:
             raise SandboxError(f"{left} processes of the sandbox still ran after {STOP_ROUNDS} rounds of SIGSTOP "
-                               "and SIGKILL", "sandbox_exec")
+                               "and SIGKILL", FailureClass.SANDBOX_EXEC)
         return killed
 
     def map_path(self, path: str) -> str:
@@ -349,6 +350,9 @@ def _kill_groups(root: Path) -> None:
 
 class LocalProvider(Provider):
     name = "local"
+    proxy_hosts = ("127.0.0.1", "127.0.0.1")  # its sandboxes are processes of this host
+    needs_image = False
+    plumbing = ("root",)
     # its commands are processes of this host's network namespace: nothing can be restricted
     # without privileges the runner does not have; rollouts record it (NetworkRecord.enforced)
     isolates_network = False
@@ -371,7 +375,8 @@ class LocalProvider(Provider):
             make_python(sb.root / "python")
         except OSError as exc:
             shutil.rmtree(sb.root, ignore_errors=True)
-            raise SandboxError(f"cannot create local sandbox under {self.root}: {exc}", "sandbox_create") from exc
+            raise SandboxError(f"cannot create local sandbox under {self.root}: {exc}",
+                               FailureClass.SANDBOX_CREATE) from exc
         return sb
 
     async def connect(self, sandbox_id: str, spec: SandboxSpec) -> LocalSandbox:

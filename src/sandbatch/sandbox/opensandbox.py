@@ -91,6 +91,7 @@ from opensandbox.transport import RetryAsyncTransport, RetryPolicy  # noqa: E402
 from .. import trace  # noqa: E402
 from ..core.config import load_schema  # noqa: E402
 from ..core.errors import Collector, UserError  # noqa: E402
+from ..core.failures import FailureClass
 from ..core.ids import LABEL_MAX, label_value  # noqa: E402
 from ..core.util import backoff_delay, deep_merge  # noqa: E402
 from .base import (  # noqa: E402
@@ -276,7 +277,7 @@ class OpenSandboxSandbox(Sandbox):
                     # that does not exist): a definitive answer, nothing ran
                     await self._raise_if_gone(exc)
                     raise SandboxError(f"sandbox {self.id}: execd refused the command, which did not run "
-                                       f"(HTTP {status}: {_short_message(exc)})", "sandbox_exec") from exc
+                                       f"(HTTP {status}: {_short_message(exc)})", FailureClass.SANDBOX_EXEC) from exc
                 not_started = status in (429, 502, 503) or _pre_send(exc)
                 if not_started and attempt < retries:
                     await self._raise_if_gone(exc)
@@ -286,15 +287,16 @@ class OpenSandboxSandbox(Sandbox):
                 await self._raise_if_gone(exc)
                 if not_started:
                     raise SandboxError(f"sandbox {self.id}: execd did not accept the command after "
-                                       f"{attempt + 1} attempts ({_short_message(exc)})", "sandbox_exec") from exc
+                                       f"{attempt + 1} attempts ({_short_message(exc)})",
+                                       FailureClass.SANDBOX_EXEC) from exc
                 raise SandboxError(f"sandbox {self.id}: command failed in transit and may have run, so it is "
-                                   f"not retried ({_short_message(exc)})", "sandbox_exec") from exc
+                                   f"not retried ({_short_message(exc)})", FailureClass.SANDBOX_EXEC) from exc
             duration = time.monotonic() - start
             code = execution.exit_code
             if code is None:
                 await self._raise_if_gone(None)
                 detail = execution.error.value if execution.error else "the stream ended without an exit status"
-                raise SandboxError(f"sandbox {self.id}: command did not complete ({detail})", "sandbox_exec")
+                raise SandboxError(f"sandbox {self.id}: command did not complete ({detail})", FailureClass.SANDBOX_EXEC)
             timed_out = code == -1 and duration >= timeout * 0.95
             if not timed_out and (code == -1 or code in KILLED_EXIT_CODES):
                 await self._raise_if_gone(None)  # killed by a signal: maybe the whole sandbox died
@@ -328,7 +330,7 @@ class OpenSandboxSandbox(Sandbox):
                 last = str(exc)
             if time.monotonic() + wait >= deadline:
                 raise SandboxError(f"sandbox {self.id} failed its probe within {cfg['timeout']}s: {last}",
-                                   "sandbox_probe")
+                                   FailureClass.SANDBOX_PROBE)
             await asyncio.sleep(wait)
             wait = min(wait * 2, cfg["interval"])
 
@@ -356,7 +358,7 @@ class OpenSandboxSandbox(Sandbox):
                 if not transient or attempt == ops["retries"]:
                     await self._raise_if_gone(exc)
                     raise SandboxError(f"sandbox {self.id}: cannot write {named} ({_short_message(exc)})",
-                                       "sandbox_file") from exc
+                                       FailureClass.SANDBOX_FILE) from exc
                 await asyncio.sleep(_retry_delay(attempt, ops["backoff_initial"], ops["backoff_max"], exc))
 
     async def download(self, path: str) -> bytes:
@@ -364,10 +366,10 @@ class OpenSandboxSandbox(Sandbox):
             return await asyncio.wait_for(self.files.read_bytes(path), self.provider.ops["timeout"])
         except (SandboxException, asyncio.TimeoutError) as exc:
             if _status(exc) == 404:
-                raise SandboxError(f"{path}: no such file in sandbox {self.id}", "sandbox_file") from None
+                raise SandboxError(f"{path}: no such file in sandbox {self.id}", FailureClass.SANDBOX_FILE) from None
             await self._raise_if_gone(exc)
             raise SandboxError(f"sandbox {self.id}: cannot read {path} ({_short_message(exc)})",
-                               "sandbox_file") from exc
+                               FailureClass.SANDBOX_FILE) from exc
 
     async def restrict_network(self, proxy: tuple[str, int] | None) -> str | None:
         """Deny-all but the proxy's host (egress rules have no ports), through the sidecar."""
@@ -418,6 +420,7 @@ def _join(lines: list[str]) -> str:
 
 class OpenSandboxProvider(Provider):
     name = "opensandbox"
+    plumbing = ("connection", "operations", "probe")
 
     def __init__(self, options: dict[str, Any] | None = None):
         super().__init__(options)
@@ -433,6 +436,10 @@ class OpenSandboxProvider(Provider):
         self._transport: httpx.AsyncBaseTransport | None = None
         # the server's egress sidecar restricts what a sandbox reaches (off: nothing is restricted)
         self.isolates_network = bool(self.options["network_policy"])
+
+    @classmethod
+    def service(cls, options: dict[str, Any]) -> str | None:
+        return (options.get("connection") or {}).get("domain")
 
     @classmethod
     def check_options(cls, options: dict[str, Any]) -> None:
@@ -493,12 +500,12 @@ class OpenSandboxProvider(Provider):
             health_check_polling_interval=timedelta(milliseconds=200), **request)
         return OpenSandboxSandbox(self, sdk, spec)
 
-    def _api_error(self, what: str, exc: BaseException, failure_class: str = "sandbox_api") -> SandboxError:
+    def _api_error(self, what: str, exc: BaseException, failure_class: str = FailureClass.SANDBOX_API) -> SandboxError:
         status = _status(exc)
         if status in (401, 403):
             where = f"${self._key_env}" if self._key_env else "connection.api_key_env"
             return SandboxError(f"{what}: the OpenSandbox server at {self.options['connection']['domain']} refused "
-                                f"the API key (HTTP {status}); check {where}", "sandbox_auth")
+                                f"the API key (HTTP {status}); check {where}", FailureClass.SANDBOX_AUTH)
         return SandboxError(f"{what}: {_short_message(exc)}", failure_class)
 
     # lifecycle ----------------------------------------------------------------------------
@@ -580,7 +587,7 @@ class OpenSandboxProvider(Provider):
                 f"the OpenSandbox server at {self.options['connection']['domain']} cannot restrict a sandbox's "
                 f"network ({_short_message(exc)}); configure its egress sidecar ([egress] image in its config), or "
                 "set sandbox.opensandbox.network_policy: false to run with the server's network unrestricted "
-                "(recorded in every rollout)", "sandbox_network")
+                "(recorded in every rollout)", FailureClass.SANDBOX_NETWORK)
         return None
 
     async def set_policy(self, sandbox_id: str, policy: NetworkPolicy) -> None:
@@ -595,10 +602,10 @@ class OpenSandboxProvider(Provider):
                                               self.ops["timeout"])
             except (httpx.HTTPError, asyncio.TimeoutError) as exc:
                 raise SandboxError(f"sandbox {sandbox_id}: cannot replace its network policy ({exc!r})",
-                                   "sandbox_network") from exc
+                                   FailureClass.SANDBOX_NETWORK) from exc
         if resp.status_code >= 300:
             raise SandboxError(f"sandbox {sandbox_id}: the server refused its network policy (HTTP "
-                               f"{resp.status_code}: {resp.text[:300]})", "sandbox_network")
+                               f"{resp.status_code}: {resp.text[:300]})", FailureClass.SANDBOX_NETWORK)
 
     async def _delete_strays(self, nonce: str, keep: str | None) -> None:
         try:
@@ -647,7 +654,7 @@ class OpenSandboxProvider(Provider):
         try:
             await self.list({"run": "sandbatch-preflight"})
         except SandboxError as exc:
-            if exc.failure_class == "sandbox_auth":
+            if exc.failure_class == FailureClass.SANDBOX_AUTH:
                 raise UserError(f"{exc}; export the server's key in the variable it names",
                                 f"{where}.api_key_env") from None
             raise UserError(f"the OpenSandbox server does not answer ({exc}); start it, or fix the address",

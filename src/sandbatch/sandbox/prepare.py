@@ -7,6 +7,7 @@ import shlex
 import tarfile
 from pathlib import Path
 
+from ..core.failures import FailureClass
 from ..tasks import Task
 from .base import Sandbox, SandboxError
 
@@ -95,7 +96,7 @@ def read_output(stdout: str, strip: bool) -> tuple[str, list[dict[str, object]] 
     printed = [ln for ln in lines if not ln.startswith(STRIP_MARK)]
     if not printed:  # exit 0 and no commit: the exec's output was lost; the step's retry redoes it
         raise SandboxError(f"preparing the repository printed no commit (output: {stdout.strip()[-300:]!r})",
-                           "sandbox_prepare")
+                           FailureClass.SANDBOX_PREPARE)
     return printed[-1], parse_history(report) if strip else None
 
 
@@ -118,6 +119,6 @@ async def prepare(sandbox: Sandbox, task: Task, timeout: float, *,
     if not result.ok:
         raise SandboxError(
             f"preparing the repository failed (exit {result.exit_code}): {result.stderr.strip()[-300:]}",
-            "sandbox_prepare",
+            FailureClass.SANDBOX_PREPARE,
         )
     return read_output(result.stdout, strip)

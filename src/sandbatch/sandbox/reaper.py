@@ -14,6 +14,7 @@ import os
 from typing import TYPE_CHECKING
 
 from ..core.errors import UserError
+from ..core.failures import FailureClass
 from ..core.instance import selector
 from . import get_provider
 from .base import Provider, SandboxError
@@ -68,5 +69,5 @@ async def reap(provider: Provider, labels: dict[str, str], *, concurrency: int =
             deleted.append(info.id)
     if failed:
         raise SandboxError(f"reap {labels}: deleted {len(deleted)}, could not delete {len(failed)}: "
-                           + "; ".join(failed[:5]), "sandbox_reap")
+                           + "; ".join(failed[:5]), FailureClass.SANDBOX_REAP)
     return deleted

@@ -10,6 +10,7 @@ import asyncio
 
 from .. import trace
 from ..core.errors import InfraError
+from ..core.failures import FailureClass
 from ..grading import GradeContext, grade_task, grader_for
 from ..rollout.records import (GRADE, HARNESS, PATCH, PATCH_INFO, SANDBOX, GradeRecord, HarnessRecord, PatchRecord,
                                SandboxRecord, load)
@@ -45,7 +46,7 @@ class GradeStep(Step):
         in_agent = grades_in_agent_sandbox(ctx.cfg, ctx.task)
         if not patch.strip() and not grader_for(ctx.task).grades_empty_patch:
             # SWE-bench's convention: an empty patch is "empty", not run
-            return self._save(GradeRecord(patch_empty=True, failure_class="empty_patch",
+            return self._save(GradeRecord(patch_empty=True, failure_class=FailureClass.EMPTY_PATCH,
                                           report={"patch_is_None": False, "patch_exists": False,
                                                   "patch_successfully_applied": False, "resolved": False}))
         if in_agent:
@@ -72,11 +73,11 @@ class GradeStep(Step):
                     timeout)
             await sandbox.ensure_alive("grading")
         except asyncio.TimeoutError:
-            raise InfraError(f"grading took longer than {timeout:.0f} s", "grade_timeout") from None
+            raise InfraError(f"grading took longer than {timeout:.0f} s", FailureClass.GRADE_TIMEOUT) from None
         except (InfraError, asyncio.CancelledError):
             raise
         except Exception as exc:
-            raise InfraError(f"the grader crashed: {exc!r}", "grader_crash") from exc
+            raise InfraError(f"the grader crashed: {exc!r}", FailureClass.GRADER_CRASH) from exc
         finally:
             self.delete_later(sandbox)
         killpoint.reached("graded")

@@ -13,6 +13,7 @@ from typing import Any
 
 from .. import trace
 from ..core.errors import InfraError
+from ..core.failures import FailureClass
 from ..harness import Harness, Outcome, RunContext, get_harness
 from ..rollout.records import EVENTS, HARNESS, MODEL_CALLS, SANDBOX, HarnessRecord, SandboxRecord, agent_handle, load
 from ..sandbox import Sandbox, SandboxGone
@@ -144,7 +145,8 @@ class HarnessStep(Step):
         elif not cfg.model.proxy.enabled:
             yield Endpoint(direct_url=cfg.model.base_url, api_key=cfg.model.upstream_key())
         else:
-            from ..proxy import ModelProxy, proxy_hosts
+            from ..proxy import ModelProxy
+            from ..sandbox import proxy_address
 
             on_host = self.harness.model_on_host(self.harness.merge_config(cfg.harness.config))
             if on_host:
@@ -152,7 +154,7 @@ class HarnessStep(Step):
                 bind = cfg.model.proxy.bind_host or "127.0.0.1"
                 advertise = "127.0.0.1" if bind in ("0.0.0.0", "::") else bind
             else:
-                bind, advertise = proxy_hosts(cfg.sandbox.provider, cfg.model.proxy, cfg.sandbox.service())
+                bind, advertise = proxy_address(cfg.sandbox, cfg.model.proxy)
             async with ModelProxy.from_config(cfg.model, self.ctx.path(MODEL_CALLS), bind_host=bind) as proxy:
                 yield Endpoint(proxy=proxy, advertise=advertise, api_key=proxy.agent_key, on_host=on_host,
                                why_none="the agent's model client runs on this host" if on_host else "")
@@ -188,7 +190,8 @@ class HarnessStep(Step):
         self._log(f"agent stopped: the model endpoint failed {proxy.settings.stop_after_failures} calls in a row "
                   f"({proxy.outage})")
         self._check_endpoint()
-        raise InfraError(f"model endpoint {self.ctx.cfg.model.base_url}: {proxy.outage}", proxy.outage or "model")
+        raise InfraError(f"model endpoint {self.ctx.cfg.model.base_url}: {proxy.outage}",
+                         proxy.outage or FailureClass.MODEL)
 
     async def _restrict(self, sandbox: Sandbox, endpoint: "Endpoint") -> tuple[str | None, NetworkRecord]:
         """The agent's network from now on (steps/network.py), and its model URL on it."""
@@ -215,7 +218,7 @@ class HarnessStep(Step):
                 await asyncio.wait_for(self.harness.install(sandbox, run_ctx), ctx.scaled(cfg.timeouts.install))
         except asyncio.TimeoutError:
             raise InfraError(f"installing {self.harness.name} took longer than "
-                             f"{ctx.scaled(cfg.timeouts.install):.0f} s", "harness_install") from None
+                             f"{ctx.scaled(cfg.timeouts.install):.0f} s", FailureClass.HARNESS_INSTALL) from None
         install_s = time.monotonic() - t0
         # the install had the engine's network (a registry); the agent gets its model only
         run_ctx.model_url, self.network = await self._restrict(sandbox, endpoint)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 
 from ..core.errors import InfraError
+from ..core.failures import FailureClass
 from ..rollout.records import (HARNESS, PATCH, PATCH_INFO, SANDBOX, HarnessRecord, PatchRecord, SandboxRecord,
                                agent_handle, load)
 from ..sandbox import SandboxError
@@ -57,7 +58,7 @@ class PatchStep(Step):
                                         timeout=ctx.scaled(ctx.cfg.timeouts.patch))
             if not result.ok:
                 raise SandboxError(f"git diff failed (exit {result.exit_code}): {result.stderr.strip()[-300:]}",
-                                   "patch_extract")
+                                   FailureClass.PATCH_EXTRACT)
             killpoint.reached("extracted")
             data = await sandbox.download(out)
         if data and not data.endswith(b"\n"):

@@ -6,6 +6,7 @@ import asyncio
 import time
 
 from ..core.errors import InfraError
+from ..core.failures import FailureClass
 from ..core.ids import label_value
 from ..core.instance import run_labels
 from ..rollout.records import SANDBOX, HistoryRecord, SandboxRecord
@@ -67,7 +68,8 @@ async def _create(ctx: StepContext, spec: SandboxSpec, phases: dict[str, float] 
             sandbox = await asyncio.wait_for(provider.create(
                 spec.model_copy(update={"image": made[0]}) if made else spec), timeout)
     except asyncio.TimeoutError:
-        raise SandboxError(f"creating the sandbox took longer than {timeout:.0f} s", "sandbox_create") from None
+        raise SandboxError(f"creating the sandbox took longer than {timeout:.0f} s",
+                           FailureClass.SANDBOX_CREATE) from None
     try:
         if step:
             kept.note_sandbox(ctx.dir, step, sandbox.id)
@@ -82,7 +84,7 @@ async def _create(ctx: StepContext, spec: SandboxSpec, phases: dict[str, float] 
         built_base, repos = read_output(made[1], strip=True)
         if built_base != base_ref:  # cannot happen unless the image was changed under its tag
             await sandbox.delete()
-            raise SandboxError(f"image {made[0]} holds {built_base}, not {base_ref}", "sandbox_prepare")
+            raise SandboxError(f"image {made[0]} holds {built_base}, not {base_ref}", FailureClass.SANDBOX_PREPARE)
     return sandbox, base_ref, repos
 
 

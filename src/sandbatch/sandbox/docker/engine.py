@@ -23,6 +23,7 @@ import docker
 import docker.errors
 import requests.exceptions
 
+from ...core.failures import FailureClass
 from ..base import SandboxError
 
 ENGINE_DOWN = ("Docker engine not reachable ({}); start it with scripts/services/docker.sh")
@@ -58,7 +59,7 @@ class Engine:
                 self._api = docker.APIClient(base_url=host, version="auto", timeout=int(self.timeout))
                 self._host = host
             except docker.errors.DockerException as exc:
-                raise SandboxError(ENGINE_DOWN.format(_short(exc)), "sandbox") from None
+                raise SandboxError(ENGINE_DOWN.format(_short(exc)), FailureClass.SANDBOX) from None
         return self._api
 
     async def call(self, method: str, /, *args: Any, **kwargs: Any) -> Any:
@@ -73,9 +74,10 @@ class Engine:
         except docker.errors.APIError as exc:
             raise EngineError(f"docker engine: {method} failed: {_short(exc)}", exc.status_code) from None
         except (requests.exceptions.ConnectionError, docker.errors.DockerException) as exc:
-            raise SandboxError(ENGINE_DOWN.format(_short(exc)), "sandbox") from None
+            raise SandboxError(ENGINE_DOWN.format(_short(exc)), FailureClass.SANDBOX) from None
         except requests.exceptions.Timeout:
-            raise SandboxError(f"docker engine: {method} did not answer within {self.timeout:g} s", "sandbox") from None
+            raise SandboxError(f"docker engine: {method} did not answer within {self.timeout:g} s",
+                               FailureClass.SANDBOX) from None
 
     # --- commands ---------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Sequence
 
+from ...core.failures import FailureClass
 from ..base import SandboxError, SandboxSpec
 from .engine import Engine, EngineOwner, NotFound
 from .sandbox import DockerSandbox
@@ -118,12 +119,12 @@ async def _build_after(provider: EngineOwner, spec: SandboxSpec, source: dict[st
     except (NotFound, SandboxError) as exc:
         await provider.delete(name)
         raise SandboxError(f"preparing image {spec.image}: cannot start a container: {tail(str(exc))}",
-                           "sandbox_prepare") from None
+                           FailureClass.SANDBOX_PREPARE) from None
     try:
         res = await DockerSandbox(provider, name, spec).exec(script, timeout=timeout, cwd="/")
         if not res.ok:
             raise SandboxError(f"preparing the repository failed (exit {res.exit_code}): "
-                               f"{res.stderr.strip()[-300:]}", "sandbox_prepare")
+                               f"{res.stderr.strip()[-300:]}", FailureClass.SANDBOX_PREPARE)
         config = source.get("Config") or {}
         # an empty entrypoint cannot be set by a change: the container has none already
         changes = [f"ENTRYPOINT {json.dumps(config['Entrypoint'])}"] if config.get("Entrypoint") else []

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 
+from ...core.failures import FailureClass
 from ..base import Sandbox, SandboxError
 from .engine import EngineOwner, NotFound
 
@@ -130,7 +131,7 @@ async def restrict(owner: EngineOwner, sandbox: Sandbox, proxy_port: int | None)
     if not address:
         await _check_running(owner, sandbox, gate, image)
         raise SandboxError(f"the network gate of docker sandbox {sandbox.id} has no address on {net}",
-                           "sandbox_network")
+                           FailureClass.SANDBOX_NETWORK)
     await _wait_listening(owner, sandbox, gate, image, address, proxy_port)
     return address
 
@@ -143,7 +144,7 @@ async def _no_resolver(owner: EngineOwner, container: str) -> None:
     made = await owner.engine.call("exec_create", container, ["sh", "-c", RESOLV], user="0")
     await owner.engine.call("exec_start", made["Id"])
     if (await owner.engine.call("exec_inspect", made["Id"])).get("ExitCode") != 0:
-        raise SandboxError(f"docker sandbox {container}: cannot write /etc/resolv.conf", "sandbox_network")
+        raise SandboxError(f"docker sandbox {container}: cannot write /etc/resolv.conf", FailureClass.SANDBOX_NETWORK)
 
 
 async def _check_running(owner: EngineOwner, sandbox: Sandbox, gate: str, image: str) -> None:
@@ -155,7 +156,7 @@ async def _check_running(owner: EngineOwner, sandbox: Sandbox, gate: str, image:
     raise SandboxError(
         f"the network gate of docker sandbox {sandbox.id} ({image}) is {state.get('Status', 'gone')}, exit "
         f"{state.get('ExitCode')} ({' '.join(logs.split())[-200:] or 'no output'}); it runs python3: set "
-        "sandbox.docker.gate_image to an image with python3 on its PATH", "sandbox_network")
+        "sandbox.docker.gate_image to an image with python3 on its PATH", FailureClass.SANDBOX_NETWORK)
 
 
 async def _wait_listening(owner: EngineOwner, sandbox: Sandbox, gate: str, image: str, address: str, port: int) -> None:
@@ -167,7 +168,7 @@ async def _wait_listening(owner: EngineOwner, sandbox: Sandbox, gate: str, image
             return
         await _check_running(owner, sandbox, gate, image)
     raise SandboxError(f"docker sandbox {sandbox.id} cannot reach its network gate at {address}:{port} after "
-                       f"{GATE_READY_TRIES * GATE_READY_ROUNDS * 0.1:.0f} s", "sandbox_network")
+                       f"{GATE_READY_TRIES * GATE_READY_ROUNDS * 0.1:.0f} s", FailureClass.SANDBOX_NETWORK)
 
 
 async def remove_gate(owner: EngineOwner, sandbox_id: str) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 from docker.types import Mount
 
 from ...core.errors import InfraError, UserError
+from ...core.failures import FailureClass
 from ..base import CA_ENV, ImageUnavailable, Provider, SandboxError, SandboxInfo, SandboxSpec
 from . import images, network
 from .engine import Engine, EngineError, NotFound
@@ -37,6 +38,8 @@ DEFAULTS: dict[str, Any] = {
 
 class DockerProvider(Provider):
     name = "docker"
+    proxy_hosts = ("0.0.0.0", network.MODEL_HOST)  # containers reach this host through the host gateway
+    plumbing = ("docker", "host", "label_prefix", "api_timeout", "create_timeout", "pull")
 
     def __init__(self, options: dict[str, Any] | None = None):
         super().__init__({**DEFAULTS, **(options or {})})
@@ -141,7 +144,8 @@ class DockerProvider(Provider):
         except (NotFound, SandboxError) as exc:
             await self.delete(name)  # the create may have gone through before the start failed
             text = str(exc)
-            failure = "image" if isinstance(exc, NotFound) or images.IMAGE_MISSING.search(text) else "sandbox_create"
+            missing = isinstance(exc, NotFound) or images.IMAGE_MISSING.search(text)
+            failure = FailureClass.IMAGE if missing else FailureClass.SANDBOX_CREATE
             raise InfraError(f"docker sandbox for image {spec.image}: cannot start a container: {tail(text)}",
                              failure) from None
         return sb
@@ -184,7 +188,8 @@ class DockerProvider(Provider):
             existed = False
         except EngineError as exc:
             if "already in progress" not in str(exc):
-                raise SandboxError(f"cannot delete docker sandbox {sandbox_id}: {tail(str(exc))}", "sandbox") from None
+                raise SandboxError(f"cannot delete docker sandbox {sandbox_id}: {tail(str(exc))}",
+                                   FailureClass.SANDBOX) from None
             existed = True
         await network.remove_network(self, sandbox_id)
         return existed

@@ -9,6 +9,7 @@ import time
 import uuid
 from typing import Mapping, Sequence
 
+from ...core.failures import FailureClass
 from ..base import KILLED_EXIT_CODES, ExecResult, Sandbox, SandboxError, SandboxGone, SandboxSpec, State
 from . import network
 from .engine import EngineOwner, NotFound
@@ -67,10 +68,10 @@ class DockerSandbox(Sandbox):
             return await network.restrict(self.provider, self, proxy[1] if proxy else None)
         except (NotFound, SandboxError) as exc:
             await self._raise_gone("cannot have its network restricted", str(exc))
-            if isinstance(exc, SandboxError) and exc.failure_class == "sandbox_network":
+            if isinstance(exc, SandboxError) and exc.failure_class == FailureClass.SANDBOX_NETWORK:
                 raise
             raise SandboxError(f"docker sandbox {self.id}: cannot restrict its network: {tail(str(exc))}",
-                               "sandbox_network") from None
+                               FailureClass.SANDBOX_NETWORK) from None
 
     async def _raise_gone(self, context: str, detail: bytes | bytearray | str = b"") -> None:
         """Raise SandboxGone (or SandboxOOM) if the container no longer runs."""
@@ -214,7 +215,7 @@ class DockerSandbox(Sandbox):
         except (NotFound, SandboxError) as exc:
             await self._raise_gone(f"cannot upload {named}", str(exc))
             raise SandboxError(f"docker sandbox {self.id}: cannot upload {named}: {tail(str(exc))}",
-                               "sandbox_file") from None
+                               FailureClass.SANDBOX_FILE) from None
 
     async def download(self, path: str) -> bytes:
         path = sandbox_path(path)
@@ -223,11 +224,11 @@ class DockerSandbox(Sandbox):
                 data = await asyncio.to_thread(self._archive_of, path)
             except NotFound:
                 await self._raise_gone(f"cannot download {path}")
-                raise SandboxError(f"{path}: no such file in sandbox {self.id}", "sandbox_file") from None
+                raise SandboxError(f"{path}: no such file in sandbox {self.id}", FailureClass.SANDBOX_FILE) from None
             except SandboxError as exc:
                 await self._raise_gone(f"cannot download {path}", str(exc))
                 raise SandboxError(f"docker sandbox {self.id}: cannot download {path}: {tail(str(exc))}",
-                                   "sandbox_file") from None
+                                   FailureClass.SANDBOX_FILE) from None
             with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
                 member = tar.next()
                 if member is not None and member.issym():
@@ -237,11 +238,11 @@ class DockerSandbox(Sandbox):
                     continue
                 if member is None or not member.isfile():
                     kind = "a directory" if member is not None and member.isdir() else "not a regular file"
-                    raise SandboxError(f"{path} in sandbox {self.id} is {kind}", "sandbox_file")
+                    raise SandboxError(f"{path} in sandbox {self.id} is {kind}", FailureClass.SANDBOX_FILE)
                 fh = tar.extractfile(member)
                 assert fh is not None
                 return fh.read()
-        raise SandboxError(f"{path} in sandbox {self.id}: too many levels of symbolic links", "sandbox_file")
+        raise SandboxError(f"{path} in sandbox {self.id}: too many levels of symbolic links", FailureClass.SANDBOX_FILE)
 
     def _archive_of(self, path: str) -> bytes:
         stream, _ = self.engine.sync("get_archive", self.id, path)

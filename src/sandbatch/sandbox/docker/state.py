@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from ...core.errors import UserError
+from ...core.failures import FailureClass
 from ..base import SandboxError, SandboxGone, State
 
 # an engine's words for a container that is not there, or not running (any call on it)
@@ -41,7 +42,7 @@ class SandboxOOM(SandboxGone):
 
     def __init__(self, message: str):
         super().__init__(message)
-        self.failure_class = "sandbox_oom"
+        self.failure_class = FailureClass.SANDBOX_OOM
 
 
 STATES: dict[str, State] = {
@@ -88,7 +89,7 @@ def cpu_count(quantity: str) -> float:
 
 def sandbox_path(path: str) -> str:
     if not path.startswith("/"):
-        raise SandboxError(f"{path!r}: sandbox paths must be absolute", "sandbox_file")
+        raise SandboxError(f"{path!r}: sandbox paths must be absolute", FailureClass.SANDBOX_FILE)
     return posixpath.normpath(path)
 
 
