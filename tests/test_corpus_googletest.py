@@ -61,7 +61,8 @@ inline void report() {
   std::fflush(stdout);
   _exit(0);
 }
-struct registrar { registrar() { std::atexit(report); } };
+// googletest's instance first: it is destroyed after the handler runs, not before
+struct registrar { registrar() { ::testing::UnitTest::GetInstance(); std::atexit(report); } };
 static registrar instance;
 }
 #endif
@@ -108,21 +109,42 @@ def test_ctest_listing_and_googletest_names_are_read():
     assert googletest.applies("parse_log_googletest", ": 'start'\nctest --test-dir build -V -R ranges-test")
     assert not googletest.applies("parse_log_googletest", "./run-tests.sh")
     assert not googletest.applies("parse_log_gotest", "ctest --test-dir build")
-    assert googletest.ctest_line("cd /t\nCTEST_OUTPUT_ON_FAILURE=1 ctest -V -R x") == "CTEST_OUTPUT_ON_FAILURE=1 ctest -V -R x"
+    line = "CTEST_OUTPUT_ON_FAILURE=1 ctest -V -R x"
+    assert googletest.ctest_line(f"cd /t\n{line}") == line
 
 
-@pytest.mark.slow
-@pytest.mark.xdist_group("corpus")
-@pytest.mark.skipif(not selected(), reason=f"SANDBATCH_CORPUS does not name {ROW} (minutes of C++ builds)")
-@pytest.mark.parametrize("hook", sorted(HOOKS))
-def test_an_exit_hook_forging_googletest_earns_nothing_with_the_defences(tmp_path, docker_engine, docker_base_image,
-                                                                         hook):
+def tasks_of(tmp_path) -> tuple[corpus.Row, object]:
     from sandbatch.corpus.build import build
 
     row = corpus.rows([ROW])[0]
     build(row)
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text(json.dumps(row.task()) + "\n")
+    return row, tasks
+
+
+slow_row = pytest.mark.skipif(not selected(), reason=f"SANDBATCH_CORPUS does not name {ROW} (minutes of C++ builds)")
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("corpus")
+@slow_row
+def test_the_gold_patch_is_confirmed_by_its_tests_own_processes(tmp_path, docker_engine, docker_base_image):
+    row, tasks = tasks_of(tmp_path)
+    rec = grade(make_cfg(tmp_path, "swebench", tasks, sandbox={"provider": "docker"}), ROW, row.data["patch"])
+    log = open(rec.log_path).read()
+    assert rec.resolved and rec.reward == 1.0 and rec.tampering == [], log[-3000:]
+    n = len(row.data["FAIL_TO_PASS"]) + len(row.data["PASS_TO_PASS"])
+    assert f"googletest: {n} of the {n} decisive tests the log read as passed confirmed" in log
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("corpus")
+@slow_row
+@pytest.mark.parametrize("hook", sorted(HOOKS))
+def test_an_exit_hook_forging_googletest_earns_nothing_with_the_defences(tmp_path, docker_engine, docker_base_image,
+                                                                         hook):
+    row, tasks = tasks_of(tmp_path)
     patch = attack_patch(row, HOOKS[hook])
     (tmp_path / "off").mkdir()
     (tmp_path / "on").mkdir()

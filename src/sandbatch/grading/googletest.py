@@ -125,6 +125,9 @@ async def confirm(sandbox: "Sandbox", test_command: str, status: dict[str, str],
                 fail(t, CONTRADICTS, f"the log says it passed; run alone ({shlex.join(alone)}) "
                                      f"its process {'timed out' if res.timed_out else f'exited {res.exit_code}'}")
                 break
+    confirmed = sum(out.get(t) == "PASSED" for t in claimed)
+    log.append(f"googletest: {confirmed} of the {len(claimed)} decisive tests the log read as passed confirmed "
+               f"by their own processes ({len(cmds)} test binary(ies), each refusing the shard canary)")
     return out
 
 
