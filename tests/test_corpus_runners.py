@@ -23,10 +23,12 @@ RUNNERS = {
     PRO: "ok",
 }
 # rows of a runner family that CI does not run (SANDBATCH_CORPUS=all grades them) -> the same:
-# go test and cargo test have no verdict channel, so gin's and tokio's rows are graded from the log
+# go test and cargo test have no verdict channel, so gin's and tokio's rows are graded from the log;
+# fmt's googletest under ctest from the log, each passed decisive test confirmed by its own process
 OUTSIDE_CI = {
     "gin-gonic__gin-3227": "not_pytest",
     "tokio-rs__tokio-7139": "not_pytest",
+    "fmtlib__fmt-3158": "not_pytest",
 }
 VERDICTS = {**RUNNERS, **OUTSIDE_CI}
 
@@ -43,6 +45,8 @@ def test_runner_rows_are_what_their_provenance_says():
     assert gin.data["env"]["spec"]["test_cmd"][0].startswith("go test ") and gin.python is None
     tokio = corpus.rows(["tokio-rs__tokio-7139"])[0]
     assert "cargo test --test fs_file" in tokio.data["env"]["spec"]["test_cmd"][0] and tokio.python is None
+    fmt = corpus.rows(["fmtlib__fmt-3158"])[0]
+    assert fmt.data["env"]["spec"]["test_cmd"] == ["ctest --test-dir build -V -R ranges-test"] and fmt.python is None
     for row in corpus.rows():  # the archive is downloaded when the image is built, never stored
         assert row.data["source"]["kind"] == "release", row.id
         assert "sha256" in row.data["source"]["archive"] and not list(row.dir.glob("*.tar*")), row.id

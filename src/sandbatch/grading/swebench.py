@@ -21,7 +21,7 @@ from typing import Any, Callable
 from ..core.failures import FailureClass
 from ..rollout.records import GradeRecord
 from .. import trace
-from . import GradeContext, defences, reports, tamper, unittest_verdict, verdict, write_log
+from . import GradeContext, defences, googletest, reports, tamper, unittest_verdict, verdict, write_log
 from .apply import apply_patch, keep_code_only
 
 EXIT_VAR = "SANDBATCH_TEST_EXIT_CODE"
@@ -251,6 +251,10 @@ async def grade(g: GradeContext) -> GradeRecord:
         kind is unittest_verdict.UnittestChannel or verdict.runs_pytest(test_command(p.script)),
         lambda seen: p.parser(lines(seen), p.test_spec) if seen else {}, printed, placed)
     status = await reports.reconcile(sandbox, runner_report, status, rec, log)
+    if defended and googletest.applies(p.parser.__name__, test_command(p.script)):
+        # googletest prints from the process of the code under test: its tests' own exit statuses decide
+        status = await googletest.confirm(sandbox, test_command(p.script), status,
+                                          {*p.test_spec.FAIL_TO_PASS, *p.test_spec.PASS_TO_PASS}, rec, log, g.timeout)
     write_log(g.log_path, log)
     rec.tests_ran = found and bool(status)
     if rec.tests_ran and rec.test_exit_code not in (None, 0) and not any(
