@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
-from . import consistency, declared, verdict
+from . import build_phase, consistency, declared, verdict
 
 if TYPE_CHECKING:
     from ..rollout.records import GradeRecord
@@ -31,12 +31,14 @@ class Findings:
 async def settle(channel: verdict.Channel | None, sandbox: "Sandbox", log: str, status: dict[str, str],
                  runner_exit: int | None, decisive: set[str], expected: bool,
                  as_log: Callable[[dict[str, str]], dict[str, str]], printed: bytes | None = None,
-                 placed: dict[str, str] | None = None) -> Findings:
+                 placed: dict[str, str] | None = None, placed_first: bool | None = None) -> Findings:
     """Check one test run; tests the verdict contradicts are set to FAILED in `status`. expected: the
     test command starts the runner the channel is loaded into (verdict.compare). runner_exit: the test
     command's exit status where it is the runner's own (consistency.check); pytest's comes from the
     verdict. printed: the channel's listing as the test command's exec printed it (Channel.after_run).
-    placed: the test files as placed (verdict.placed_from), whose source declares XFAIL and skips."""
+    placed: the test files as placed (verdict.placed_from), whose source declares XFAIL and skips.
+    placed_first: the eval script carries build_phase's records (None: it does not), and whether the
+    tests were placed before its build."""
     if channel is None:
         return Findings()
     v = await channel.read(sandbox, printed)
@@ -44,7 +46,9 @@ async def settle(channel: verdict.Channel | None, sandbox: "Sandbox", log: str, 
     inconsistent = consistency.check(log, status, verdict.pytest_exit(v), runner_exit)
     rewritten, resolvable = verdict.compare(v, expected, status, decisive, as_log, frozenset(channel.test_files))
     rewritten += declared.check(status, decisive, None if placed is None else declared.Sources(placed))
-    return Findings(entries=rewritten + inconsistent, resolvable=resolvable and not inconsistent,
+    built, clean = build_phase.judge(v.records, status, decisive, placed_first) if placed_first is not None \
+        else ([], True)
+    return Findings(entries=built + rewritten + inconsistent, resolvable=resolvable and clean and not inconsistent,
                     verdict=v.state if v.state != "missing" or expected else "not_pytest", isolation=v.isolation)
 
 

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from ..rollout.records import GradeRecord
 from .. import trace
-from . import GradeContext, defences, reports, tamper, unittest_verdict, verdict, write_log
+from . import GradeContext, build_phase, defences, reports, tamper, unittest_verdict, verdict, write_log
 from .apply import apply_patch, keep_code_only
 
 EXIT_VAR = "SANDBATCH_TEST_EXIT_CODE"
@@ -206,15 +206,22 @@ async def grade(g: GradeContext) -> GradeRecord:
     defended = g.cfg.grading.tampering != "log_only"
     channel = kind.new(sandbox.tmpdir, tamper.touched_paths(task.test_patch or "")) if defended else None
     script, runner_report = p.script, None  # runner_report: a runner's own report beside the log (Jest)
+    eval_path = f"{sandbox.tmpdir}/eval.sh"
+    placed_first = None  # with the defences: whether the tests were placed before the build (build_phase)
     if channel is not None:
+        script, placed_first = build_phase.place_first(script, task.test_patch or "", sandbox.workdir)
+        grader_files = [eval_path, *channel.uploads(sandbox), f"{channel.dir}/{build_phase.PROBE}"]
+        script = build_phase.instrument(script, channel.dir, build_phase.protected(
+            list(tamper.task_test_files(task)), build_phase.restorable(g.patch, tamper.task_test_files(task)),
+            grader_files), sandbox.workdir, START_TEST_OUTPUT, END_TEST_OUTPUT)
         # the test user where the channel answers (a Python runner's log: pytest's or unittest's); other
         # runners' tests run as before (their toolchains' caches are the image user's)
         script = with_channel(script, channel, sandbox.workdir, p.parser.__module__.endswith(".python"),
                               sandbox.separate_users)
         script, runner_report = reports.instrument(script, START_TEST_OUTPUT, END_TEST_OUTPUT, sandbox.tmpdir)
-    eval_path = f"{sandbox.tmpdir}/eval.sh"
     # every file of the grade goes up with the patch, the snapshot is taken in the patch's exec
-    files = {eval_path: (script.encode("utf-8"), 0o755), **(channel.uploads(sandbox) if channel else {})}
+    files = {eval_path: (script.encode("utf-8"), 0o755), **(channel.uploads(sandbox) if channel else {}),
+             **(build_phase.uploads(channel.dir) if channel else {})}
     with trace.span("grade.apply"):
         applied = await apply_patch(sandbox, g.patch, f"{sandbox.tmpdir}/model.patch", rec, log, g.timeout,
                                     also=files, snapshot=g.base_ref if defended else None)
@@ -248,7 +255,7 @@ async def grade(g: GradeContext) -> GradeRecord:
         channel, sandbox, test_output(out), status, rec.test_exit_code,
         {*p.test_spec.FAIL_TO_PASS, *p.test_spec.PASS_TO_PASS},
         kind is unittest_verdict.UnittestChannel or verdict.runs_pytest(test_command(p.script)),
-        lambda seen: p.parser(lines(seen), p.test_spec) if seen else {}, printed, placed)
+        lambda seen: p.parser(lines(seen), p.test_spec) if seen else {}, printed, placed, placed_first)
     status = await reports.reconcile(sandbox, runner_report, status, rec, log)
     write_log(g.log_path, log)
     rec.tests_ran = found and bool(status)
