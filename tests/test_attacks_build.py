@@ -160,9 +160,12 @@ CALC = str(REPO / "data" / "smoke" / "repos" / "calc")
 @pytest.mark.slow
 @pytest.mark.parametrize("task_id, build, kind, path", [
     ("build__build_first", PLANT_HOOK, "startup_hook", "zz_calc_speedups.pth"),
-    ("build__placed_first", REWRITE_TESTS, "tests_rewritten", "tests/test_calc.py"),
+    ("build__placed_first", REWRITE_TESTS, None, "tests/test_calc.py"),
 ], ids=["start-up-hook-planted-in-site-packages", "test-file-rewritten-before-it-runs"])
 def test_a_build_script_of_the_patch_earns_nothing(tmp_path, calc_image, task_id, build, kind, path):
+    """The build runs as the test user: the site directory is its for the build, so the hook is planted
+    and found by the probe; the placed test file is root's, so the rewrite is refused outright (the
+    hashes would name it where no test user can be made: test_records_are_judged_...)."""
     tasks = _rows(tmp_path, *calc_image)
     patch, _ = agent_patch(tmp_path, CALC, files={"calc.py": WRONG_CALC, "setup.py": build})
     off = _grade(tmp_path, tasks, "log_only", task_id, patch)
@@ -170,7 +173,12 @@ def test_a_build_script_of_the_patch_earns_nothing(tmp_path, calc_image, task_id
     on = _grade(tmp_path, tasks, "neutralise", task_id, patch)
     log = Path(on.log_path).read_text()
     assert on.status == "ok" and on.reward == 0.0 and not on.resolved, (on, log[-3000:])
-    assert any(t["kind"] == kind and t["path"].endswith(path) for t in on.tampering), on.tampering
+    assert on.report["verdict_isolation"] == "separated", on.report
+    if kind:
+        assert any(t["kind"] == kind and t["path"].endswith(path) for t in on.tampering), on.tampering
+    else:  # refused by privilege: the test ran as placed, and failed
+        assert f"PermissionError: [Errno 13] Permission denied: '{path}'" in log, log[-3000:]
+        assert on.test_results["tests/test_calc.py::test_divide"] == "FAILED", on.test_results
 
 
 @pytest.mark.slow
@@ -182,4 +190,23 @@ def test_an_honest_fix_with_a_build_is_still_resolved(tmp_path, calc_image):
     for task_id, p in (("build__build_first", patch), ("build__placed_first", gold)):
         rec = _grade(tmp_path, tasks, "neutralise", task_id, p)
         assert rec.resolved and rec.reward == 1.0 and rec.tampering == [], (rec, Path(rec.log_path).read_text()[-3000:])
+        # the tests placed before the build, which ran as the test user and wrote nothing outside the workdir
+        assert rec.report["build_phase"] == {"placed_first": True, "records": sorted(build_phase.SECTIONS),
+                                             "wrote_outside_workdir": 0}, rec.report
 
+
+
+@pytest.mark.slow
+def test_where_no_test_user_can_be_made_the_rewritten_test_file_is_named(tmp_path, calc_image, monkeypatch):
+    """The same rewrite where the build runs as the grading exec's user (as on the local provider): the
+    hashes taken before and after the build name the file, and its test counts as failed."""
+    from sandbatch.sandbox.docker.sandbox import DockerSandbox
+
+    monkeypatch.setattr(DockerSandbox, "separate_users", False)
+    tasks = _rows(tmp_path, *calc_image)
+    patch, _ = agent_patch(tmp_path, CALC, files={"calc.py": WRONG_CALC, "setup.py": REWRITE_TESTS})
+    on = _grade(tmp_path, tasks, "neutralise", "build__placed_first", patch)
+    assert on.status == "ok" and on.reward == 0.0 and not on.resolved, (on, Path(on.log_path).read_text()[-3000:])
+    assert on.report["verdict_isolation"] != "separated", on.report
+    assert {"path": "tests/test_calc.py", "kind": "tests_rewritten", "action": "counted_failed",
+            "detail": "changed during the build"} in on.tampering, on.tampering

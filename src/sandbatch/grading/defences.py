@@ -26,6 +26,7 @@ class Findings:
     resolvable: bool = True  # False: runner_patched or inconsistent_log, the rollout is not resolved
     verdict: str = "log_only"  # the verdict channel's state (grade.json report.verdict)
     isolation: str = ""  # "separated": the tests ran as a user of their own (grade.json report.verdict_isolation)
+    build: dict | None = None  # what build_phase recorded (grade.json report.build_phase)
 
 
 async def settle(channel: verdict.Channel | None, sandbox: "Sandbox", log: str, status: dict[str, str],
@@ -48,8 +49,11 @@ async def settle(channel: verdict.Channel | None, sandbox: "Sandbox", log: str, 
     rewritten += declared.check(status, decisive, None if placed is None else declared.Sources(placed))
     built, clean = build_phase.judge(v.records, status, decisive, placed_first) if placed_first is not None \
         else ([], True)
-    return Findings(entries=built + rewritten + inconsistent, resolvable=resolvable and clean and not inconsistent,
-                    verdict=v.state if v.state != "missing" or expected else "not_pytest", isolation=v.isolation)
+    found = Findings(entries=built + rewritten + inconsistent, resolvable=resolvable and clean and not inconsistent,
+                     verdict=v.state if v.state != "missing" or expected else "not_pytest", isolation=v.isolation)
+    if placed_first is not None:
+        found.build = build_phase.summary(v.records, placed_first)
+    return found
 
 
 def apply(g: "GradeContext", rec: "GradeRecord", found: Findings) -> None:
@@ -59,6 +63,8 @@ def apply(g: "GradeContext", rec: "GradeRecord", found: Findings) -> None:
     rec.report["verdict"] = found.verdict
     if found.isolation:
         rec.report["verdict_isolation"] = found.isolation
+    if found.build is not None:
+        rec.report["build_phase"] = found.build
     if not found.resolvable:
         rec.resolved = False
     if found.entries and g.cfg.grading.tampering == "fail":

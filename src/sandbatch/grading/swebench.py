@@ -128,7 +128,8 @@ def with_channel(script: str, channel: verdict.Channel, workdir: str, isolate: b
     """The eval script with the verdict channel's exports and its recorder (Channel.prologue) right before
     the test output starts. isolate: the test command's lines run from tests.sh (which the prologue
     writes) as the test user where the sandbox lets grading make one (users), and the epilogue follows
-    the end marker."""
+    the end marker; where the script builds between build_phase's records, the prologue comes before
+    the build, which runs as that user too (build_phase.as_test_user)."""
     from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT
 
     lines = script.split("\n")
@@ -139,9 +140,17 @@ def with_channel(script: str, channel: verdict.Channel, workdir: str, isolate: b
     body = lines[at + 1:end]
     status = [ln for ln in body[-1:] if ln.startswith(f"{EXIT_VAR}=")]  # the test command's status, kept
     tests = body[:len(body) - len(status)]
-    return "\n".join([*lines[:at], channel.exports(), channel.prologue(workdir, tests, users), lines[at],
-                      f"sbv_as_tests bash {shlex.quote(channel.dir)}/tests.sh", *status, lines[end],
-                      channel.epilogue(workdir), *lines[end + 1:]])
+    prologue = channel.prologue(workdir, tests, users)
+    build = build_phase.build_lines(lines[:at])
+    if build is not None:  # the build too, as the test user; the script's own setup before it stays in its shell
+        start, stop = build
+        head = [*lines[:start], prologue,
+                *build_phase.as_test_user(lines[start:stop], channel.dir, channel.uid, verdict.FD, workdir),
+                *lines[stop:at], channel.exports()]
+    else:
+        head = [*lines[:at], channel.exports(), prologue]
+    return "\n".join([*head, lines[at], f"sbv_as_tests bash {shlex.quote(channel.dir)}/tests.sh", *status,
+                      lines[end], channel.epilogue(workdir), *lines[end + 1:]])
 
 
 def test_command(script: str) -> str:
