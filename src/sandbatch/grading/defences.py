@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from ..core.failures import FailureClass
-from . import consistency, declared, verdict
+from . import build_phase, consistency, declared, verdict
 
 if TYPE_CHECKING:
     from ..rollout.records import GradeRecord
@@ -27,17 +27,20 @@ class Findings:
     resolvable: bool = True  # False: runner_patched or inconsistent_log, the rollout is not resolved
     verdict: str = "log_only"  # the verdict channel's state (grade.json report.verdict)
     isolation: str = ""  # "separated": the tests ran as a user of their own (grade.json report.verdict_isolation)
+    build: dict | None = None  # what build_phase recorded (grade.json report.build_phase)
 
 
 async def settle(channel: verdict.Channel | None, sandbox: "Sandbox", log: str, status: dict[str, str],
                  runner_exit: int | None, decisive: set[str], expected: bool,
                  as_log: Callable[[dict[str, str]], dict[str, str]], printed: bytes | None = None,
-                 placed: dict[str, str] | None = None) -> Findings:
+                 placed: dict[str, str] | None = None, placed_first: bool | None = None) -> Findings:
     """Check one test run; tests the verdict contradicts are set to FAILED in `status`. expected: the
     test command starts the runner the channel is loaded into (verdict.compare). runner_exit: the test
     command's exit status where it is the runner's own (consistency.check); pytest's comes from the
     verdict. printed: the channel's listing as the test command's exec printed it (Channel.after_run).
-    placed: the test files as placed (verdict.placed_from), whose source declares XFAIL and skips."""
+    placed: the test files as placed (verdict.placed_from), whose source declares XFAIL and skips.
+    placed_first: the eval script carries build_phase's records (None: it does not), and whether the
+    tests were placed before its build."""
     if channel is None:
         return Findings()
     v = await channel.read(sandbox, printed)
@@ -45,8 +48,13 @@ async def settle(channel: verdict.Channel | None, sandbox: "Sandbox", log: str, 
     inconsistent = consistency.check(log, status, verdict.pytest_exit(v), runner_exit)
     rewritten, resolvable = verdict.compare(v, expected, status, decisive, as_log, frozenset(channel.test_files))
     rewritten += declared.check(status, decisive, None if placed is None else declared.Sources(placed))
-    return Findings(entries=rewritten + inconsistent, resolvable=resolvable and not inconsistent,
-                    verdict=v.state if v.state != "missing" or expected else "not_pytest", isolation=v.isolation)
+    built, clean = build_phase.judge(v.records, status, decisive, placed_first) if placed_first is not None \
+        else ([], True)
+    found = Findings(entries=built + rewritten + inconsistent, resolvable=resolvable and clean and not inconsistent,
+                     verdict=v.state if v.state != "missing" or expected else "not_pytest", isolation=v.isolation)
+    if placed_first is not None:
+        found.build = build_phase.summary(v.records, placed_first)
+    return found
 
 
 def apply(g: "GradeContext", rec: "GradeRecord", found: Findings) -> None:
@@ -56,6 +64,8 @@ def apply(g: "GradeContext", rec: "GradeRecord", found: Findings) -> None:
     rec.report["verdict"] = found.verdict
     if found.isolation:
         rec.report["verdict_isolation"] = found.isolation
+    if found.build is not None:
+        rec.report["build_phase"] = found.build
     if not found.resolvable:
         rec.resolved = False
     if found.entries and g.cfg.grading.tampering == "fail":

@@ -21,7 +21,7 @@ from typing import Any, Callable
 from ..core.failures import FailureClass
 from ..rollout.records import GradeRecord
 from .. import trace
-from . import GradeContext, defences, googletest, reports, tamper, unittest_verdict, verdict, write_log
+from . import GradeContext, build_phase, defences, googletest, reports, tamper, unittest_verdict, verdict, write_log
 from .apply import apply_patch, keep_code_only
 
 EXIT_VAR = "SANDBATCH_TEST_EXIT_CODE"
@@ -129,7 +129,8 @@ def with_channel(script: str, channel: verdict.Channel, workdir: str, isolate: b
     """The eval script with the verdict channel's exports and its recorder (Channel.prologue) right before
     the test output starts. isolate: the test command's lines run from tests.sh (which the prologue
     writes) as the test user where the sandbox lets grading make one (users), and the epilogue follows
-    the end marker."""
+    the end marker; where the script builds between build_phase's records, the prologue comes before
+    the build, which runs as that user too (build_phase.as_test_user)."""
     from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT
 
     lines = script.split("\n")
@@ -140,9 +141,17 @@ def with_channel(script: str, channel: verdict.Channel, workdir: str, isolate: b
     body = lines[at + 1:end]
     status = [ln for ln in body[-1:] if ln.startswith(f"{EXIT_VAR}=")]  # the test command's status, kept
     tests = body[:len(body) - len(status)]
-    return "\n".join([*lines[:at], channel.exports(), channel.prologue(workdir, tests, users), lines[at],
-                      f"sbv_as_tests bash {shlex.quote(channel.dir)}/tests.sh", *status, lines[end],
-                      channel.epilogue(workdir), *lines[end + 1:]])
+    prologue = channel.prologue(workdir, tests, users)
+    build = build_phase.build_lines(lines[:at])
+    if build is not None:  # the build too, as the test user; the script's own setup before it stays in its shell
+        start, stop = build
+        head = [*lines[:start], prologue,
+                *build_phase.as_test_user(lines[start:stop], channel.dir, channel.uid, verdict.FD, workdir),
+                *lines[stop:at], channel.exports()]
+    else:
+        head = [*lines[:at], channel.exports(), prologue]
+    return "\n".join([*head, lines[at], f"sbv_as_tests bash {shlex.quote(channel.dir)}/tests.sh", *status,
+                      lines[end], channel.epilogue(workdir), *lines[end + 1:]])
 
 
 def test_command(script: str) -> str:
@@ -207,15 +216,22 @@ async def grade(g: GradeContext) -> GradeRecord:
     defended = g.cfg.grading.tampering != "log_only"
     channel = kind.new(sandbox.tmpdir, tamper.touched_paths(task.test_patch or "")) if defended else None
     script, runner_report = p.script, None  # runner_report: a runner's own report beside the log (Jest)
+    eval_path = f"{sandbox.tmpdir}/eval.sh"
+    placed_first = None  # with the defences: whether the tests were placed before the build (build_phase)
     if channel is not None:
+        script, placed_first = build_phase.place_first(script, task.test_patch or "", sandbox.workdir)
+        grader_files = [eval_path, *channel.uploads(sandbox), f"{channel.dir}/{build_phase.PROBE}"]
+        script = build_phase.instrument(script, channel.dir, build_phase.protected(
+            list(tamper.task_test_files(task)), build_phase.restorable(g.patch, tamper.task_test_files(task)),
+            grader_files), sandbox.workdir, START_TEST_OUTPUT, END_TEST_OUTPUT)
         # the test user where the channel answers (a Python runner's log: pytest's or unittest's); other
         # runners' tests run as before (their toolchains' caches are the image user's)
         script = with_channel(script, channel, sandbox.workdir, p.parser.__module__.endswith(".python"),
                               sandbox.separate_users)
         script, runner_report = reports.instrument(script, START_TEST_OUTPUT, END_TEST_OUTPUT, sandbox.tmpdir)
-    eval_path = f"{sandbox.tmpdir}/eval.sh"
     # every file of the grade goes up with the patch, the snapshot is taken in the patch's exec
-    files = {eval_path: (script.encode("utf-8"), 0o755), **(channel.uploads(sandbox) if channel else {})}
+    files = {eval_path: (script.encode("utf-8"), 0o755), **(channel.uploads(sandbox) if channel else {}),
+             **(build_phase.uploads(channel.dir) if channel else {})}
     with trace.span("grade.apply"):
         applied = await apply_patch(sandbox, g.patch, f"{sandbox.tmpdir}/model.patch", rec, log, g.timeout,
                                     also=files, snapshot=g.base_ref if defended else None)
@@ -249,7 +265,7 @@ async def grade(g: GradeContext) -> GradeRecord:
         channel, sandbox, test_output(out), status, rec.test_exit_code,
         {*p.test_spec.FAIL_TO_PASS, *p.test_spec.PASS_TO_PASS},
         kind is unittest_verdict.UnittestChannel or verdict.runs_pytest(test_command(p.script)),
-        lambda seen: p.parser(lines(seen), p.test_spec) if seen else {}, printed, placed)
+        lambda seen: p.parser(lines(seen), p.test_spec) if seen else {}, printed, placed, placed_first)
     status = await reports.reconcile(sandbox, runner_report, status, rec, log)
     if defended and googletest.applies(p.parser.__name__, test_command(p.script)):
         # googletest prints from the process of the code under test: its tests' own exit statuses decide

@@ -51,7 +51,7 @@ PLUGIN_SOURCE = Path(__file__).with_name("verdict_plugin.py")
 SIBLINGS = {"channel": Path(__file__).with_name("verdict_channel.py"),
             "checks": Path(__file__).with_name("verdict_checks.py")}
 UID_BASE, UID_SPAN = 1 << 20, 1 << 30  # the test user's id: a random one no image or host account has
-_SECTION_RE = re.compile(r"^== (verdict\.jsonl|privilege)$")
+_SECTION_RE = re.compile(r"^== (verdict\.jsonl|privilege|(?:files|startup)\.[a-z]+|build\.wrote)$")
 # merging the verdicts of several processes: the worst outcome of a test wins
 _RANK = {"ok": 0, "skipped": 1, "xfailed": 1, "raised": 2, "error": 2}
 CLAIMED = ("PASSED", "XFAIL")  # what swebench counts as passed
@@ -299,7 +299,7 @@ class Channel:
 
     def _listing(self) -> str:
         """A script that prints the channel's verdict and what became of the test user, each under a header."""
-        return (f"cd {shlex.quote(self.dir)} && for f in verdict.jsonl privilege; do "
+        return (f"cd {shlex.quote(self.dir)} && for f in verdict.jsonl privilege files.* startup.* build.wrote; do "
                 f'[ -f "$f" ] && printf "== %s\\n" "$f" && cat "$f" && echo; done; true')
 
     def after_run(self) -> tuple[str, str]:
@@ -325,6 +325,7 @@ class Channel:
                 current.append(line)
         v = parse("\n".join(sections.get("verdict.jsonl", [])).encode("utf-8", "surrogateescape"))
         v.isolation = " ".join(sections.get("privilege", [])) or "no test user was made"
+        v.records = {k: lines for k, lines in sections.items() if k.startswith(("files.", "startup.", "build."))}
         return v
 
 

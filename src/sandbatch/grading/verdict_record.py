@@ -22,3 +22,4 @@ class Verdict:
     asserts: list[str] = field(default_factory=list)  # assertion machinery replaced during the run
     exits: list[int | None] = field(default_factory=list)  # each pytest process's own exit status, as it ended
     isolation: str = ""  # "separated": the tests ran as a user of their own; else why not
+    records: dict[str, list[str]] = field(default_factory=dict)  # build_phase's records, by name
