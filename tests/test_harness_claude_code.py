@@ -361,3 +361,70 @@ def test_real_claude_code_compacting_its_context_starts_a_trusted_segment(tmp_pa
     assert subprocess.run([docker_engine, "ps", "-aq", "--filter", f"label=sandbatch.run={docker_run_label}"],
                           capture_output=True, text=True, check=True).stdout.split() == []
     print(f"\nclaude-code compacting in Docker, 1 task: workflow {took:.1f} s; {len(chat)} model calls; {join}")
+
+
+# --- a corpus row: a real SWE-bench task on its own image --------------------------------------
+
+ROW = "psf__requests-5414"  # the smallest row's image; its gold patch is one line
+
+
+def row_agent_image(row_image: str, agent_image: str) -> str:
+    """The row's image with Claude Code copied from `agent_image` under CLAUDE_PREFIX (no npm,
+    no network), built once on a machine (its tag names both images' ids)."""
+    import hashlib
+    import tempfile
+
+    from shared import built_once
+
+    ids = [subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", image], capture_output=True,
+                          text=True, check=True).stdout.strip() for image in (row_image, agent_image)]
+    tag = f"sandbatch/test-agent:claude-{ROW.lower()}-{hashlib.sha256(' '.join(ids).encode()).hexdigest()[:12]}"
+    with built_once(f"agent-image-claude-{ROW}", bound=900):
+        if subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode != 0:
+            with tempfile.TemporaryDirectory(prefix="sandbatch-agent-image-") as tmp:
+                (Path(tmp) / "Dockerfile").write_text(f"FROM {agent_image} AS agent\nFROM {row_image}\n"
+                                                      f"COPY --from=agent {CLAUDE_PREFIX}/ {CLAUDE_PREFIX}/\n")
+                build = subprocess.run(["docker", "build", "-q", "-t", tag, tmp], capture_output=True, text=True,
+                                       timeout=900)
+            assert build.returncode == 0, f"docker build {tag}: {build.stderr[-1500:]}"
+    return tag
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("corpus")
+def test_real_claude_code_in_docker_resolves_a_corpus_row(tmp_path, docker_engine, docker_base_image,  # noqa: F811
+                                                          docker_run_label, claude_image):
+    """Claude Code on a real SWE-bench row's image applies the row's gold patch through its Bash
+    tool, and the real grader (the row's tests, every defence on) says resolved."""
+    from sandbatch import corpus
+    from sandbatch.corpus.build import build
+
+    row = corpus.rows([ROW])[0]
+    build(row)  # present on a machine that ran the corpus tests
+    task = {**row.task(), "image": row_agent_image(row.image(), claude_image)}
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps(task) + "\n")
+    script = {"tasks": {"raises UnicodeError": {
+        "turns": fix_turns("grep -n \"startswith(u'\\*')\" requests/models.py",
+                           f"git apply <<'EOF'\n{row.data['patch']}EOF\ngit diff --stat"),
+        "final": {"content": "A host starting with a dot now raises InvalidURL."}}}}
+    harness = {"name": "claude-code", "config": {"install": {"method": "path", "path": f"{CLAUDE_PREFIX}/bin/claude"}}}
+    with scripted_model_server(script) as (url, model):
+        cfg = {"run": docker_run_label, "benchmark": {"kind": "swebench", "tasks": str(tasks)},
+               "harness": harness, "sandbox": {"provider": "docker"}, "retries": 0,
+               "model": {"name": "scripted", "base_url": url, "tokens": "on"}, "timeouts": {"agent": 300}}
+        run_dir, took = run_workflow(tmp_path, cfg)
+    h = rollout(run_dir, ROW, "harness.json")
+    assert (h["status"], h["exit_code"]) == ("ok", 0), h
+    resp = rollout(run_dir, ROW, "response.json")
+    outputs = items_of(resp, "function_call_output")
+    assert "startswith(u'*')" in outputs[0]["output"] and "1 file changed" in outputs[1]["output"], outputs
+    grade = rollout(run_dir, ROW, "grade.json")
+    assert (grade["resolved"], grade["reward"], grade.get("tampering") or []) == (True, 1.0, []), grade
+    assert rollout(run_dir, ROW, "patch.json")["files"] == ["requests/models.py"]
+    assert_valid_responses([resp])
+    assert_token_data(run_dir, [ROW], model)
+    left = subprocess.run([docker_engine, "ps", "-aq", "--filter", f"label=sandbatch.run={docker_run_label}"],
+                          capture_output=True, text=True, check=True).stdout.split()
+    assert left == []
+    print(f"\nclaude-code on {ROW} in Docker: workflow {took:.1f} s, grade {grade.get('duration_s')} s")
