@@ -291,3 +291,140 @@ def test_real_claude_code_on_opensandbox_resolves_a_smoke_task(tmp_path, real_op
     assert_resolved(run_dir, ["smoke__calc-1"], model)
     assert left == [], f"sandboxes left behind: {left}"
     print(f"\nclaude-code on OpenSandbox, 1 task: workflow {took:.1f} s")
+
+
+# Claude Code compacting its context. Its auto-compact window has a floor of 100k tokens
+# (CLAUDE_CODE_AUTO_COMPACT_WINDOW), but CLAUDE_CODE_MAX_CONTEXT_TOKENS declares the model's own
+# window and CLAUDE_AUTOCOMPACT_PCT_OVERRIDE lowers the threshold to a share of it: 20% of
+# 30,000. The first command prints ~3,500 tokens (the scripted model's toy tokenizer) over a
+# ~4,200-token first prompt. Claude Code tries to compact after it (no model call: too little
+# history to summarise) and again after the edit: it asks for an <analysis>/<summary> reply
+# (rejected without the tags), then continues from the summary plus the turns it keeps.
+CC_SUMMARY = ("<analysis>The task: divide() truncates.</analysis>\n"
+              "<summary>calc.divide() used floor division; it now divides truly. Next: report it.</summary>")
+CC_COMPACTING_SCRIPT = {
+    "tasks": {"divide() truncates": [
+        {"reasoning_content": "Find the code first.", "content": "Looking at the code.",
+         "tool_calls": [{"name": "Bash", "arguments": {"command": "seq 1 3000; grep -n 'def divide' -A 2 calc.py",
+                                                       "description": "Show the code"}}]},
+        {"content": "Applying the fix.",
+         "tool_calls": [{"name": "Bash", "arguments": {"command": CALC_EDIT, "description": "Edit the file"}}]},
+    ]},
+    "replies": {"create a detailed summary": {"content": CC_SUMMARY}},
+    "final": {"content": "divide() now returns the true quotient."},
+}
+
+
+@pytest.mark.slow
+def test_real_claude_code_compacting_its_context_starts_a_trusted_segment(tmp_path, docker_engine,  # noqa: F811
+                                                                          docker_run_label, claude_image):
+    from harness_support import assert_gym_training_items, assert_segments_chain
+
+    harness = {"name": "claude-code", "config": {
+        "install": {"method": "path", "path": f"{CLAUDE_PREFIX}/bin/claude"}, "max_output_tokens": 1000,
+        "env": {"CLAUDE_CODE_MAX_CONTEXT_TOKENS": 30000, "CLAUDE_AUTOCOMPACT_PCT_OVERRIDE": 20}}}
+    with scripted_model_server(CC_COMPACTING_SCRIPT) as (url, model):
+        cfg = smoke_config(tmp_path, harness, ["smoke__calc-1"], run=docker_run_label,
+                           model={"name": "scripted", "base_url": url, "tokens": "on"},
+                           sandbox={"provider": "docker", "default_image": claude_image}, timeouts={"agent": 300})
+        run_dir, took = run_workflow(tmp_path, cfg)
+    h = rollout(run_dir, "smoke__calc-1", "harness.json")
+    assert (h["status"], h["exit_code"]) == ("ok", 0), h
+    assert rollout(run_dir, "smoke__calc-1", "grade.json")["reward"] == 1.0
+    chat = [r["body"] for r in model.requests if r["path"].endswith("/chat/completions")]
+    summaries = [b for b in chat if "create a detailed summary" in json.dumps(b["messages"][-1])]
+    assert len(summaries) == 1, [json.dumps(b["messages"][-1])[:200] for b in chat]
+    resp = rollout(run_dir, "smoke__calc-1", "response.json")
+    assert resp["sandbatch"]["system_events"]["compact_boundary"] == 1, resp["sandbatch"]["system_events"]
+    # the summary comes back to the model as a user message: feedback, not an assistant item
+    assert "calc.divide() used floor division" in resp["sandbatch"]["feedback"][-1]["text"]
+    join = resp["sandbatch"]["token_join"]
+    # Claude Code does not stream its summary back: that call has no items (unmatched). Its prompt
+    # does not extend the edit turn's though it keeps the history (counted drifted), and it
+    # produces nothing a trainer takes; the turn after it starts a new, trusted segment
+    assert (join["calls"], join["unmatched_calls"], join["segments"], join["rewritten_turns"],
+            join["untrusted_turns"], join["unmatched_items"]) == (4, 1, 2, 1, 0, 0), join
+    carrying = [i for i in resp["output"] if "segment" in i]
+    assert [(i["type"], i["segment"], i["trusted"]) for i in carrying] == [
+        ("function_call", 0, True), ("function_call", 0, True), ("message", 1, True)], carrying
+    assert carrying[-1]["content"][0]["text"] == "divide() now returns the true quotient."
+    # every carried turn's ids and logprobs are the upstream reply's with exactly that prompt
+    replies = {tuple(r.prompt_ids): r for r in (model.reply(b) for b in chat)}
+    for item in carrying:
+        generated = [i for _, i in replies[tuple(item["prompt_token_ids"])].generated()]
+        assert item["generation_token_ids"] == generated
+    after, before = carrying[-1]["prompt_token_ids"], carrying[1]["prompt_token_ids"]
+    assert after[:len(before)] != before  # the new segment's prompt is the summary's conversation
+    assert_segments_chain(carrying)
+    assert_gym_training_items([resp])
+    Response.model_validate({k: v for k, v in resp.items() if k != "sandbatch"})
+    assert subprocess.run([docker_engine, "ps", "-aq", "--filter", f"label=sandbatch.run={docker_run_label}"],
+                          capture_output=True, text=True, check=True).stdout.split() == []
+    print(f"\nclaude-code compacting in Docker, 1 task: workflow {took:.1f} s; {len(chat)} model calls; {join}")
+
+
+# --- a corpus row: a real SWE-bench task on its own image --------------------------------------
+
+ROW = "psf__requests-5414"  # the smallest row's image; its gold patch is one line
+
+
+def row_agent_image(row_image: str, agent_image: str) -> str:
+    """The row's image with Claude Code copied from `agent_image` under CLAUDE_PREFIX (no npm,
+    no network), built once on a machine (its tag names both images' ids)."""
+    import hashlib
+    import tempfile
+
+    from shared import built_once
+
+    ids = [subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", image], capture_output=True,
+                          text=True, check=True).stdout.strip() for image in (row_image, agent_image)]
+    tag = f"sandbatch/test-agent:claude-{ROW.lower()}-{hashlib.sha256(' '.join(ids).encode()).hexdigest()[:12]}"
+    with built_once(f"agent-image-claude-{ROW}", bound=900):
+        if subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode != 0:
+            with tempfile.TemporaryDirectory(prefix="sandbatch-agent-image-") as tmp:
+                (Path(tmp) / "Dockerfile").write_text(f"FROM {agent_image} AS agent\nFROM {row_image}\n"
+                                                      f"COPY --from=agent {CLAUDE_PREFIX}/ {CLAUDE_PREFIX}/\n")
+                build = subprocess.run(["docker", "build", "-q", "-t", tag, tmp], capture_output=True, text=True,
+                                       timeout=900)
+            assert build.returncode == 0, f"docker build {tag}: {build.stderr[-1500:]}"
+    return tag
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("corpus")
+def test_real_claude_code_in_docker_resolves_a_corpus_row(tmp_path, docker_engine, docker_base_image,  # noqa: F811
+                                                          docker_run_label, claude_image):
+    """Claude Code on a real SWE-bench row's image applies the row's gold patch through its Bash
+    tool, and the real grader (the row's tests, every defence on) says resolved."""
+    from sandbatch import corpus
+    from sandbatch.corpus.build import build
+
+    row = corpus.rows([ROW])[0]
+    build(row)  # present on a machine that ran the corpus tests
+    task = {**row.task(), "image": row_agent_image(row.image(), claude_image)}
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps(task) + "\n")
+    script = {"tasks": {"raises UnicodeError": {
+        "turns": fix_turns("grep -n \"startswith(u'\\*')\" requests/models.py",
+                           f"git apply <<'EOF'\n{row.data['patch']}EOF\ngit diff --stat"),
+        "final": {"content": "A host starting with a dot now raises InvalidURL."}}}}
+    harness = {"name": "claude-code", "config": {"install": {"method": "path", "path": f"{CLAUDE_PREFIX}/bin/claude"}}}
+    with scripted_model_server(script) as (url, model):
+        cfg = {"run": docker_run_label, "benchmark": {"kind": "swebench", "tasks": str(tasks)},
+               "harness": harness, "sandbox": {"provider": "docker"}, "retries": 0,
+               "model": {"name": "scripted", "base_url": url, "tokens": "on"}, "timeouts": {"agent": 300}}
+        run_dir, took = run_workflow(tmp_path, cfg)
+    h = rollout(run_dir, ROW, "harness.json")
+    assert (h["status"], h["exit_code"]) == ("ok", 0), h
+    resp = rollout(run_dir, ROW, "response.json")
+    outputs = items_of(resp, "function_call_output")
+    assert "startswith(u'*')" in outputs[0]["output"] and "1 file changed" in outputs[1]["output"], outputs
+    grade = rollout(run_dir, ROW, "grade.json")
+    assert (grade["resolved"], grade["reward"], grade.get("tampering") or []) == (True, 1.0, []), grade
+    assert rollout(run_dir, ROW, "patch.json")["files"] == ["requests/models.py"]
+    assert_valid_responses([resp])
+    assert_token_data(run_dir, [ROW], model)
+    left = subprocess.run([docker_engine, "ps", "-aq", "--filter", f"label=sandbatch.run={docker_run_label}"],
+                          capture_output=True, text=True, check=True).stdout.split()
+    assert left == []
+    print(f"\nclaude-code on {ROW} in Docker: workflow {took:.1f} s, grade {grade.get('duration_s')} s")
