@@ -182,9 +182,11 @@ def attach(items: list[dict[str, Any]], calls: Iterable[Mapping[str, Any]]) -> t
         "turns_with_tokens": with_tokens,
         # turns continuing a conversation, and those whose prompt did not extend the previous
         # turn's prompt + generation token for token though the history was kept (re-tokenisation
-        # drift; a rewritten history is no drift)
+        # drift; a rewritten history is no drift, nor is a call whose answer no item carries: a
+        # side request such as a compaction's summary, whose ids reach no training field)
         "continuing_turns": len(continuing),
-        "drifted_turns": sum(1 for t in continuing if t.row["tokens"]["extends"] is False and t.start != "rewritten"),
+        "drifted_turns": sum(1 for t in continuing
+                             if t.items and t.row["tokens"]["extends"] is False and t.start != "rewritten"),
         "segments": segments,
         "rewritten_turns": sum(1 for t in joined if t.start == "rewritten"),
         "untrusted_turns": sum(1 for t in joined if not t.trusted),
