@@ -276,19 +276,25 @@ def test_real_codex_in_docker_resolves_smoke_tasks(tmp_path, codex_npm, docker_b
     print(f"\ncodex uploaded into docker, 2 tasks: workflow {took:.1f} s; (install s, agent s): {timings}")
 
 
-def assert_joined(run_dir, tasks, model):
-    """Every assistant item joined to the model call that produced it, and each turn's last
-    item carrying the prompt ids that call was sent with, id for id. Generation ids are not
-    checked: a Responses answer carries logprobs for its message text only (vLLM's shape, the
-    scripted model's too), so a turn that also reasons or calls a tool has them in part."""
+def assert_joined(run_dir, tasks, model, turns=3):
+    """Every assistant item joined to the model call that produced it, and each trusted turn's
+    last item carrying the prompt ids that call was sent with, id for id. A Responses answer
+    carries logprobs for its message text only (vLLM's shape, the scripted model's too), so a
+    turn that also reasons or calls a tool has its generation ids in part; the prompt of the
+    turn after one that reasoned (its reasoning before the text) does not extend them: that
+    turn is drift, left untrusted (its ids off)."""
     prompts = {tuple(model.reply(r["body"]).prompt_ids) for r in model.requests if r["path"].endswith("/responses")}
     for task in tasks:
         resp = rollout(run_dir, task, "response.json")
         join = resp["sandbatch"]["token_join"]
         assert join["unmatched_items"] == 0 and join["matched_items"] == join["items"] > 0, join
-        assert join["matched_calls"] == join["calls"] == join["turns_with_tokens"] >= 3, join
+        assert join["matched_calls"] == join["calls"] >= turns, join
+        assert join["turns_with_tokens"] + join["untrusted_turns"] == join["calls"], join
+        assert join["untrusted_turns"] == join["drifted_turns"] and join["turns_with_tokens"] >= 1, join
         carrying = [i for i in resp["output"] if "prompt_token_ids" in i]
-        assert len(carrying) == join["calls"] and all(tuple(i["prompt_token_ids"]) in prompts for i in carrying)
+        assert len(carrying) == join["turns_with_tokens"] and all(tuple(i["prompt_token_ids"]) in prompts
+                                                                  for i in carrying)
+        assert all(i["trusted"] for i in carrying) and carrying[0]["segment"] == 0
 
 
 @pytest.mark.slow
@@ -313,3 +319,50 @@ def test_real_codex_on_opensandbox_resolves_a_smoke_task(tmp_path, real_opensand
     resp = rollout(run_dir, "smoke__textutils-1", "response.json")
     assert [c["name"] for c in items_of(resp, "function_call")] == ["exec_command", "exec_command"]
     assert len([r for r in model.requests if r["path"].endswith("/responses")]) == 3
+
+
+# --- a corpus row: a real SWE-bench repository, graded by the real grader ------------------------
+
+CORPUS_ROW = "psf__requests-5414"
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("corpus")
+def test_real_codex_fixes_a_corpus_row_graded_resolved(tmp_path, codex_npm, docker_engine,  # noqa: F811
+                                                       docker_base_image):  # noqa: F811
+    """npm's Codex in a Docker sandbox on the row's own image, the scripted model applying the
+    row's gold patch through Codex's shell tool: SWE-bench's grader (its FAIL_TO_PASS and
+    PASS_TO_PASS lists, every defence on) finds it resolved, and every turn's ids are joined."""
+    from sandbatch import corpus
+    from sandbatch.corpus.build import build
+
+    row = corpus.rows([CORPUS_ROW])[0]
+    build(row)  # present on a machine that ran the corpus tests; built otherwise
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps(row.task()) + "\n")
+    apply = f"git apply <<'EOF'\n{row.data['patch']}EOF\ngit diff --stat"
+    script = {"tasks": {"http://.example.com raises UnicodeError": {
+        "turns": [{"reasoning_content": "The label check misses a leading dot.", "content": "Applying the fix.",
+                   "tool_calls": [{"name": "bash", "arguments": {"command": apply}}]}],
+        "final": {"content": "A host starting with a dot is now an InvalidURL."}}},
+        "fallbacks": CODEX_SCRIPT["fallbacks"]}
+    harness = {"name": "codex", "config": {"install": {"method": "upload", "source": str(codex_npm / "bin" / "codex")}}}
+    with scripted_model_server(script) as (url, model):
+        cfg = {"run": "t", "retries": 0, "harness": harness, "timeouts": {"agent": 300},
+               "benchmark": {"kind": "swebench", "tasks": str(tasks)},
+               "model": {"name": "scripted", "base_url": url, "tokens": "on"}, "sandbox": {"provider": "docker"}}
+        run_dir, took = run_workflow(tmp_path, cfg)
+    h = rollout(run_dir, CORPUS_ROW, "harness.json")
+    assert (h["status"], h["exit_code"]) == ("ok", 0), h
+    grade = rollout(run_dir, CORPUS_ROW, "grade.json")
+    assert (grade["resolved"], grade["reward"], grade.get("tampering") or []) == (True, 1.0, []), grade
+    resp = rollout(run_dir, CORPUS_ROW, "response.json")
+    calls = items_of(resp, "function_call")
+    assert [json.loads(c["arguments"])["cmd"] for c in calls] == [apply]
+    assert "requests/models.py" in items_of(resp, "function_call_output")[0]["output"]  # git diff --stat
+    assert rollout(run_dir, CORPUS_ROW, "patch.json")["files"] == ["requests/models.py"]
+    assert_valid_responses([resp])
+    assert_joined(run_dir, [CORPUS_ROW], model, turns=2)
+    print(f"\ncodex on {CORPUS_ROW}: workflow {took:.1f} s; install {h['install_s']:.1f} s, "
+          f"agent {h['agent_s']:.1f} s, grade {grade.get('duration_s')} s")
+
