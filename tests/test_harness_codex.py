@@ -15,9 +15,10 @@ import pytest
 from docker_fixtures import docker_base_image, docker_engine  # noqa: F401 (fixtures)
 from real_opensandbox import os_run, real_opensandbox  # noqa: F401 (fixtures)
 from gym_env import assert_valid_responses
-from harness_support import (OPENCODE_SCRIPT, codex_npm_prefix, convert_events, items_of, leftover_sandboxes,
-                             listed_model, recorded_events, rollout, run_context, run_workflow, scripted_model_server,
-                             sleeper, smoke_config)
+from harness_support import (CALC_EDIT, OPENCODE_SCRIPT, assert_gym_training_items, assert_segments_chain,
+                             codex_npm_prefix, convert_events, items_of, leftover_sandboxes, listed_model,
+                             recorded_events, rollout, run_context, run_workflow, scripted_model_server, sleeper,
+                             smoke_config)
 from sandbatch.core.errors import UserError
 from sandbatch.harness import get_harness
 from sandbatch.harness.codex import exec_policy
@@ -366,3 +367,64 @@ def test_real_codex_fixes_a_corpus_row_graded_resolved(tmp_path, codex_npm, dock
     print(f"\ncodex on {CORPUS_ROW}: workflow {took:.1f} s; install {h['install_s']:.1f} s, "
           f"agent {h['agent_s']:.1f} s, grade {grade.get('duration_s')} s")
 
+
+# --- compaction ----------------------------------------------------------------------------------
+
+# Codex compacting its context: its first prompt is ~5,150 tokens of the scripted model's toy
+# tokenizer (instructions, tools, environment, task); the first command fixes the code and
+# prints ~2,200 tokens more, which Codex counts against `model_auto_compact_token_limit`
+# before its next request. So it asks for a summary (the history and its own prompt
+# "... CONTEXT CHECKPOINT COMPACTION ..." as the last user message), then goes on from its
+# initial context, the user's messages and the summary (a user message "Another language
+# model started to solve this problem ..."): the turn after it is answered from `replies` too.
+CODEX_SUMMARY = "calc.divide() used floor division; it now divides truly."
+COMPACTING_SCRIPT = {
+    "tasks": {"divide() truncates": [
+        {"content": "Applying the fix.",  # no reasoning: the summary request's prompt extends this turn's ids
+         "tool_calls": [{"name": "bash", "arguments": {"command": f"{CALC_EDIT}\nseq 1 2000"}}]}]},
+    "replies": {"CONTEXT CHECKPOINT COMPACTION": {"content": CODEX_SUMMARY},
+                "Another language model started": {"content": "divide() now returns the true quotient."}},
+    "fallbacks": CODEX_SCRIPT["fallbacks"],
+}
+
+
+@pytest.mark.slow
+def test_real_codex_compacting_its_context_starts_a_trusted_segment(tmp_path, codex_npm):
+    """The real Codex (uploaded, local provider) compacts its history: the summary request
+    continues the task's segment, the turn after the compaction starts a new one, every turn
+    trusted, its ids the upstream's, each segment a chain."""
+    harness = {"name": "codex", "config": {"install": {"method": "upload", "source": str(codex_npm / "bin" / "codex")},
+                                           "codex_config": {"model_auto_compact_token_limit": 6500}}}
+    with scripted_model_server(COMPACTING_SCRIPT) as (url, model):
+        cfg = smoke_config(tmp_path, harness, ["smoke__calc-1"], model={"name": "scripted", "base_url": url,
+                                                                        "tokens": "on"},
+                           timeouts={"agent": 120})
+        run_dir, took = run_workflow(tmp_path, cfg)
+    h = rollout(run_dir, "smoke__calc-1", "harness.json")
+    assert (h["status"], h["exit_code"]) == ("ok", 0), h
+    assert rollout(run_dir, "smoke__calc-1", "grade.json")["reward"] == 1.0
+    bodies = [r["body"] for r in model.requests if r["path"].endswith("/responses")]
+    asked = [b for b in bodies if "CONTEXT CHECKPOINT COMPACTION" in json.dumps(b["input"][-1])]
+    assert len(bodies) == 3 and len(asked) == 1, [json.dumps(b["input"][-1])[:200] for b in bodies]
+    resp = rollout(run_dir, "smoke__calc-1", "response.json")
+    summary, final = resp["output"][-2:]
+    assert [i["content"][0]["text"] for i in (summary, final)] == [CODEX_SUMMARY,
+                                                                   "divide() now returns the true quotient."]
+    assert resp["sandbatch"]["codex_compactions"] == [{"after": summary["id"]}]
+    join = resp["sandbatch"]["token_join"]
+    assert (join["segments"], join["rewritten_turns"], join["drifted_turns"], join["untrusted_turns"]) == \
+        (2, 1, 0, 0), join
+    edit = items_of(resp, "function_call")[0]
+    assert [(i["segment"], i["trusted"]) for i in (edit, summary, final)] == [(0, True), (0, True), (1, True)]
+    assert_segments_chain([edit, summary, final])
+    # the new segment's prompt is the compacted history, not the old one extended
+    assert final["prompt_token_ids"][:len(edit["prompt_token_ids"])] != edit["prompt_token_ids"]
+    replies = {tuple(model.reply(b).prompt_ids): model.reply(b) for b in bodies}
+    for item in (edit, summary, final):  # each turn carries the ids of its upstream reply's message text
+        reply = replies[tuple(item["prompt_token_ids"])]
+        text = [i for name, tokens in reply.generation() if name == "content" for _, i in tokens]
+        assert text and item["generation_token_ids"] == text, [name for name, _ in reply.generation()]
+    assert_valid_responses([resp])
+    assert_gym_training_items([resp])
+    assert leftover_sandboxes(tmp_path) == []
+    print(f"\ncodex compacting, 1 task: workflow {took:.1f} s; {len(bodies)} model calls; token_join {join}")
