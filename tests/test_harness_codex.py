@@ -21,7 +21,7 @@ from harness_support import (CALC_EDIT, OPENCODE_SCRIPT, assert_gym_training_ite
                              smoke_config)
 from sandbatch.core.errors import UserError
 from sandbatch.harness import get_harness
-from sandbatch.harness.codex import exec_policy
+from sandbatch.harness.codex import CodexHarness, exec_policy
 
 FIXTURES = Path(__file__).parent / "fixtures"
 RECORDED = FIXTURES / "codex_0.171.0_events.jsonl"  # a real run on smoke__calc-1: a refused `git log`, then the fix
@@ -60,7 +60,7 @@ def codex_image(codex_npm, docker_base_image) -> str:  # noqa: F811
     import subprocess
     import tempfile
 
-    from sandbatch.harness.codex import CodexHarness, native_binary
+    from sandbatch.harness.codex import native_binary
     from shared import built_once
 
     version = CodexHarness.default_version
@@ -390,10 +390,15 @@ COMPACTING_SCRIPT = {
 
 @pytest.mark.slow
 def test_real_codex_compacting_its_context_starts_a_trusted_segment(tmp_path, codex_npm):
-    """The real Codex (uploaded, local provider) compacts its history: the summary request
-    continues the task's segment, the turn after the compaction starts a new one, every turn
-    trusted, its ids the upstream's, each segment a chain."""
-    harness = {"name": "codex", "config": {"install": {"method": "upload", "source": str(codex_npm / "bin" / "codex")},
+    """The real Codex, installed by the harness with npm (local provider; install.env points
+    npm at this machine's cache, which `codex_npm` filled), compacts its history: the summary
+    request continues the task's segment, the turn after the compaction starts a new one,
+    every turn trusted, its ids the upstream's, each segment a chain."""
+    import subprocess
+
+    cache = subprocess.run(["npm", "config", "get", "cache"], capture_output=True, text=True, check=True).stdout.strip()
+    install = {"method": "npm", "env": {"npm_config_cache": cache, "npm_config_prefer_offline": "true"}}
+    harness = {"name": "codex", "config": {"install": install,
                                            "codex_config": {"model_auto_compact_token_limit": 6500}}}
     with scripted_model_server(COMPACTING_SCRIPT) as (url, model):
         cfg = smoke_config(tmp_path, harness, ["smoke__calc-1"], model={"name": "scripted", "base_url": url,
@@ -403,6 +408,7 @@ def test_real_codex_compacting_its_context_starts_a_trusted_segment(tmp_path, co
     h = rollout(run_dir, "smoke__calc-1", "harness.json")
     assert (h["status"], h["exit_code"]) == ("ok", 0), h
     assert rollout(run_dir, "smoke__calc-1", "grade.json")["reward"] == 1.0
+    assert h["version"] == CodexHarness.default_version, h  # pinned by default
     bodies = [r["body"] for r in model.requests if r["path"].endswith("/responses")]
     asked = [b for b in bodies if "CONTEXT CHECKPOINT COMPACTION" in json.dumps(b["input"][-1])]
     assert len(bodies) == 3 and len(asked) == 1, [json.dumps(b["input"][-1])[:200] for b in bodies]
@@ -427,4 +433,5 @@ def test_real_codex_compacting_its_context_starts_a_trusted_segment(tmp_path, co
     assert_valid_responses([resp])
     assert_gym_training_items([resp])
     assert leftover_sandboxes(tmp_path) == []
-    print(f"\ncodex compacting, 1 task: workflow {took:.1f} s; {len(bodies)} model calls; token_join {join}")
+    print(f"\ncodex compacting, 1 task: workflow {took:.1f} s (npm install {h['install_s']:.1f} s); "
+          f"{len(bodies)} model calls; token_join {join}")
