@@ -15,12 +15,13 @@ import pytest
 from docker_fixtures import docker_base_image, docker_engine  # noqa: F401 (fixtures)
 from real_opensandbox import os_run, real_opensandbox  # noqa: F401 (fixtures)
 from gym_env import assert_valid_responses
-from harness_support import (OPENCODE_SCRIPT, codex_npm_prefix, convert_events, items_of, leftover_sandboxes,
-                             listed_model, recorded_events, rollout, run_context, run_workflow, scripted_model_server,
-                             sleeper, smoke_config)
+from harness_support import (CALC_EDIT, OPENCODE_SCRIPT, assert_gym_training_items, assert_segments_chain,
+                             codex_npm_prefix, convert_events, items_of, leftover_sandboxes, listed_model,
+                             recorded_events, rollout, run_context, run_workflow, scripted_model_server, sleeper,
+                             smoke_config)
 from sandbatch.core.errors import UserError
 from sandbatch.harness import get_harness
-from sandbatch.harness.codex import exec_policy
+from sandbatch.harness.codex import CodexHarness, exec_policy
 
 FIXTURES = Path(__file__).parent / "fixtures"
 RECORDED = FIXTURES / "codex_0.171.0_events.jsonl"  # a real run on smoke__calc-1: a refused `git log`, then the fix
@@ -59,7 +60,7 @@ def codex_image(codex_npm, docker_base_image) -> str:  # noqa: F811
     import subprocess
     import tempfile
 
-    from sandbatch.harness.codex import CodexHarness, native_binary
+    from sandbatch.harness.codex import native_binary
     from shared import built_once
 
     version = CodexHarness.default_version
@@ -276,19 +277,25 @@ def test_real_codex_in_docker_resolves_smoke_tasks(tmp_path, codex_npm, docker_b
     print(f"\ncodex uploaded into docker, 2 tasks: workflow {took:.1f} s; (install s, agent s): {timings}")
 
 
-def assert_joined(run_dir, tasks, model):
-    """Every assistant item joined to the model call that produced it, and each turn's last
-    item carrying the prompt ids that call was sent with, id for id. Generation ids are not
-    checked: a Responses answer carries logprobs for its message text only (vLLM's shape, the
-    scripted model's too), so a turn that also reasons or calls a tool has them in part."""
+def assert_joined(run_dir, tasks, model, turns=3):
+    """Every assistant item joined to the model call that produced it, and each trusted turn's
+    last item carrying the prompt ids that call was sent with, id for id. A Responses answer
+    carries logprobs for its message text only (vLLM's shape, the scripted model's too), so a
+    turn that also reasons or calls a tool has its generation ids in part; the prompt of the
+    turn after one that reasoned (its reasoning before the text) does not extend them: that
+    turn is drift, left untrusted (its ids off)."""
     prompts = {tuple(model.reply(r["body"]).prompt_ids) for r in model.requests if r["path"].endswith("/responses")}
     for task in tasks:
         resp = rollout(run_dir, task, "response.json")
         join = resp["sandbatch"]["token_join"]
         assert join["unmatched_items"] == 0 and join["matched_items"] == join["items"] > 0, join
-        assert join["matched_calls"] == join["calls"] == join["turns_with_tokens"] >= 3, join
+        assert join["matched_calls"] == join["calls"] >= turns, join
+        assert join["turns_with_tokens"] + join["untrusted_turns"] == join["calls"], join
+        assert join["untrusted_turns"] == join["drifted_turns"] and join["turns_with_tokens"] >= 1, join
         carrying = [i for i in resp["output"] if "prompt_token_ids" in i]
-        assert len(carrying) == join["calls"] and all(tuple(i["prompt_token_ids"]) in prompts for i in carrying)
+        assert len(carrying) == join["turns_with_tokens"] and all(tuple(i["prompt_token_ids"]) in prompts
+                                                                  for i in carrying)
+        assert all(i["trusted"] for i in carrying) and carrying[0]["segment"] == 0
 
 
 @pytest.mark.slow
@@ -313,3 +320,118 @@ def test_real_codex_on_opensandbox_resolves_a_smoke_task(tmp_path, real_opensand
     resp = rollout(run_dir, "smoke__textutils-1", "response.json")
     assert [c["name"] for c in items_of(resp, "function_call")] == ["exec_command", "exec_command"]
     assert len([r for r in model.requests if r["path"].endswith("/responses")]) == 3
+
+
+# --- a corpus row: a real SWE-bench repository, graded by the real grader ------------------------
+
+CORPUS_ROW = "psf__requests-5414"
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("corpus")
+def test_real_codex_fixes_a_corpus_row_graded_resolved(tmp_path, codex_npm, docker_engine,  # noqa: F811
+                                                       docker_base_image):  # noqa: F811
+    """npm's Codex in a Docker sandbox on the row's own image, the scripted model applying the
+    row's gold patch through Codex's shell tool: SWE-bench's grader (its FAIL_TO_PASS and
+    PASS_TO_PASS lists, every defence on) finds it resolved, and every turn's ids are joined."""
+    from sandbatch import corpus
+    from sandbatch.corpus.build import build
+
+    row = corpus.rows([CORPUS_ROW])[0]
+    build(row)  # present on a machine that ran the corpus tests; built otherwise
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps(row.task()) + "\n")
+    apply = f"git apply <<'EOF'\n{row.data['patch']}EOF\ngit diff --stat"
+    script = {"tasks": {"http://.example.com raises UnicodeError": {
+        "turns": [{"reasoning_content": "The label check misses a leading dot.", "content": "Applying the fix.",
+                   "tool_calls": [{"name": "bash", "arguments": {"command": apply}}]}],
+        "final": {"content": "A host starting with a dot is now an InvalidURL."}}},
+        "fallbacks": CODEX_SCRIPT["fallbacks"]}
+    harness = {"name": "codex", "config": {"install": {"method": "upload", "source": str(codex_npm / "bin" / "codex")}}}
+    with scripted_model_server(script) as (url, model):
+        cfg = {"run": "t", "retries": 0, "harness": harness, "timeouts": {"agent": 300},
+               "benchmark": {"kind": "swebench", "tasks": str(tasks)},
+               "model": {"name": "scripted", "base_url": url, "tokens": "on"}, "sandbox": {"provider": "docker"}}
+        run_dir, took = run_workflow(tmp_path, cfg)
+    h = rollout(run_dir, CORPUS_ROW, "harness.json")
+    assert (h["status"], h["exit_code"]) == ("ok", 0), h
+    grade = rollout(run_dir, CORPUS_ROW, "grade.json")
+    assert (grade["resolved"], grade["reward"], grade.get("tampering") or []) == (True, 1.0, []), grade
+    resp = rollout(run_dir, CORPUS_ROW, "response.json")
+    calls = items_of(resp, "function_call")
+    assert [json.loads(c["arguments"])["cmd"] for c in calls] == [apply]
+    assert "requests/models.py" in items_of(resp, "function_call_output")[0]["output"]  # git diff --stat
+    assert rollout(run_dir, CORPUS_ROW, "patch.json")["files"] == ["requests/models.py"]
+    assert_valid_responses([resp])
+    assert_joined(run_dir, [CORPUS_ROW], model, turns=2)
+    print(f"\ncodex on {CORPUS_ROW}: workflow {took:.1f} s; install {h['install_s']:.1f} s, "
+          f"agent {h['agent_s']:.1f} s, grade {grade.get('duration_s')} s")
+
+
+# --- compaction ----------------------------------------------------------------------------------
+
+# Codex compacting its context: its first prompt is ~5,150 tokens of the scripted model's toy
+# tokenizer (instructions, tools, environment, task); the first command fixes the code and
+# prints ~2,200 tokens more, which Codex counts against `model_auto_compact_token_limit`
+# before its next request. So it asks for a summary (the history and its own prompt
+# "... CONTEXT CHECKPOINT COMPACTION ..." as the last user message), then goes on from its
+# initial context, the user's messages and the summary (a user message "Another language
+# model started to solve this problem ..."): the turn after it is answered from `replies` too.
+CODEX_SUMMARY = "calc.divide() used floor division; it now divides truly."
+COMPACTING_SCRIPT = {
+    "tasks": {"divide() truncates": [
+        {"content": "Applying the fix.",  # no reasoning: the summary request's prompt extends this turn's ids
+         "tool_calls": [{"name": "bash", "arguments": {"command": f"{CALC_EDIT}\nseq 1 2000"}}]}]},
+    "replies": {"CONTEXT CHECKPOINT COMPACTION": {"content": CODEX_SUMMARY},
+                "Another language model started": {"content": "divide() now returns the true quotient."}},
+    "fallbacks": CODEX_SCRIPT["fallbacks"],
+}
+
+
+@pytest.mark.slow
+def test_real_codex_compacting_its_context_starts_a_trusted_segment(tmp_path, codex_npm):
+    """The real Codex, installed by the harness with npm (local provider; install.env points
+    npm at this machine's cache, which `codex_npm` filled), compacts its history: the summary
+    request continues the task's segment, the turn after the compaction starts a new one,
+    every turn trusted, its ids the upstream's, each segment a chain."""
+    import subprocess
+
+    cache = subprocess.run(["npm", "config", "get", "cache"], capture_output=True, text=True, check=True).stdout.strip()
+    install = {"method": "npm", "env": {"npm_config_cache": cache, "npm_config_prefer_offline": "true"}}
+    harness = {"name": "codex", "config": {"install": install,
+                                           "codex_config": {"model_auto_compact_token_limit": 6500}}}
+    with scripted_model_server(COMPACTING_SCRIPT) as (url, model):
+        cfg = smoke_config(tmp_path, harness, ["smoke__calc-1"], model={"name": "scripted", "base_url": url,
+                                                                        "tokens": "on"},
+                           timeouts={"agent": 120})
+        run_dir, took = run_workflow(tmp_path, cfg)
+    h = rollout(run_dir, "smoke__calc-1", "harness.json")
+    assert (h["status"], h["exit_code"]) == ("ok", 0), h
+    assert rollout(run_dir, "smoke__calc-1", "grade.json")["reward"] == 1.0
+    assert h["version"] == CodexHarness.default_version, h  # pinned by default
+    bodies = [r["body"] for r in model.requests if r["path"].endswith("/responses")]
+    asked = [b for b in bodies if "CONTEXT CHECKPOINT COMPACTION" in json.dumps(b["input"][-1])]
+    assert len(bodies) == 3 and len(asked) == 1, [json.dumps(b["input"][-1])[:200] for b in bodies]
+    resp = rollout(run_dir, "smoke__calc-1", "response.json")
+    summary, final = resp["output"][-2:]
+    assert [i["content"][0]["text"] for i in (summary, final)] == [CODEX_SUMMARY,
+                                                                   "divide() now returns the true quotient."]
+    assert resp["sandbatch"]["codex_compactions"] == [{"after": summary["id"]}]
+    join = resp["sandbatch"]["token_join"]
+    assert (join["segments"], join["rewritten_turns"], join["drifted_turns"], join["untrusted_turns"]) == \
+        (2, 1, 0, 0), join
+    edit = items_of(resp, "function_call")[0]
+    assert [(i["segment"], i["trusted"]) for i in (edit, summary, final)] == [(0, True), (0, True), (1, True)]
+    assert_segments_chain([edit, summary, final])
+    # the new segment's prompt is the compacted history, not the old one extended
+    assert final["prompt_token_ids"][:len(edit["prompt_token_ids"])] != edit["prompt_token_ids"]
+    replies = {tuple(model.reply(b).prompt_ids): model.reply(b) for b in bodies}
+    for item in (edit, summary, final):  # each turn carries the ids of its upstream reply's message text
+        reply = replies[tuple(item["prompt_token_ids"])]
+        text = [i for name, tokens in reply.generation() if name == "content" for _, i in tokens]
+        assert text and item["generation_token_ids"] == text, [name for name, _ in reply.generation()]
+    assert_valid_responses([resp])
+    assert_gym_training_items([resp])
+    assert leftover_sandboxes(tmp_path) == []
+    print(f"\ncodex compacting, 1 task: workflow {took:.1f} s (npm install {h['install_s']:.1f} s); "
+          f"{len(bodies)} model calls; token_join {join}")
