@@ -340,10 +340,10 @@ def test_real_claude_code_compacting_its_context_starts_a_trusted_segment(tmp_pa
     assert "calc.divide() used floor division" in resp["sandbatch"]["feedback"][-1]["text"]
     join = resp["sandbatch"]["token_join"]
     # Claude Code does not stream its summary back: that call has no items (unmatched). Its prompt
-    # does not extend the edit turn's though it keeps the history (counted drifted), and it
-    # produces nothing a trainer takes; the turn after it starts a new, trusted segment
+    # does not extend the edit turn's though it keeps the history, but it produces nothing a
+    # trainer takes (no drift); the turn after it starts a new, trusted segment
     assert (join["calls"], join["unmatched_calls"], join["segments"], join["rewritten_turns"],
-            join["untrusted_turns"], join["unmatched_items"]) == (4, 1, 2, 1, 0, 0), join
+            join["untrusted_turns"], join["drifted_turns"], join["unmatched_items"]) == (4, 1, 2, 1, 0, 0, 0), join
     carrying = [i for i in resp["output"] if "segment" in i]
     assert [(i["type"], i["segment"], i["trusted"]) for i in carrying] == [
         ("function_call", 0, True), ("function_call", 0, True), ("message", 1, True)], carrying
