@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import subprocess
 import textwrap
+import uuid
 from pathlib import Path
 
 import pytest
@@ -145,7 +146,7 @@ def test_attacks_planted_from_the_agents_shell_earn_nothing(tmp_path, docker_eng
     base = subprocess.run([docker_engine, "run", "--rm", image, "git", "-C", "/testbed", "rev-parse", "HEAD"],
                           capture_output=True, text=True, check=True).stdout.strip()
     tasks = task_rows(tmp_path, image, base)
-    run = f"agentpath-{tmp_path.name}"[:40]
+    run = f"agentpath-{uuid.uuid4().hex[:8]}"  # its own: the leftover check below counts this run's containers
     with scripted_model_server(script()) as (url, _):
         config = write_config(tmp_path, "config.yaml", {
             "run": run, "retries": 0, "benchmark": {"kind": "smoke", "tasks": str(tasks)},
