@@ -535,3 +535,20 @@ def test_declared_outcomes_are_read_from_the_placed_source():
     assert sorted(e["path"] for e in entries) == ["Other doc.", "tests/test_a.py::test_plain", "tests/test_a.py::test_plain[1]",
                                                   "tests/test_gone.py::test_x"], entries
     assert {t for t, v in status.items() if v == "FAILED"} == {e["path"] for e in entries}
+
+
+def test_declared_text_is_cut_from_the_source_as_the_parser_counts_its_lines():
+    """The segments the declaration is read from are ast.get_source_segment's, node for node, in a
+    source with every line end the parser knows, a form feed inside a line, text beyond ASCII and
+    no final line end (the source is split once per file, not once per node)."""
+    import ast
+
+    from sandbatch.grading import declared
+
+    src = ("import pytest\r\n\x0c# é ü\rclass TestÅ:\n    @pytest.mark.skip(reason='ünï')\r\n"
+           "    def test_ß(self): x = 'é'; assert x\n\n@pytest.mark.xfail\ndef test_b():\n    pass")
+    lines = declared._LINES.findall(src)
+    assert "".join(lines) == src
+    nodes = [n for n in ast.walk(ast.parse(src)) if hasattr(n, "end_col_offset")]
+    assert len(nodes) > 20
+    assert [declared.segment(lines, n) for n in nodes] == [ast.get_source_segment(src, n) for n in nodes]

@@ -250,3 +250,22 @@ def test_the_defences_overhead_benchmark_on_a_real_row(docker_engine, docker_bas
     off, on = (float(x) for x in cpu.split("psf__requests-5414")[1].split()[:2])
     assert 0.5 < off and 0.5 < on, cpu  # a container's CPU, not this process's alone
     assert proc.stdout.count("(target < 5%)") == 2, proc.stdout
+
+
+def test_the_checks_table_shows_a_grade_that_never_ran_its_tests(monkeypatch, capsys):
+    """A gold grade that ended in an infrastructure error before its tests (no `tests` phase) is a
+    row of the table and a WRONG line, not a crash of the table."""
+    from sandbatch.corpus import check as corpus_check
+
+    def grades(resolved: bool, tests_s: float | None) -> dict:
+        return {"resolved": resolved, "reward": 1.0 if resolved else 0.0, "tests_s": tests_s}
+    row = {"neutralise": {"gold": grades(True, 44.8), "noop": grades(False, 49.2)},
+           "log_only": {"gold": grades(False, None), "noop": grades(False, 82.4)}}
+    wrong = ["astropy__astropy-12907 (log_only): the gold patch is not resolved (infra_error, [])"]
+    monkeypatch.setattr(corpus_check, "check", lambda *a, **k: {
+        "workdir": "/w", "runs": [], "build_s": {"astropy__astropy-12907": None},
+        "grades": {"astropy__astropy-12907": row}, "wrong": wrong})
+    args = type("Args", (), {"ids": [], "workdir": None, "cores": 2})()
+    assert corpus_check.main_args(args) == 1
+    out = capsys.readouterr().out
+    assert "44.8/-" in out and f"WRONG: {wrong[0]}" in out, out

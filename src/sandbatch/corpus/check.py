@@ -90,6 +90,12 @@ def check(ids: list[str] | None = None, workdir: Path | None = None, cores: int 
     return {"workdir": str(workdir), "runs": runs, "build_s": build_s, "grades": grades, "wrong": wrong}
 
 
+def _seconds(took: float | None) -> str:
+    """A `tests` phase's seconds; `-` for a grade that never ran its tests (an infrastructure error,
+    listed among the WRONG lines below)."""
+    return "-" if took is None else f"{took:.1f}"
+
+
 def main_args(args) -> int:
     res = check(args.ids or None, Path(args.workdir) if args.workdir else None, args.cores)
     print(f"{'row':<32} {'build':>8} {'gold':>9} {'noop':>9} {'tests s (on/off)':>17}")
@@ -99,7 +105,7 @@ def main_args(args) -> int:
         print(f"{rid:<32} {'present' if b is None else f'{b:.0f} s':>8} "
               f"{'/'.join('1' if on[p]['resolved'] else '0' for p in ('gold',)) + '/' + ('1' if off['gold']['resolved'] else '0'):>9} "
               f"{('1' if on['noop']['resolved'] else '0') + '/' + ('1' if off['noop']['resolved'] else '0'):>9} "
-              f"{on['gold']['tests_s']:>8.1f}/{off['gold']['tests_s']:<8.1f}")
+              f"{_seconds(on['gold']['tests_s']):>8}/{_seconds(off['gold']['tests_s']):<8}")
     for w in res["wrong"]:
         print(f"WRONG: {w}")
     print(f"results: {res['workdir']}")
