@@ -481,6 +481,10 @@ def test_a_start_up_hook_of_the_workdir_in_package_form_is_found_by_what_was_imp
     entries, intact = integrity.compare(v, [], {}, lambda seen: seen)
     assert not intact and [(e["path"], e["kind"]) for e in entries] == [("python", "startup_hook")], entries
     assert "sitecustomize/__init__.py" in entries[0]["detail"]
+    # the hook is a file the patch added: it stays; the same import of a file the patch did not touch
+    # (the repository's own, imported at start-up by the image) is none of the patch's
+    assert integrity.of_the_patch(v.findings, {"sitecustomize/__init__.py"}) == v.findings
+    assert integrity.of_the_patch(v.findings, {"calc.py"}) == []
 
 
 def test_a_decisive_test_of_the_tasks_files_must_answer_whatever_files_the_record_names():

@@ -10,10 +10,10 @@ harnesses do.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Collection
 
 from ..core.failures import FailureClass
-from . import build_phase, consistency, declared, verdict
+from . import build_phase, consistency, declared, integrity, verdict
 
 if TYPE_CHECKING:
     from ..rollout.records import GradeRecord
@@ -33,17 +33,22 @@ class Findings:
 async def settle(channel: verdict.Channel | None, sandbox: "Sandbox", log: str, status: dict[str, str],
                  runner_exit: int | None, decisive: set[str], expected: bool,
                  as_log: Callable[[dict[str, str]], dict[str, str]], printed: bytes | None = None,
-                 placed: dict[str, str] | None = None, placed_first: bool | None = None) -> Findings:
+                 placed: dict[str, str] | None = None, placed_first: bool | None = None,
+                 touched: Collection[str] | None = None) -> Findings:
     """Check one test run; tests the verdict contradicts are set to FAILED in `status`. expected: the
     test command starts the runner the channel is loaded into (verdict.compare). runner_exit: the test
     command's exit status where it is the runner's own (consistency.check); pytest's comes from the
     verdict. printed: the channel's listing as the test command's exec printed it (Channel.after_run).
     placed: the test files as placed (verdict.placed_from), whose source declares XFAIL and skips.
     placed_first: the eval script carries build_phase's records (None: it does not), and whether the
-    tests were placed before its build."""
+    tests were placed before its build. touched: the paths the patch adds, changes or deletes (None:
+    unknown); workdir code imported at start-up is a hook only if the patch touched it (an image's
+    own start-up import of the repository, matplotlib's namespace-package .pth say, is not)."""
     if channel is None:
         return Findings()
     v = await channel.read(sandbox, printed)
+    if touched is not None:
+        v.findings = integrity.of_the_patch(v.findings, touched)
     verdict.check_rootdir(verdict.rootdirs(v, log), sandbox.workdir)
     inconsistent = consistency.check(log, status, verdict.pytest_exit(v), runner_exit)
     rewritten, resolvable = verdict.compare(v, expected, status, decisive, as_log, frozenset(channel.test_files))

@@ -20,7 +20,7 @@ Each makes the rollout not resolved; the tests named count as failed.
 from __future__ import annotations
 
 import json
-from typing import Callable
+from typing import Callable, Collection
 
 from . import tamper
 from .verdict_record import Verdict
@@ -51,6 +51,14 @@ def compare(v: Verdict, claimed: list[str], status: dict[str, str],
     out += [_entry(name, "assertions_patched", "replaced during the test run") for name in v.asserts]
     unique = list({(e["path"], e["kind"], e["detail"]): e for e in out}.values())
     return unique, not unique
+
+
+def of_the_patch(findings: list[dict], touched: Collection[str]) -> list[dict]:
+    """`findings` less the start-up hooks whose code is a workdir file the patch did not add or
+    change: the repository's own code at the base commit, imported at start-up by the image (an
+    editable install's namespace-package .pth, as matplotlib's images have) is no hook of the
+    patch's. A hook the patch planted is a file it touched, or is imported by one it touched."""
+    return [r for r in findings if not (r.get("w") == "hook" and r.get("f") and r["f"] not in touched)]
 
 
 def _entry(path: str, kind: str, detail: str) -> dict[str, str]:

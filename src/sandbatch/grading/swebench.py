@@ -265,7 +265,8 @@ async def grade(g: GradeContext) -> GradeRecord:
         channel, sandbox, test_output(out), status, rec.test_exit_code,
         {*p.test_spec.FAIL_TO_PASS, *p.test_spec.PASS_TO_PASS},
         kind is unittest_verdict.UnittestChannel or verdict.runs_pytest(test_command(p.script)),
-        lambda seen: p.parser(lines(seen), p.test_spec) if seen else {}, printed, placed, placed_first)
+        lambda seen: p.parser(lines(seen), p.test_spec) if seen else {}, printed, placed, placed_first,
+        frozenset(tamper.touched_paths(g.patch)))
     status = await reports.reconcile(sandbox, runner_report, status, rec, log)
     if defended and googletest.applies(p.parser.__name__, test_command(p.script)):
         # googletest prints from the process of the code under test: its tests' own exit statuses decide

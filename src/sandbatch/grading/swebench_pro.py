@@ -15,7 +15,7 @@ import shlex
 
 from ..core.failures import FailureClass
 from ..rollout.records import GradeRecord
-from . import GradeContext, defences, verdict, write_log
+from . import GradeContext, defences, tamper, verdict, write_log
 from .apply import apply_patch, keep_code_only
 
 
@@ -116,7 +116,8 @@ async def grade(g: GradeContext) -> GradeRecord:
     # run_script's exit status is the instance script's, not a runner's (it may end `|| true`)
     checked = await defences.settle(channel, sandbox, "\n".join(output), status, None,
                                     {*task.fail_to_pass, *task.pass_to_pass},
-                                    verdict.runs_pytest(task.run_script or ""), lambda seen: seen)
+                                    verdict.runs_pytest(task.run_script or ""), lambda seen: seen,
+                                    touched=frozenset(tamper.touched_paths(g.patch)))
     rec.tests_status = compare(status, task.fail_to_pass, task.pass_to_pass)
     rec.resolved = not rec.tests_status["FAIL_TO_PASS"]["failure"] and not rec.tests_status["PASS_TO_PASS"]["failure"]
     rec.report = {"resolved": rec.resolved, "tests_status": rec.tests_status}

@@ -50,7 +50,7 @@ def _chain_site():
         return
     rel = _checks._rel(spec.origin or "")
     if rel is not None:  # the workdir's, in whatever form (a package, compiled): not the image's hook
-        _checks._say(None, "hook", "the start-up hook sitecustomize of %s would come next on the path" % rel)
+        _checks._say(None, "hook", "the start-up hook sitecustomize of %s would come next on the path" % rel, rel)
         return
     mod = iu.module_from_spec(spec)
     sys.modules["sitecustomize"] = mod

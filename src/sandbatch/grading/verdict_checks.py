@@ -218,7 +218,7 @@ class Checks(object):
                 self._early.append((name, rel))
                 seen.add(name)
         for name, rel in self._early:
-            self._say(None, "hook", "module %s of %s was imported at interpreter start-up" % (name, rel))
+            self._say(None, "hook", "module %s of %s was imported at interpreter start-up" % (name, rel), rel)
 
     # --- where code lives -------------------------------------------------------------------
 
@@ -301,11 +301,15 @@ class Checks(object):
                 return False
         return obj is k
 
-    def _say(self, test, what, detail):
+    def _say(self, test, what, detail, file=None):
+        """Record a finding; `file`: the workdir file (relative) whose code it is about."""
         key = (test, what, detail)
         if key not in self._said:
             self._said.add(key)
-            self.emit({"t": test or "", "w": what, "x": detail})
+            rec = {"t": test or "", "w": what, "x": detail}
+            if file is not None:
+                rec["f"] = file
+            self.emit(rec)
 
     # --- the tests that run are the tests the grader placed ----------------------------------------
 
