@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from ..rollout.records import GradeRecord
 from .. import trace
-from . import GradeContext, defences, reports, tamper, unittest_verdict, verdict, write_log
+from . import GradeContext, defences, go_confirm, reports, tamper, unittest_verdict, verdict, write_log
 from .apply import apply_patch, keep_code_only
 
 EXIT_VAR = "SANDBATCH_TEST_EXIT_CODE"
@@ -205,13 +205,20 @@ async def grade(g: GradeContext) -> GradeRecord:
     kind = unittest_verdict.for_parser(p.parser.__name__)  # pytest's channel, or unittest's
     defended = g.cfg.grading.tampering != "log_only"
     channel = kind.new(sandbox.tmpdir, tamper.touched_paths(task.test_patch or "")) if defended else None
-    script, runner_report = p.script, None  # runner_report: a runner's own report beside the log (Jest)
+    # runner_report: a runner's own report beside the log (Jest); go_check: Go's decisive tests, each
+    # confirmed by a process of its own after the run
+    script, runner_report, go_check = p.script, None, None
+    decisive = {*p.test_spec.FAIL_TO_PASS, *p.test_spec.PASS_TO_PASS}
     if channel is not None:
         # the test user where the channel answers (a Python runner's log: pytest's or unittest's); other
         # runners' tests run as before (their toolchains' caches are the image user's)
         script = with_channel(script, channel, sandbox.workdir, p.parser.__module__.endswith(".python"),
                               sandbox.separate_users)
-        script, runner_report = reports.instrument(script, START_TEST_OUTPUT, END_TEST_OUTPUT, sandbox.tmpdir)
+        script, runner_report = reports.instrument(script, START_TEST_OUTPUT, END_TEST_OUTPUT, sandbox.tmpdir,
+                                                   tamper.touched_paths(task.test_patch or ""),
+                                                   await reports.package_scripts(sandbox, test_command(script)))
+        script, go_check = go_confirm.instrument(script, END_TEST_OUTPUT, EXIT_VAR, sandbox.tmpdir, decisive,
+                                                 sandbox.separate_users)
     eval_path = f"{sandbox.tmpdir}/eval.sh"
     # every file of the grade goes up with the patch, the snapshot is taken in the patch's exec
     files = {eval_path: (script.encode("utf-8"), 0o755), **(channel.uploads(sandbox) if channel else {})}
@@ -245,11 +252,11 @@ async def grade(g: GradeContext) -> GradeRecord:
     lines = unittest_verdict.as_log if kind is unittest_verdict.UnittestChannel else (
         lambda seen: "\n".join(f"{s} {t}" for t, s in seen.items()))
     checked = await defences.settle(
-        channel, sandbox, test_output(out), status, rec.test_exit_code,
-        {*p.test_spec.FAIL_TO_PASS, *p.test_spec.PASS_TO_PASS},
+        channel, sandbox, test_output(out), status, rec.test_exit_code, decisive,
         kind is unittest_verdict.UnittestChannel or verdict.runs_pytest(test_command(p.script)),
         lambda seen: p.parser(lines(seen), p.test_spec) if seen else {}, printed, placed)
     status = await reports.reconcile(sandbox, runner_report, status, rec, log)
+    status = await go_confirm.confirm(sandbox, go_check, status, rec, log)
     write_log(g.log_path, log)
     rec.tests_ran = found and bool(status)
     if rec.tests_ran and rec.test_exit_code not in (None, 0) and not any(
