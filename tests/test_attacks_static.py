@@ -410,6 +410,7 @@ def test_a_comparison_that_ignores_its_operand_is_suspicious(tmp_path):
 @pytest.mark.parametrize("path, line, flagged", [
     ("pkg/run.go", 'import "testing"', True), ("pkg/run.go", "if testing.Testing() {", True),
     ("pkg/run.go", 'import "fmt"', False), ("pkg/run_test.go", 'import "testing"', False),
+    ("pkg/run.go", "//go:linkname matchString testing.matchString", True), ("pkg/run.go", "// go:linkname", False),
     ("src/mean.js", "if (process.env.JEST_WORKER_ID) return 0;", True),
     ("src/mean.js", "Module._load = function () {};", True), ("src/mean.ts", "import { it } from 'node:test';", True),
     ("src/mean.js", "const x = require('./util');", False), ("src/mean.js", "// JEST_WORKER_ID in a comment", False),
