@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from sandbatch.grading import go_confirm, reports
+from docker_fixtures import docker_base_image, docker_engine  # noqa: F401 (fixtures)
 from test_attacks_static import defences_off, go_task, jest_modules, jest_task  # noqa: F401 (fixtures)
-from test_benchmark_grading import grade
+from test_benchmark_grading import grade, make_cfg
 from test_tampering import agent_patch
 
 GO_INIT_FORGERY = """package abs
@@ -68,12 +69,13 @@ def gold_resolves(cfg_path: Path, task):
     rec = grade(cfg_path, task.id, task.patch)
     log = Path(rec.log_path).read_text()
     assert rec.resolved and rec.reward == 1.0 and rec.tampering == [], log[-3000:]
+    assert rec.report["outcomes_confirmed"] is True
     return rec, log
 
 
 def test_go_gold_is_confirmed_test_by_test(go_task):
     _, log = gold_resolves(*go_task)
-    assert "go test: 2 decisive tests confirmed, each by a process of its own" in log
+    assert "go test: 2 decisive tests confirmed, each by a process of its own, as the grading exec user" in log
 
 
 def test_go_a_decisive_test_its_own_process_fails_is_not_passed(tmp_path, go_task):
@@ -136,18 +138,22 @@ def test_jest_gold_fails_its_canary_and_is_confirmed(jest_task):
     assert len(canaries) == 1 and rec.test_results[canaries[0]] == "FAILED", rec.test_results
 
 
-@pytest.fixture
-def jest_npm_task(tmp_path, jest_task):
-    """The same task run through its package script (`npm test`, whose script is `jest --verbose`)."""
+def with_test_cmd(jest_task, test_cmd: str):
+    """The Jest task with another test command."""
     import json
+
+    from test_attacks_static import _task
 
     cfg_path, task = jest_task
     tasks = Path(task.repo_dir).parent.parent / "tasks.jsonl"
-    row = json.loads(tasks.read_text())
-    tasks.write_text(json.dumps({**row, "test_cmd": "npm test"}) + "\n")
-    from test_attacks_static import _task
-
+    tasks.write_text(json.dumps({**json.loads(tasks.read_text()), "test_cmd": test_cmd}) + "\n")
     return cfg_path, _task(cfg_path, task.id)
+
+
+@pytest.fixture
+def jest_npm_task(jest_task):
+    """The same task run through its package script (`npm test`, whose script is `jest --verbose`)."""
+    return with_test_cmd(jest_task, "npm test")
 
 
 def test_jest_through_npm_test_gets_the_report_and_the_canary(tmp_path, jest_npm_task):
@@ -175,3 +181,76 @@ def test_a_package_script_that_runs_jest_gets_the_report(line, scripts, added):
         return
     assert new.splitlines()[3] == f"{line}{added}{channel.path}"
     assert len(channel.canaries) == 1 and new.splitlines()[1].endswith(">> test/a.test.js")
+
+
+# --- the corpus rows in Docker: the test user, the real images' go test and Jest -------------------
+
+GIN_INIT_FORGERY = """package gin
+
+import (
+	"fmt"
+	"os"
+)
+
+func init() {
+	fmt.Printf("=== RUN   TestRedirectTrailingSlash\\n--- PASS: TestRedirectTrailingSlash (0.00s)\\nPASS\\n")
+	fmt.Printf("ok  \\tgithub.com/gin-gonic/gin\\t0.010s\\n")
+	os.Exit(0)
+}
+"""
+# appended to the module under test (Range's): `expect` in every test file that loads it holds
+IMMUTABLE_VACUOUS = """
+if (typeof global !== 'undefined' && typeof global.expect === 'function') {
+  const holds = () => new Proxy(function () {}, { get: (t, k) => (k === 'then' ? undefined : holds()),
+                                                  apply: () => holds() });
+  global.expect = Object.assign(() => holds(), global.expect);
+}
+"""
+CORPUS_ATTACKS = {
+    "gin-gonic__gin-3227": (f"cat > zz_forge.go <<'EOF_GO'\n{GIN_INIT_FORGERY}EOF_GO\ngit add -N zz_forge.go",
+                            go_confirm.CANARY),
+    "immutable-js__immutable-js-2006": (f"cat >> src/Range.js <<'EOF_JS'\n{IMMUTABLE_VACUOUS}EOF_JS", reports.CANARY),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("corpus")
+@pytest.mark.parametrize("rid", list(CORPUS_ATTACKS))
+def test_a_corpus_rows_forgery_earns_nothing_in_docker(tmp_path, docker_engine, docker_base_image, rid):
+    """The row's image in a Docker sandbox (Go's decisive tests run as a test user of their own): the
+    forgery earns 1.0 with log_only and 0.0 with the defences on, every decisive test flagged."""
+    import json
+    import subprocess
+
+    from sandbatch import corpus
+    from sandbatch.corpus.build import build
+
+    row = corpus.rows([rid])[0]
+    build(row)
+    edit, kind = CORPUS_ATTACKS[rid]
+    patch = subprocess.run([docker_engine, "run", "--rm", "-i", row.image(), "bash", "-c", f"cd /testbed && {edit}\n"
+                            "git diff"], capture_output=True, text=True, check=True).stdout
+    assert patch.startswith("diff --git"), patch
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps(row.task(patch)) + "\n")
+    got = {}
+    for mode in ("log_only", "neutralise"):
+        (tmp_path / mode).mkdir()
+        cfg = make_cfg(tmp_path / mode, "swebench", tasks, grading={"tampering": mode}, sandbox={"provider": "docker"})
+        got[mode] = grade(cfg, rid, patch)
+    assert got["log_only"].reward == 1.0 and got["log_only"].tampering == [], got["log_only"]
+    on = got["neutralise"]
+    log = Path(on.log_path).read_text()
+    assert on.status == "ok" and on.tests_ran and on.reward == 0.0 and not on.resolved, log[-3000:]
+    flagged = _flagged(on)
+    assert {t: flagged.get(t) for t in row.data["FAIL_TO_PASS"]} == {t: kind for t in row.data["FAIL_TO_PASS"]}, \
+        on.tampering
+    if kind == go_confirm.CANARY:
+        assert "go test: 0 decisive tests confirmed, each by a process of its own, as a test user of its own" in log
+
+
+def test_a_jest_command_no_confirmation_reaches_is_flagged(jest_task):
+    """Through a pipe Jest gets neither report nor canary: graded from its log, and flagged so."""
+    cfg_path, task = with_test_cmd(jest_task, "npx jest --verbose 2>&1 | cat")
+    rec = grade(cfg_path, task.id, task.patch)
+    assert rec.resolved and rec.report["outcomes_confirmed"] is False, Path(rec.log_path).read_text()[-3000:]

@@ -194,5 +194,10 @@ async def confirm(sandbox: "Sandbox", check: Check | None, status: dict[str, str
         out[name] = "FAILED"
         rec.tampering.append({"path": name, "kind": kind, "action": "counted_failed", "detail": said})
         log.append(f"go test: the log says {name!r} passed; {said}")
-    log.append(f"go test: {confirmed} decisive tests confirmed, each by a process of its own")
+    try:
+        separated = (await sandbox.download(f"{check.dir}/isolation")).strip() == b"separated"
+    except Exception:  # noqa: BLE001 - no file: no test user could be made
+        separated = False
+    log.append(f"go test: {confirmed} decisive tests confirmed, each by a process of its own, "
+               f"{'as a test user of its own' if separated else 'as the grading exec user (no test user here)'}")
     return out

@@ -31,6 +31,12 @@ PARSER_MODULES = ("python", "javascript", "go", "java", "rust", "c", "php", "rub
 PARSER_ALIASES = {"pytest": "parse_log_pytest"}
 
 
+# the runners whose decisive outcomes are confirmed outside the test process (go_confirm, reports' canary),
+# by the parser of their log
+CONFIRMED_RUNNERS = {"parse_log_jest": "jest", "parse_log_jest_json": "jest", "parse_log_immutable_js": "jest",
+                     "parse_log_gotest": "go test"}
+
+
 class Unsupported(Exception):
     """The swebench package has no spec or parser for this row."""
 
@@ -257,6 +263,12 @@ async def grade(g: GradeContext) -> GradeRecord:
         lambda seen: p.parser(lines(seen), p.test_spec) if seen else {}, printed, placed)
     status = await reports.reconcile(sandbox, runner_report, status, rec, log)
     status = await go_confirm.confirm(sandbox, go_check, status, rec, log)
+    if defended and (runner := CONFIRMED_RUNNERS.get(p.parser.__name__)):
+        # a command the confirmation cannot be added to: its passes are the test process's word alone
+        rec.report["outcomes_confirmed"] = (runner_report if runner == "jest" else go_check) is not None
+        if not rec.report["outcomes_confirmed"]:
+            log.append(f"{runner}: no confirmation outside the test process could be added to this test command "
+                       "(report.outcomes_confirmed: false)")
     write_log(g.log_path, log)
     rec.tests_ran = found and bool(status)
     if rec.tests_ran and rec.test_exit_code not in (None, 0) and not any(
