@@ -8,7 +8,8 @@ script, as root:
 
 - builds each package of the command into a test binary of its own (`go test -c`, the
   command's build flags), with a canary test the grader adds for the build alone: a test
-  function of a random name whose body fails (`t.Fatal`); the file is removed once built;
+  function of a random name whose body fails (`t.Fatal`), in the package's external test
+  package; the file is removed once built;
 - makes the package's `*_test.go` files unreadable to anyone but root for the runs (the code
   under test cannot read which tests exist, so it cannot tell a decisive test from the canary);
 - runs the canary, then every decisive test the log read as passed, each in a process of its
@@ -44,8 +45,8 @@ _VALUED = {"run", "skip", "timeout", "count", "tags", "p", "parallel", "cpu", "b
            "covermode", "coverpkg", "o", "exec", "mod", "modfile", "ldflags", "gcflags", "asmflags", "blockprofile",
            "cpuprofile", "memprofile", "mutexprofile", "outputdir", "trace", "shuffle", "fuzz", "fuzztime",
            "fuzzminimizetime", "list", "C", "overlay", "pkgdir", "toolexec", "vet", "memprofilerate",
-           "blockprofilerate", "mutexprofilefraction", "benchtime", "installsuffix", "compiler", "buildmode",
-           "gccgoflags", "pgo", "covermode"}
+           "blockprofilerate", "mutexprofilefraction", "installsuffix", "compiler", "buildmode", "gccgoflags",
+           "pgo"}
 # build flags of the command the confirming binaries are built with too
 _BUILD = {"tags", "mod", "modfile", "ldflags", "gcflags", "asmflags", "race", "msan", "asan", "trimpath", "overlay",
           "pgo", "cover", "covermode", "coverpkg"}
@@ -115,7 +116,9 @@ def _block(check: Check, packages: list[str], build: list[str], uid: int, users:
     d, q = shlex.quote(check.dir), shlex.quote
     as_user = f"setpriv --reuid={uid} --regid={uid} --clear-groups"
     flags = " ".join(q(f) for f in build)
-    canary_src = (f'package %s\\n\\nimport "testing"\\n\\nfunc {check.canary}(t *testing.T) '
+    # in the package's external test package: the package compiled with its own test files is the one the
+    # row's run built (cached), only the small external package and the link are new
+    canary_src = (f'package %s_test\\n\\nimport "testing"\\n\\nfunc {check.canary}(t *testing.T) '
                   '{ t.Fatal("this test must fail") }\\n')
     # one process per test: its exit status, as root's shell saw it, into root's status file
     one = ('sbg_one() { (cd "$sbg_dir" && sbg_as "$sbg_bin" -test.run "$3" -test.count=1 -test.v '

@@ -21,8 +21,9 @@ Jest's report is written from the results its test processes send, and the code 
 runs in those processes: it can make `expect` vacuous there (nothing throws, every test passes).
 So each of the task's test files gets a canary appended right before the test command: a test
 of a random name whose assertion must fail (a random number expected to be the next one). A
-report that has a canary passed (or lacks it) confirms nothing of that run: every test the log
-read as passed counts failed, with a `tampering` entry of kind `canary_passed`.
+report that ran a canary's file and has the canary anything but failed confirms nothing of that
+run: every test the log read as passed counts failed, with a `tampering` entry of kind
+`canary_passed`. (A test file the command does not run has its canary unrun: nothing to say.)
 """
 
 from __future__ import annotations
@@ -39,14 +40,18 @@ if TYPE_CHECKING:
     from ..sandbox import Sandbox
 
 KIND, CANARY = "report_rewritten", "canary_passed"
+FILES = "\0files"  # a key no test name has: the test files a report ran
 
 
 def _jest(text: str) -> dict[str, str]:
     """Jest's --json report: test title (as the verbose reporter prints it) and full name -> status;
-    a name that several tests share is passed only when all of them passed."""
+    a name that several tests share is passed only when all of them passed. The test files it ran are
+    under the key FILES, as paths joined by newlines."""
     status = {"passed": "PASSED", "failed": "FAILED"}
     out: dict[str, str] = {}
-    for suite in json.loads(text).get("testResults") or []:
+    suites = json.loads(text).get("testResults") or []
+    out[FILES] = "\n".join(str(suite.get("name") or "") for suite in suites)
+    for suite in suites:
         for test in suite.get("assertionResults") or []:
             st = status.get(test.get("status"), "SKIPPED")
             for name in {test.get("title"), test.get("fullName")} - {None, ""}:
@@ -97,7 +102,7 @@ def _through_script(line: str, scripts: dict[str, str]) -> tuple[Runner, str] | 
 class Channel:
     runner: Runner
     path: str  # in the sandbox, outside the workdir
-    canaries: tuple[str, ...] = ()  # the names of the tests that must fail
+    canaries: tuple[tuple[str, str], ...] = ()  # (name, test file) of each test that must fail
 
 
 def instrument(script: str, start: str, end: str, scratch: str, test_files: list[str] | tuple[str, ...] = (),
@@ -139,14 +144,14 @@ async def package_scripts(sandbox: "Sandbox", script: str) -> dict[str, str]:
     return scripts if isinstance(scripts, dict) else {}
 
 
-def _canaries(runner: Runner, test_files: list[str] | tuple[str, ...]) -> tuple[list[str], tuple[str, ...]]:
-    """(shell lines appending a canary to each test file of the runner's that exists, the canaries' names)."""
+def _canaries(runner: Runner, test_files: list[str] | tuple[str, ...]) -> tuple[list[str], tuple[tuple[str, str], ...]]:
+    """(shell lines appending a canary to each test file of the runner's that exists, each canary's name and file)."""
     lines, names = [], []
     for f in test_files:
         if runner.test_file.search(f):
             name, n = f"{secrets.token_hex(4)} {secrets.token_hex(4)}", secrets.randbelow(1 << 30)
             lines.append(f"[ -f {shlex.quote(f)} ] && printf '\\n%s\\n' {shlex.quote(runner.canary(name, n))} >> {shlex.quote(f)}")
-            names.append(name)
+            names.append((name, f))
     return lines, tuple(names)
 
 
@@ -163,9 +168,11 @@ async def reconcile(sandbox: "Sandbox", channel: Channel | None, status: dict[st
         report = None
     out = dict(status)
     # a canary the report has passed or lacks: its assertions held whatever they asserted
-    vacuous = [c for c in channel.canaries if report is not None and report.get(c) != "FAILED"]
+    ran = (report or {}).get(FILES, "").split("\n")
+    vacuous = [c for c, f in channel.canaries if report is not None and report.get(c) != "FAILED"
+               and any(r == f or r.endswith(f"/{f}") for r in ran)]  # its file ran, and it did not fail
     for name, st in status.items():
-        if name in channel.canaries or st != "PASSED":
+        if name in {c for c, _ in channel.canaries} or st != "PASSED":
             continue
         if (report or {}).get(name) != "PASSED":
             out[name] = "FAILED"
