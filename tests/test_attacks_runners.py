@@ -245,7 +245,7 @@ def test_a_corpus_rows_forgery_earns_nothing_in_docker(tmp_path, docker_engine, 
     flagged = _flagged(on)
     assert {t: flagged.get(t) for t in row.data["FAIL_TO_PASS"]} == {t: kind for t in row.data["FAIL_TO_PASS"]}, \
         on.tampering
-    if kind == go_confirm.CANARY:
+    if rid.startswith("gin-"):  # Go's decisive tests ran as the test user
         assert "go test: 0 decisive tests confirmed, each by a process of its own, as a test user of its own" in log
 
 
