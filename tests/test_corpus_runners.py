@@ -19,12 +19,13 @@ RUNNERS = {
     "django__django-11179": "ok",
     "sympy__sympy-20590": "not_pytest",
     "sphinx-doc__sphinx-8595": "ok",
-    "immutable-js__immutable-js-2006": "not_pytest",  # Jest: graded from its own --json report
+    "immutable-js__immutable-js-2006": "not_pytest",  # Jest: its own --json report, a canary in the test file
     PRO: "ok",
 }
 # rows of a runner family that CI does not run (SANDBATCH_CORPUS=all grades them) -> the same:
-# go test and cargo test have no verdict channel, so gin's and tokio's rows are graded from the log;
-# fmt's googletest under ctest from the log, each passed decisive test confirmed by its own process
+# go test and cargo test have no verdict channel, so gin's and tokio's rows are graded from the log (gin's
+# decisive passes confirmed each by a process of its own: grading.go_confirm); fmt's googletest under
+# ctest from the log, each passed decisive test confirmed by its own process
 OUTSIDE_CI = {
     "gin-gonic__gin-3227": "not_pytest",
     "tokio-rs__tokio-7139": "not_pytest",

@@ -265,7 +265,9 @@ PATTERNS: dict[tuple[str, ...], list[tuple[re.Pattern[str], str]]] = {
     (".go",): [(re.compile(r'^\s*(import\s+)?(\w+\s+)?"testing"'), "imports the testing package outside a _test.go file"),
                (re.compile(r"\btesting\.Testing\(\)"), "asks whether it runs under go test"),
                (re.compile(r'flag\.Lookup\(\s*"test\.'), "reads go test's flags"),
-               (re.compile(r"os\.Args\[0\].*\.test\b"), "asks whether it runs as a test binary")],
+               (re.compile(r"os\.Args\[0\].*\.test\b"), "asks whether it runs as a test binary"),
+               # a package's own symbols bound to another package's unexported ones (testing's, the runtime's)
+               (re.compile(r"^\s*//go:linkname\b"), "binds to another package's internals")],
     (".js", ".jsx", ".ts", ".tsx", ".mjs", ".cjs", ".mts", ".cts"): [
         (re.compile(r"\bJEST_WORKER_ID\b|\bVITEST(_\w+)?\b|\bNODE_TEST_CONTEXT\b|\bjasmine\.getEnv\b|__vitest"),
          "asks whether it runs under a test runner"),
@@ -285,7 +287,7 @@ PATTERNS: dict[tuple[str, ...], list[tuple[re.Pattern[str], str]]] = {
     (".rs",): [(re.compile(r"cfg!\(\s*test\s*\)|cfg\(\s*not\(\s*test\s*\)\s*\)"), "behaves differently under test"),
                (re.compile(r"\bRUST_TEST_THREADS\b|\blibtest\b"), "reaches into the test harness")],
 }
-_COMMENT = re.compile(r"^\s*(//|#|\*|/\*)")
+_COMMENT = re.compile(r"^\s*(//(?!go:)|#|\*|/\*)")  # a Go directive (//go:linkname) is no comment
 
 
 def pattern_hits(path: str, added: dict[int, str]) -> list[tuple[int, str]]:

@@ -21,7 +21,8 @@ from typing import Any, Callable
 from ..core.failures import FailureClass
 from ..rollout.records import GradeRecord
 from .. import trace
-from . import GradeContext, build_phase, defences, googletest, reports, tamper, unittest_verdict, verdict, write_log
+from . import (GradeContext, build_phase, defences, go_confirm, googletest, reports, tamper, unittest_verdict, verdict,
+               write_log)
 from .apply import apply_patch, keep_code_only
 
 EXIT_VAR = "SANDBATCH_TEST_EXIT_CODE"
@@ -30,6 +31,12 @@ TEST_PATCH_FAILED = "SANDBATCH_TEST_PATCH_FAILED"
 HEREDOC = "EOF_SANDBATCH_7d1c9"
 PARSER_MODULES = ("python", "javascript", "go", "java", "rust", "c", "php", "ruby")
 PARSER_ALIASES = {"pytest": "parse_log_pytest"}
+
+
+# the runners whose decisive outcomes are confirmed outside the test process (go_confirm, reports' canary),
+# by the parser of their log
+CONFIRMED_RUNNERS = {"parse_log_jest": "jest", "parse_log_jest_json": "jest", "parse_log_immutable_js": "jest",
+                     "parse_log_gotest": "go test"}
 
 
 class Unsupported(Exception):
@@ -215,7 +222,10 @@ async def grade(g: GradeContext) -> GradeRecord:
     kind = unittest_verdict.for_parser(p.parser.__name__)  # pytest's channel, or unittest's
     defended = g.cfg.grading.tampering != "log_only"
     channel = kind.new(sandbox.tmpdir, tamper.touched_paths(task.test_patch or "")) if defended else None
-    script, runner_report = p.script, None  # runner_report: a runner's own report beside the log (Jest)
+    # runner_report: a runner's own report beside the log (Jest); go_check: Go's decisive tests, each
+    # confirmed by a process of its own after the run
+    script, runner_report, go_check = p.script, None, None
+    decisive = {*p.test_spec.FAIL_TO_PASS, *p.test_spec.PASS_TO_PASS}
     eval_path = f"{sandbox.tmpdir}/eval.sh"
     placed_first = None  # with the defences: whether the tests were placed before the build (build_phase)
     if channel is not None:
@@ -228,7 +238,11 @@ async def grade(g: GradeContext) -> GradeRecord:
         # runners' tests run as before (their toolchains' caches are the image user's)
         script = with_channel(script, channel, sandbox.workdir, p.parser.__module__.endswith(".python"),
                               sandbox.separate_users)
-        script, runner_report = reports.instrument(script, START_TEST_OUTPUT, END_TEST_OUTPUT, sandbox.tmpdir)
+        script, runner_report = reports.instrument(script, START_TEST_OUTPUT, END_TEST_OUTPUT, sandbox.tmpdir,
+                                                   tamper.touched_paths(task.test_patch or ""),
+                                                   await reports.package_scripts(sandbox, test_command(script)))
+        script, go_check = go_confirm.instrument(script, END_TEST_OUTPUT, EXIT_VAR, sandbox.tmpdir, decisive,
+                                                 sandbox.separate_users)
     # every file of the grade goes up with the patch, the snapshot is taken in the patch's exec
     files = {eval_path: (script.encode("utf-8"), 0o755), **(channel.uploads(sandbox) if channel else {}),
              **(build_phase.uploads(channel.dir) if channel else {})}
@@ -262,16 +276,21 @@ async def grade(g: GradeContext) -> GradeRecord:
     lines = unittest_verdict.as_log if kind is unittest_verdict.UnittestChannel else (
         lambda seen: "\n".join(f"{s} {t}" for t, s in seen.items()))
     checked = await defences.settle(
-        channel, sandbox, test_output(out), status, rec.test_exit_code,
-        {*p.test_spec.FAIL_TO_PASS, *p.test_spec.PASS_TO_PASS},
+        channel, sandbox, test_output(out), status, rec.test_exit_code, decisive,
         kind is unittest_verdict.UnittestChannel or verdict.runs_pytest(test_command(p.script)),
         lambda seen: p.parser(lines(seen), p.test_spec) if seen else {}, printed, placed, placed_first,
         frozenset(tamper.touched_paths(g.patch)))
     status = await reports.reconcile(sandbox, runner_report, status, rec, log)
     if defended and googletest.applies(p.parser.__name__, test_command(p.script)):
         # googletest prints from the process of the code under test: its tests' own exit statuses decide
-        status = await googletest.confirm(sandbox, test_command(p.script), status,
-                                          {*p.test_spec.FAIL_TO_PASS, *p.test_spec.PASS_TO_PASS}, rec, log, g.timeout)
+        status = await googletest.confirm(sandbox, test_command(p.script), status, decisive, rec, log, g.timeout)
+    status = await go_confirm.confirm(sandbox, go_check, status, rec, log)
+    if defended and (runner := CONFIRMED_RUNNERS.get(p.parser.__name__)):
+        # a command the confirmation cannot be added to: its passes are the test process's word alone
+        rec.report["outcomes_confirmed"] = (runner_report if runner == "jest" else go_check) is not None
+        if not rec.report["outcomes_confirmed"]:
+            log.append(f"{runner}: no confirmation outside the test process could be added to this test command "
+                       "(report.outcomes_confirmed: false)")
     write_log(g.log_path, log)
     rec.tests_ran = found and bool(status)
     if rec.tests_ran and rec.test_exit_code not in (None, 0) and not any(
