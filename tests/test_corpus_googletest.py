@@ -123,45 +123,43 @@ def tasks_of(tmp_path) -> tuple[corpus.Row, object]:
     return row, tasks
 
 
-slow_row = pytest.mark.skipif(not selected(), reason=f"SANDBATCH_CORPUS does not name {ROW} (minutes of C++ builds)")
+# Minutes of C++ builds each: defined only when SANDBATCH_CORPUS names the row (or `all`), as the
+# corpus's rows outside CI are (tests/test_corpus.py), so CI neither runs nor skips them.
+if selected():
+    @pytest.mark.slow
+    @pytest.mark.xdist_group("corpus")
+    def test_the_gold_patch_is_confirmed_by_its_tests_own_processes(tmp_path, docker_engine, docker_base_image):
+        row, tasks = tasks_of(tmp_path)
+        rec = grade(make_cfg(tmp_path, "swebench", tasks, sandbox={"provider": "docker"}), ROW, row.data["patch"])
+        log = open(rec.log_path).read()
+        assert rec.resolved and rec.reward == 1.0 and rec.tampering == [], log[-3000:]
+        n = len(row.data["FAIL_TO_PASS"]) + len(row.data["PASS_TO_PASS"])
+        assert f"googletest: {n} of the {n} decisive tests the log read as passed confirmed" in log
 
 
-@pytest.mark.slow
-@pytest.mark.xdist_group("corpus")
-@slow_row
-def test_the_gold_patch_is_confirmed_by_its_tests_own_processes(tmp_path, docker_engine, docker_base_image):
-    row, tasks = tasks_of(tmp_path)
-    rec = grade(make_cfg(tmp_path, "swebench", tasks, sandbox={"provider": "docker"}), ROW, row.data["patch"])
-    log = open(rec.log_path).read()
-    assert rec.resolved and rec.reward == 1.0 and rec.tampering == [], log[-3000:]
-    n = len(row.data["FAIL_TO_PASS"]) + len(row.data["PASS_TO_PASS"])
-    assert f"googletest: {n} of the {n} decisive tests the log read as passed confirmed" in log
+    @pytest.mark.slow
+    @pytest.mark.xdist_group("corpus")
+    @pytest.mark.parametrize("hook", sorted(HOOKS))
+    def test_an_exit_hook_forging_googletest_earns_nothing_with_the_defences(tmp_path, docker_engine, docker_base_image,
+                                                                             hook):
+        row, tasks = tasks_of(tmp_path)
+        patch = attack_patch(row, HOOKS[hook])
+        (tmp_path / "off").mkdir()
+        (tmp_path / "on").mkdir()
+        off = grade(make_cfg(tmp_path / "off", "swebench", tasks, sandbox={"provider": "docker"},
+                             grading={"tampering": "log_only"}), ROW, patch)
+        log_off = open(off.log_path).read()
+        assert off.resolved and off.reward == 1.0 and off.test_exit_code == 0, log_off[-3000:]
+        assert off.test_results[DECISIVE] == "PASSED" and "[  FAILED  ] ranges_test.format_vector" in log_off
 
-
-@pytest.mark.slow
-@pytest.mark.xdist_group("corpus")
-@slow_row
-@pytest.mark.parametrize("hook", sorted(HOOKS))
-def test_an_exit_hook_forging_googletest_earns_nothing_with_the_defences(tmp_path, docker_engine, docker_base_image,
-                                                                         hook):
-    row, tasks = tasks_of(tmp_path)
-    patch = attack_patch(row, HOOKS[hook])
-    (tmp_path / "off").mkdir()
-    (tmp_path / "on").mkdir()
-    off = grade(make_cfg(tmp_path / "off", "swebench", tasks, sandbox={"provider": "docker"},
-                         grading={"tampering": "log_only"}), ROW, patch)
-    log_off = open(off.log_path).read()
-    assert off.resolved and off.reward == 1.0 and off.test_exit_code == 0, log_off[-3000:]
-    assert off.test_results[DECISIVE] == "PASSED" and "[  FAILED  ] ranges_test.format_vector" in log_off
-
-    on = grade(make_cfg(tmp_path / "on", "swebench", tasks, sandbox={"provider": "docker"}), ROW, patch)
-    log_on = open(on.log_path).read()
-    assert on.status == "ok" and on.tests_ran and not on.resolved and on.reward == 0.0, log_on[-3000:]
-    kinds = {e["path"]: e["kind"] for e in on.tampering}
-    if hook == "unconditional":  # the canary: the binary exits 0 where googletest exits 1
-        assert kinds[DECISIVE] == googletest.FORGED and set(kinds.values()) == {googletest.FORGED}, on.tampering
-        assert set(kinds) == {t for t in row.data["PASS_TO_PASS"] + row.data["FAIL_TO_PASS"]}
-    else:  # the canary passes; the failing test, run alone, ends by googletest's trap (and the hook's 0
-        # without the flag makes it unconfirmable, not passed)
-        assert kinds == {DECISIVE: googletest.UNCONFIRMED}, on.tampering
-        assert "run alone with --gtest_break_on_failure its process exited 133, without it 0" in log_on
+        on = grade(make_cfg(tmp_path / "on", "swebench", tasks, sandbox={"provider": "docker"}), ROW, patch)
+        log_on = open(on.log_path).read()
+        assert on.status == "ok" and on.tests_ran and not on.resolved and on.reward == 0.0, log_on[-3000:]
+        kinds = {e["path"]: e["kind"] for e in on.tampering}
+        if hook == "unconditional":  # the canary: the binary exits 0 where googletest exits 1
+            assert kinds[DECISIVE] == googletest.FORGED and set(kinds.values()) == {googletest.FORGED}, on.tampering
+            assert set(kinds) == {t for t in row.data["PASS_TO_PASS"] + row.data["FAIL_TO_PASS"]}
+        else:  # the canary passes; the failing test, run alone, ends by googletest's trap (and the hook's 0
+            # without the flag makes it unconfirmable, not passed)
+            assert kinds == {DECISIVE: googletest.UNCONFIRMED}, on.tampering
+            assert "run alone with --gtest_break_on_failure its process exited 133, without it 0" in log_on
