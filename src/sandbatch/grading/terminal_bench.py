@@ -123,8 +123,11 @@ async def grade(g: GradeContext) -> GradeRecord:
     tests, logs = sandbox.map_path(TESTS), sandbox.map_path(LOGS)
     # whatever the agent left there (a reward file, tests of its own) goes first
     made = [logs] if iso is None else [logs, sandbox.map_path(iso.logs)]  # and the verifier's own, in one command
-    clean = await sandbox.exec(f"rm -rf {shlex.quote(tests)} {shlex.quote(logs)} && mkdir -p {shlex.join(made)}",
-                               timeout=120)
+    # a few tries: with the defences off nothing stops what the agent left running, and a process that
+    # writes into the logs while they are removed makes one `rm -rf` fail ("Directory not empty")
+    gone = f"rm -rf {shlex.quote(tests)} {shlex.quote(logs)}"
+    clean = await sandbox.exec(f"for _ in 1 2 3 4; do {gone} 2>/dev/null && break; done; "
+                               f"{gone} && mkdir -p {shlex.join(made)}", timeout=120)
     if not clean.ok:
         raise InfraError(f"cannot reset {LOGS} and {TESTS}: {clean.stderr.strip()[-200:]}", FailureClass.SANDBOX_EXEC)
     logs = made[-1]
