@@ -6,6 +6,7 @@ import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..core.errors import InfraError
 from ..core.failures import FailureClass
 from . import reads, suspicion, tamper, write_log
 from .tamper import save_untracked, untracked_backup
@@ -81,6 +82,10 @@ async def apply_patch(sandbox: "Sandbox", patch: str, path: str, rec: "GradeReco
     log += [label, out, applied.stderr]
     rec.apply_method = applied_method(out)
     rec.patch_applied = rec.apply_method is not None
+    if not rec.patch_applied and not (out.strip() or applied.stderr.strip()):
+        # every method that fails says why: a failure that printed nothing is the exec's, not the patch's
+        raise InfraError(f"applying the patch printed nothing and exited {applied.exit_code}",
+                         FailureClass.SANDBOX_EXEC)
     if not rec.patch_applied:
         rec.failure_class = FailureClass.PATCH_APPLY_FAILED
         write_log(rec.log_path, log)
