@@ -15,6 +15,7 @@ import pytest
 from sandbatch import REPO_ROOT
 from sandbatch.core import config
 from sandbatch.core.errors import InfraError
+from sandbatch.core.failures import FailureClass
 from sandbatch.grading import swebench as swe_grader
 from sandbatch.rollout.records import (GRADE, HARNESS, PATCH, PATCH_INFO, SANDBOX, GradeRecord, HarnessRecord,
                                        PatchRecord, SandboxRecord, load)
@@ -143,6 +144,31 @@ def test_swebench_patch_that_does_not_apply(smoke):
     bad = task.patch.replace("return a // b", "return a %% b")
     rec = grade(cfg_path, task.id, bad)
     assert rec.patch_applied is False and rec.failure_class == "patch_apply_failed" and not rec.resolved
+
+
+def test_an_apply_killed_without_a_word_is_an_infra_error_not_the_patch(smoke, monkeypatch):
+    """The apply's shell dies silently (as an exec killed under load does): the gold patch is not
+    scored patch_apply_failed with reward 0; the grade is an infrastructure error, retried."""
+    from sandbatch.grading.apply import MARK
+    from sandbatch.sandbox.local import LocalSandbox
+
+    real_exec = LocalSandbox.exec
+
+    async def killed_apply(self, command, **kw):
+        if MARK in command:  # the apply script: its shell is SIGKILLed before it prints a line
+            command = "kill -KILL $$; " + command
+        return await real_exec(self, command, **kw)
+
+    monkeypatch.setattr(LocalSandbox, "exec", killed_apply)
+    cfg_path, task = smoke
+    with pytest.raises(InfraError) as err:
+        grade(cfg_path, task.id, task.patch)
+    assert err.value.failure_class == FailureClass.SANDBOX_EXEC and "printed nothing" in str(err.value)
+    # on the last attempt the step records an infra error, never the patch's failure
+    assert main(GradeStep, ["--config", str(cfg_path), "--task", task.id, "--repeat", "0"]) == 0
+    rec = load(GradeRecord, ctx_for(cfg_path, task.id).path(GRADE))
+    assert rec.status == "infra_error" and rec.failure_class == FailureClass.SANDBOX_EXEC, rec
+    assert not rec.patch_applied and not rec.resolved
 
 
 def test_swebench_suite_that_never_ran(tmp_path):
