@@ -69,6 +69,7 @@ class ProxyConfig(_Model):
     require_agent_key: bool
     drop_cache_control: bool
     messages: str
+    responses: str
     extra_body: dict[str, Any]
 
 

@@ -32,7 +32,8 @@ upstream for them and makes streamed calls unstreamed upstream where a stream ca
 none (Responses always; Chat once a stream of this upstream came without them), streaming
 the answer back to the agent (restream.py). Anthropic Messages calls (/v1/messages) are
 translated to unstreamed Chat calls and their answers back (messages.py), or passed through
-(model.proxy.messages). Where it listens: settings.py; the upstream side (headers,
+(model.proxy.messages); so are Responses calls when model.proxy.responses says translate
+(responses_api.py: Chat answers carry the ids of the whole generation). Where it listens: settings.py; the upstream side (headers,
 retries, errors): upstream.py.
 """
 
@@ -58,6 +59,7 @@ from ..core.model_calls import MODEL_ENDPOINTS
 from . import tokens as token_data
 from .calls import CallLog, now, since
 from . import messages as messages_api
+from . import responses_api
 from .restream import chat_stream, responses_stream
 from .rewrite import rewrite_request
 from .server import ServerThread, catch_all
@@ -282,11 +284,13 @@ class ModelProxy:
             return error_response(s.cap_status, message, f"{cap}_exceeded", kind)
         self.calls += 1
         record["call"] = self.calls
-        # Messages calls: translated to one unstreamed Chat call (messages.py), unless passed through
-        translated = endpoint == "messages" and s.messages == "translate"
-        client_stream, client_model = body.get("stream") is True, body.get("model")
+        # Messages calls (messages.py) and, when asked, Responses calls (responses_api.py):
+        # translated to one unstreamed Chat call, unless passed through
+        translated = endpoint if (endpoint, "translate") in (("messages", s.messages),
+                                                             ("responses", s.responses)) else None
+        client_body, client_stream = body, body.get("stream") is True
         if translated:
-            body, left_out = messages_api.to_chat(body)
+            body, left_out = _TRANSLATORS[translated].to_chat(body)
             endpoint, rest = "chat", "/chat/completions"
             record.update(upstream_endpoint="chat", **left_out)
         changes = rewrite_request(
@@ -336,8 +340,11 @@ class ModelProxy:
             resp.release()
         record["latency_s"] = since(t0)
         record["response_bytes"] = len(data)
-        if translated:
-            answer = await self._messages_answer(request, resp.status, data, headers, client_model, client_stream)
+        if translated == "messages":
+            answer = await self._messages_answer(request, resp.status, data, headers, client_body.get("model"),
+                                                 client_stream)
+        elif translated == "responses":
+            answer = await self._responses_answer(request, resp.status, data, headers, client_body, client_stream)
         elif restream and resp.status < 400:
             answer = await self._restream(request, data, headers, endpoint, usage_chunk)
         else:
@@ -355,22 +362,29 @@ class ModelProxy:
         if status >= 400:
             return web.json_response(messages_api.error(status, messages_api.error_message(data)), status=status,
                                      headers=headers)
-        try:
-            obj = json.loads(data)
-        except ValueError:
-            obj = None
-        if not isinstance(obj, dict):
+        obj = _json_object(data)
+        if obj is None:
             return web.json_response(messages_api.error(502, "sandbatch model proxy: the upstream's answer is not "
                                                         "a JSON object"), status=502)
         message = messages_api.from_chat(obj, model)
         if not stream:
             return web.json_response(message, headers=headers)
-        out = web.StreamResponse(status=200, headers={**headers, "content-type": "text/event-stream",
-                                                      "cache-control": "no-cache"})
-        await out.prepare(request)
-        await out.write(messages_api.stream(message))
-        await out.write_eof()
-        return out
+        return await self._send_stream(request, headers, messages_api.stream(message))
+
+    async def _responses_answer(self, request: web.Request, status: int, data: bytes, headers: dict[str, str],
+                                client_body: dict[str, Any], stream: bool) -> web.StreamResponse:
+        """A Chat answer sent to a Responses client: the response, or its event stream."""
+        headers = {k: v for k, v in headers.items() if k != "content-type"}
+        if status >= 400:  # the upstream's error is in OpenAI's shape already
+            return web.Response(status=status, body=data, headers={**headers, "content-type": "application/json"})
+        obj = _json_object(data)
+        if obj is None:
+            return error_response(502, "sandbatch model proxy: the upstream's answer is not a JSON object",
+                                  "upstream_error")
+        response = responses_api.from_chat(obj, client_body)
+        if not stream:
+            return web.json_response(response, headers=headers)
+        return await self._send_stream(request, headers, responses_stream(response))
 
     def _count_tokens(self, raw: bytes, record: dict, t0: float) -> web.Response:
         """Messages' count_tokens, answered here (an estimate: messages.count_tokens)."""
@@ -391,16 +405,18 @@ class ModelProxy:
     async def _restream(self, request: web.Request, data: bytes, headers: dict[str, str], endpoint: str,
                         usage_chunk: bool) -> web.StreamResponse:
         """Send an unstreamed answer to the agent as the event stream it asked for."""
-        try:
-            obj = json.loads(data)
-        except ValueError:
-            obj = None
-        obj = obj if isinstance(obj, dict) else {}
+        obj = _json_object(data) or {}
         headers = {k: v for k, v in headers.items() if k != "content-type"}
+        return await self._send_stream(request, headers, responses_stream(obj) if endpoint == "responses"
+                                       else chat_stream(obj, usage_chunk))
+
+    @staticmethod
+    async def _send_stream(request: web.Request, headers: dict[str, str], events: bytes) -> web.StreamResponse:
+        """Send a whole event stream at once."""
         out = web.StreamResponse(status=200, headers={**headers, "content-type": "text/event-stream",
                                                       "cache-control": "no-cache"})
         await out.prepare(request)
-        await out.write(responses_stream(obj) if endpoint == "responses" else chat_stream(obj, usage_chunk))
+        await out.write(events)
         await out.write_eof()
         return out
 
@@ -464,6 +480,18 @@ class ModelProxy:
         record.update(status=resp.status, attempts=attempts, latency_s=since(t0))
         self._log.write(record)
         return web.Response(status=resp.status, body=data, headers=response_headers(resp))
+
+
+# the APIs translated to Chat Completions upstream, by endpoint
+_TRANSLATORS = {"messages": messages_api, "responses": responses_api}
+
+
+def _json_object(data: bytes) -> dict[str, Any] | None:
+    try:
+        obj = json.loads(data)
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) else None
 
 
 def messages_error(answer: web.StreamResponse) -> web.StreamResponse:
