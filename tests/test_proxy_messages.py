@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import threading
 
 import anthropic
 import httpx
@@ -121,12 +122,52 @@ def test_streaming_sends_the_event_sequence(scripted, tmp_path):
     assert raw.headers["content-type"].startswith("text/event-stream")
     events = [line[7:] for line in raw.text.splitlines() if line.startswith("event: ")]
     block = ["content_block_start", "content_block_delta", "content_block_stop"]
-    # thinking (its text, then its signature), text, tool_use
-    assert events == ["message_start", *block[:2], *block[1:], *block, *block, "message_delta", "message_stop"]
+    # thinking (its text, then its signature), text, tool_use; a block's deltas as the chunks came
+    assert squeezed(events) == ["message_start", *block * 3, "message_delta", "message_stop"]
     data = [json.loads(line[6:]) for line in raw.text.splitlines() if line.startswith("data: ")]
     assert [d["type"] for d in data] == events
-    assert [d["delta"]["type"] for d in data if d["type"] == "content_block_delta"] == \
+    assert squeezed([d["delta"]["type"] for d in data if d["type"] == "content_block_delta"]) == \
         ["thinking_delta", "signature_delta", "text_delta", "input_json_delta"]
+    assert data[-2]["usage"]["output_tokens"] == final.usage.output_tokens > 0
+
+
+def squeezed(kinds: list[str]) -> list[str]:
+    """`kinds` with each run of one kind written once."""
+    return [k for n, k in enumerate(kinds) if n == 0 or kinds[n - 1] != k]
+
+
+def test_streamed_answers_go_out_as_the_upstream_sends_them(tmp_path):
+    """The upstream sends the rest of its answer only once the client has the first text: a
+    proxy that waited for the whole answer would hold it until the upstream's wait ran out."""
+    from test_proxy import Scripted, released_within, sse
+
+    released, waited = threading.Event(), []
+
+    async def held_stream(request):
+        async def chunks():
+            yield b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":"Hel"}}]}\n\n'
+            waited.append(await released_within(released, 60))
+            yield b'data: {"choices":[{"index":0,"delta":{"content":"lo"},"finish_reason":"stop"}]}\n\n'
+            yield b'data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":2,"total_tokens":9}}\n\n'
+            yield b"data: [DONE]\n\n"
+        return await sse(request, chunks())
+
+    upstream = Scripted([held_stream])
+    upstream.start()
+    try:
+        with proxy(upstream.url, tmp_path / "calls.jsonl") as p:
+            with client(p).messages.stream(model="agent-model", max_tokens=64, messages=[FIRST]) as stream:
+                for event in stream:
+                    if event.type == "text":
+                        released.set()
+                final = stream.get_final_message()
+    finally:
+        upstream.stop()
+    assert waited == [True], "the first text reached the client only after the upstream gave up waiting"
+    assert [b.text for b in final.content] == ["Hello"] and final.stop_reason == "end_turn"
+    assert final.usage.output_tokens == 2
+    (row,) = iter_jsonl(tmp_path / "calls.jsonl")
+    assert (row["endpoint"], row["upstream_endpoint"], row["usage"]["total_tokens"]) == ("messages", "chat", 9)
 
 
 def test_count_tokens_is_answered_and_not_a_model_call(scripted, tmp_path):

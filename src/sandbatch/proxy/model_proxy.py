@@ -31,7 +31,7 @@ join) and its token ids and logprobs (`tokens`, see tokens.py); `on` also asks t
 upstream for them and makes streamed calls unstreamed upstream where a stream carries
 none (Responses always; Chat once a stream of this upstream came without them), streaming
 the answer back to the agent (restream.py). Anthropic Messages calls (/v1/messages) are
-translated to unstreamed Chat calls and their answers back (messages.py), or passed through
+translated to Chat calls and their answers back (messages.py), or passed through
 (model.proxy.messages); so are Responses calls when model.proxy.responses says translate
 (responses_api.py: Chat answers carry the ids of the whole generation). Where it listens: settings.py; the upstream side (headers,
 retries, errors): upstream.py.
@@ -308,7 +308,7 @@ class ModelProxy:
                 usage_chunk = (body.pop("stream_options", None) or {}).get("include_usage") is True
                 body["stream"] = False
                 record["restreamed"] = True
-        if translated:
+        if translated == "responses":
             body["stream"] = False
         continuing = token_data.continuing(body)
         content = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
@@ -328,7 +328,8 @@ class ModelProxy:
             record["attempt_statuses"] = statuses
         headers = response_headers(resp)
         if resp.content_type == "text/event-stream":
-            return await self._relay(request, resp, headers, record, t0, continuing, body)
+            translator = messages_api.StreamTranslator(client_body.get("model")) if translated else None
+            return await self._relay(request, resp, headers, record, t0, continuing, body, translator)
         try:
             data = await resp.read()
         except self._upstream.errors as exc:
@@ -421,8 +422,10 @@ class ModelProxy:
         return out
 
     async def _relay(self, request: web.Request, resp: aiohttp.ClientResponse, headers: dict[str, str],
-                     record: dict, t0: float, continuing: bool, body: dict) -> web.StreamResponse:
-        """Relay an event stream chunk by chunk, scanning it for usage and tokens on the way."""
+                     record: dict, t0: float, continuing: bool, body: dict,
+                     translator: "messages_api.StreamTranslator | None" = None) -> web.StreamResponse:
+        """Relay an event stream chunk by chunk, scanning it for usage and tokens on the way;
+        with a `translator`, each chunk goes out as the Messages events it makes."""
         scanner = self._log.scanner()
         out = web.StreamResponse(status=resp.status, headers=headers)
         size = 0
@@ -433,8 +436,12 @@ class ModelProxy:
                     record["first_byte_s"] = since(t0)
                 size += len(chunk)
                 scanner.feed(chunk)
-                await out.write(chunk)
+                events = translator.feed(chunk) if translator is not None else chunk
+                if events:
+                    await out.write(events)
             scanner.close()
+            if translator is not None:
+                await out.write(translator.close())
             await out.write_eof()
         except ConnectionResetError:  # the agent closed the connection: nothing more to send
             record.setdefault("error", "the agent closed the stream early")
@@ -452,7 +459,7 @@ class ModelProxy:
             record.update(latency_s=since(t0), response_bytes=size, usage=scanner.usage)
             if scanner.tokens is not None and resp.status < 400:
                 self._log.keep_tokens(record, scanner.tokens, continuing, body)
-                if self.token_mode == "on" and record["endpoint"] == "chat" and \
+                if self.token_mode == "on" and record.get("upstream_endpoint", record["endpoint"]) == "chat" and \
                         not (record.get("tokens") or {}).get("prompt"):
                     self._chat_streams_bare = True  # asked, no prompt ids came: restream the next ones
             self._log.account(record)
