@@ -180,6 +180,34 @@ def test_count_tokens_is_answered_and_not_a_model_call(scripted, tmp_path):
     assert scripted.requests == []
     (row,) = iter_jsonl(path)
     assert (row["endpoint"], row["status"], row["input_tokens"]) == ("count_tokens", 200, counted.input_tokens)
+    assert row["counted_by"] == "estimate"
+
+
+def test_count_tokens_asks_the_upstreams_tokenizer_when_configured(scripted, tmp_path):
+    """With model.proxy.tokenize_url the count is the upstream's own (vLLM's /tokenize, which
+    the scripted model serves with its chat template); a failing endpoint leaves the estimate."""
+    from sandbatch.testing.template import render_prompt
+
+    path = tmp_path / "calls.jsonl"
+    root = scripted.url[:-3]  # vLLM serves /tokenize at its root, not under /v1
+    history = [FIRST, {"role": "assistant", "content": [{"type": "text", "text": "Looking."}]},
+               {"role": "user", "content": "Go on."}]
+    with proxy(scripted.url, path, tokenize_url=root + "/tokenize") as p:
+        counted = client(p).messages.count_tokens(model="agent-model", system=SYSTEM, tools=[BASH], messages=history)
+    with proxy(scripted.url, tmp_path / "failing.jsonl", tokenize_url=root + "/no-tokenizer") as p:
+        estimated = client(p).messages.count_tokens(model="agent-model", system=SYSTEM, messages=history)
+    chat, _ = messages_api.to_chat({"system": SYSTEM, "messages": history})
+    assert counted.input_tokens == len(render_prompt(chat["messages"])) != messages_api.count_tokens(
+        {"system": SYSTEM, "tools": [BASH], "messages": history})
+    asked = [r for r in scripted.requests if r["path"] == "/tokenize"]
+    assert asked[0]["body"]["messages"] == chat["messages"] and asked[0]["body"]["add_generation_prompt"] is True
+    assert asked[0]["body"]["tools"][0]["function"]["name"] == "Bash"
+    (row,) = iter_jsonl(path)
+    assert (row["counted_by"], row["input_tokens"]) == ("tokenize", counted.input_tokens)
+    (row,) = iter_jsonl(tmp_path / "failing.jsonl")
+    assert row["counted_by"] == "estimate" and row["tokenize_error"].startswith("HTTP 404")
+    assert estimated.input_tokens == messages_api.count_tokens({"system": SYSTEM, "messages": history})
+    assert not [r for r in scripted.requests if r["path"].endswith("/messages")]  # no model call made
 
 
 def test_errors_come_in_anthropics_shape(scripted, tmp_path):

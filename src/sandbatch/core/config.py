@@ -70,6 +70,7 @@ class ProxyConfig(_Model):
     drop_cache_control: bool
     messages: str
     responses: str
+    tokenize_url: str | None
     extra_body: dict[str, Any]
 
 

@@ -366,9 +366,9 @@ def error_message(data: bytes) -> str:
 
 
 def count_tokens(body: dict[str, Any]) -> int:
-    """An estimate of a request's input tokens (~4 characters a token over its text): the
-    upstream's tokenizer is not reachable through the OpenAI API, and Claude Code uses the
-    count only to decide when to compact."""
+    """An estimate of a request's input tokens (~4 characters a token over its text), where
+    the upstream's tokenizer endpoint is not configured (model.proxy.tokenize_url) or failed:
+    the OpenAI API has none, and Claude Code uses the count only to decide when to compact."""
     chat, _ = to_chat(body)
     text = json.dumps(chat.get("messages"), ensure_ascii=False) + json.dumps(chat.get("tools") or [], ensure_ascii=False)
     return max(1, len(text) // 4)

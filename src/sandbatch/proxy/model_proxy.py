@@ -233,7 +233,7 @@ class ModelProxy:
         body = await request.read()
         try:
             if request.method == "POST" and endpoint == "count_tokens" and self.settings.messages == "translate":
-                return self._count_tokens(body, record, t0)  # passed through: the upstream counts
+                return await self._count_tokens(body, record, t0)  # passed through: the upstream counts
             if request.method == "POST" and endpoint in MODEL_ENDPOINTS:
                 return await self._model_call(request, body, endpoint, rest, record, t0)
             return await self._passthrough(request, body, rest, record, t0)
@@ -387,8 +387,9 @@ class ModelProxy:
             return web.json_response(response, headers=headers)
         return await self._send_stream(request, headers, responses_stream(response))
 
-    def _count_tokens(self, raw: bytes, record: dict, t0: float) -> web.Response:
-        """Messages' count_tokens, answered here (an estimate: messages.count_tokens)."""
+    async def _count_tokens(self, raw: bytes, record: dict, t0: float) -> web.Response:
+        """Messages' count_tokens, answered here: by the upstream's tokenizer endpoint when
+        model.proxy.tokenize_url names one, else (or when it fails) an estimate."""
         try:
             body = json.loads(raw)
         except ValueError:
@@ -398,10 +399,42 @@ class ModelProxy:
             self._log.write(record)
             return web.json_response(messages_api.error(400, "sandbatch model proxy: the request body must be a "
                                                         "JSON object"), status=400)
-        count = messages_api.count_tokens(body)
+        count = await self._tokenize(body, record) if self.settings.tokenize_url else None
+        if count is None:
+            count = messages_api.count_tokens(body)
+            record["counted_by"] = "estimate"
         record.update(status=200, input_tokens=count, latency_s=since(t0))
         self._log.write(record)
         return web.json_response({"input_tokens": count})
+
+    async def _tokenize(self, body: dict[str, Any], record: dict) -> int | None:
+        """The prompt tokens of a Messages request as the upstream's tokenizer endpoint counts
+        them (vLLM's /tokenize: the chat's messages and tools through the served model's
+        chat template); None, with the reason in the record, when it cannot."""
+        chat, _ = messages_api.to_chat(body)
+        model = self.model_name if self.settings.force_model_name and self.model_name else chat.get("model")
+        ask = {"model": model, "messages": chat["messages"], "add_generation_prompt": True,
+               **({"tools": chat["tools"]} if chat.get("tools") else {})}
+        content = json.dumps(ask, separators=(",", ":"), ensure_ascii=False).encode()
+        try:
+            resp, _, _ = await self._upstream.send("POST", self.settings.tokenize_url, "", content,
+                                                   self._upstream.headers(None, content))
+        except Failure as failure:
+            record["tokenize_error"] = failure.error
+            return None
+        try:
+            data = await resp.read()
+        except self._upstream.errors as exc:
+            record["tokenize_error"] = exception_text(exc)
+            return None
+        finally:
+            resp.release()
+        count = (_json_object(data) or {}).get("count") if resp.status == 200 else None
+        if not isinstance(count, int) or isinstance(count, bool):
+            record["tokenize_error"] = f"HTTP {resp.status}: {data[:300].decode('utf-8', 'replace')}"
+            return None
+        record["counted_by"] = "tokenize"
+        return count
 
     async def _restream(self, request: web.Request, data: bytes, headers: dict[str, str], endpoint: str,
                         usage_chunk: bool) -> web.StreamResponse:
