@@ -90,6 +90,29 @@ def validate_create_params(params: list[dict[str, Any]]) -> list[list[str]]:
     return run(_VALIDATE_PARAMS, params)
 
 
+_CHAINS = """
+import json, sys
+from nemo_gym.openai_utils import NeMoGymResponse, TokenIDLogProbMixin
+out = []
+for resp in json.load(sys.stdin):
+    seen, chained, turns = [], True, 0
+    for item in NeMoGymResponse.model_validate(resp).output:
+        if isinstance(item, TokenIDLogProbMixin):
+            turns += 1
+            chained = chained and item.prompt_token_ids[:len(seen)] == seen
+            seen = list(item.prompt_token_ids) + list(item.generation_token_ids)
+    out.append([turns, chained])
+print(json.dumps(out))
+"""
+
+
+def training_chains(responses: list[dict[str, Any]]) -> list[tuple[int, bool]]:
+    """Each response read by NeMo Gym's `NeMoGymResponse` as a trainer reads it: (how many of
+    its items carry the training fields, whether each such item's prompt extends the previous
+    one's prompt + generation, the check NeMo RL makes before it trains on a Gym result)."""
+    return [tuple(x) for x in run(_CHAINS, responses)]
+
+
 def assert_valid_responses(responses: list[dict[str, Any]]) -> None:
     """Every response.json is a Responses object for openai-python's `Response` (this
     environment's openai) and for NeMo Gym's `NeMoGymResponse` (its own environment's)."""

@@ -52,7 +52,8 @@ def test_gym_export_is_read_by_gym_reward_profiling_with_the_same_numbers(tmp_pa
     gym_dir = run_dir / "gym"
     inputs, rollouts = gym_dir / "rollouts_materialized_inputs.jsonl", gym_dir / "rollouts.jsonl"
     written = {p.name: p.read_bytes() for p in gym_dir.iterdir()}
-    assert set(written) == {"rollouts.jsonl", "rollouts_materialized_inputs.jsonl", "rollouts_failures.jsonl"}
+    assert set(written) == {"rollouts.jsonl", "rollouts_materialized_inputs.jsonl", "rollouts_failures.jsonl",
+                            "rollouts_training.jsonl"}
 
     # the command writes what the run wrote
     shutil.rmtree(gym_dir)

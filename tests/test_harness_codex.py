@@ -16,7 +16,7 @@ from docker_fixtures import docker_base_image, docker_engine  # noqa: F401 (fixt
 from real_opensandbox import os_run, real_opensandbox  # noqa: F401 (fixtures)
 from gym_env import assert_valid_responses
 from harness_support import (CALC_EDIT, OPENCODE_SCRIPT, assert_gym_training_items, assert_segments_chain,
-                             codex_npm_prefix, convert_events, items_of, leftover_sandboxes, listed_model,
+                             assert_token_data, codex_npm_prefix, convert_events, items_of, leftover_sandboxes, listed_model,
                              recorded_events, rollout, run_context, run_workflow, scripted_model_server, sleeper,
                              smoke_config)
 from sandbatch.core.errors import UserError
@@ -320,6 +320,36 @@ def test_real_codex_on_opensandbox_resolves_a_smoke_task(tmp_path, real_opensand
     resp = rollout(run_dir, "smoke__textutils-1", "response.json")
     assert [c["name"] for c in items_of(resp, "function_call")] == ["exec_command", "exec_command"]
     assert len([r for r in model.requests if r["path"].endswith("/responses")]) == 3
+
+
+@pytest.mark.slow
+def test_real_codex_through_translated_responses_keeps_every_turn_trusted(tmp_path, codex_npm):
+    """With `model.proxy.responses: translate` Codex's Responses calls go upstream as Chat
+    calls, whose answers carry the ids of the whole generation: the turn after one that
+    reasoned and called a tool extends it, so every turn is trusted and carries its ids."""
+    import subprocess
+
+    cache = subprocess.run(["npm", "config", "get", "cache"], capture_output=True, text=True, check=True).stdout.strip()
+    install = {"method": "npm", "env": {"npm_config_cache": cache, "npm_config_prefer_offline": "true"}}
+    with scripted_model_server(CODEX_SCRIPT) as (url, model):
+        cfg = smoke_config(tmp_path, {"name": "codex", "config": {"install": install}}, ["smoke__calc-1"],
+                           model={"name": "scripted", "base_url": url, "tokens": "on",
+                                  "proxy": {"responses": "translate"}}, timeouts={"agent": 120})
+        run_dir, took = run_workflow(tmp_path, cfg)
+    h = rollout(run_dir, "smoke__calc-1", "harness.json")
+    assert (h["status"], h["exit_code"]) == ("ok", 0), h
+    assert rollout(run_dir, "smoke__calc-1", "grade.json")["reward"] == 1.0
+    paths = [r["path"] for r in model.requests if r["method"] == "POST"]
+    assert paths and set(paths) == {"/v1/chat/completions"}, paths
+    resp = rollout(run_dir, "smoke__calc-1", "response.json")
+    reasoned = items_of(resp, "reasoning")
+    assert reasoned and reasoned[0]["summary"][0]["text"] == "Find the code first."
+    join = resp["sandbatch"]["token_join"]
+    assert (join["segments"], join["drifted_turns"], join["untrusted_turns"]) == (1, 0, 0), join
+    assert join["turns_with_tokens"] == join["calls"] == len(paths) == 4, join
+    assert_token_data(run_dir, ["smoke__calc-1"], model)  # ids whole: reasoning, text and calls
+    assert_valid_responses([resp])
+    print(f"\ncodex through translated Responses, 1 task: workflow {took:.1f} s; token_join {join}")
 
 
 # --- a corpus row: a real SWE-bench repository, graded by the real grader ------------------------

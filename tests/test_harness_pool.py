@@ -322,7 +322,7 @@ def test_pool_rollouts_carry_the_upstreams_token_ids_and_show_drift(tmp_path, st
                                           "agent_config": {"model": {"provider": {"openai": openai}}}}}
     with scripted_model_server(POOL_SCRIPT) as (url, model):
         cfg = smoke_config(tmp_path, harness, tasks, model={"name": "scripted", "base_url": url, "tokens": "on"},
-                           timeouts={"agent": 120})
+                           timeouts={"agent": 120}, aggregate={"exports": [] if streaming else ["gym"]})
         run_dir, _ = run_workflow(tmp_path, cfg)
     assert {r["body"]["stream"] for r in model.requests if r["method"] == "POST"} == {streaming}
     for task in tasks:
@@ -340,6 +340,31 @@ def test_pool_rollouts_carry_the_upstreams_token_ids_and_show_drift(tmp_path, st
     page = (run_dir / "report" / "view" / "rollouts" / "smoke__textutils-1" / "0.html").read_text()
     assert "<td>drifted turns</td><td>1 of 2</td>" in page
     assert "<td>segments / untrusted turns</td><td>2 / 1</td>" in page
+    if not streaming:
+        assert_gym_samples_per_segment(run_dir)
+
+
+def assert_gym_samples_per_segment(run_dir):
+    """The gym export's training samples: textutils' two segments (its drifted turn starts the
+    second) are two samples, each a chain NeMo Gym's items read in order; its one rollouts.jsonl
+    row, holding both segments' ids, is not."""
+    from gym_env import training_chains
+
+    def rows(name):
+        return [json.loads(line) for line in (run_dir / "gym" / name).read_text().splitlines()]
+
+    samples, rollouts = rows("rollouts_training.jsonl"), rows("rollouts.jsonl")
+    assert sorted((r["instance_id"], r["_sandbatch_segment"], r["reward"]) for r in samples) == \
+        [("smoke__calc-1", 0, 1.0), ("smoke__textutils-1", 0, 1.0), ("smoke__textutils-1", 1, 1.0)]
+    assert all(len(r["response"]["output"]) == len(next(o for o in rollouts if o["instance_id"] == r["instance_id"])
+                                                    ["response"]["output"]) for r in samples)  # every item kept
+    # one run of Gym's interpreter for both files
+    chains = training_chains([r["response"] for r in samples + rollouts])
+    chains, whole = chains[:len(samples)], dict(zip([r["instance_id"] for r in rollouts], chains[len(samples):]))
+    # calc's three turns; textutils' first, then its last (the drifted one between carries no ids)
+    assert [n for n, _ in chains] == [3 if r["instance_id"] == "smoke__calc-1" else 1 for r in samples] and \
+        all(ok for _, ok in chains), chains
+    assert whole == {"smoke__calc-1": (3, True), "smoke__textutils-1": (2, False)}, whole
 
 
 # --- max_context_window: set, or the endpoint's max_model_len, or a plan-time error ----------

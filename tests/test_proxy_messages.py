@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import threading
 
 import anthropic
 import httpx
@@ -121,12 +122,52 @@ def test_streaming_sends_the_event_sequence(scripted, tmp_path):
     assert raw.headers["content-type"].startswith("text/event-stream")
     events = [line[7:] for line in raw.text.splitlines() if line.startswith("event: ")]
     block = ["content_block_start", "content_block_delta", "content_block_stop"]
-    # thinking (its text, then its signature), text, tool_use
-    assert events == ["message_start", *block[:2], *block[1:], *block, *block, "message_delta", "message_stop"]
+    # thinking (its text, then its signature), text, tool_use; a block's deltas as the chunks came
+    assert squeezed(events) == ["message_start", *block * 3, "message_delta", "message_stop"]
     data = [json.loads(line[6:]) for line in raw.text.splitlines() if line.startswith("data: ")]
     assert [d["type"] for d in data] == events
-    assert [d["delta"]["type"] for d in data if d["type"] == "content_block_delta"] == \
+    assert squeezed([d["delta"]["type"] for d in data if d["type"] == "content_block_delta"]) == \
         ["thinking_delta", "signature_delta", "text_delta", "input_json_delta"]
+    assert data[-2]["usage"]["output_tokens"] == final.usage.output_tokens > 0
+
+
+def squeezed(kinds: list[str]) -> list[str]:
+    """`kinds` with each run of one kind written once."""
+    return [k for n, k in enumerate(kinds) if n == 0 or kinds[n - 1] != k]
+
+
+def test_streamed_answers_go_out_as_the_upstream_sends_them(tmp_path):
+    """The upstream sends the rest of its answer only once the client has the first text: a
+    proxy that waited for the whole answer would hold it until the upstream's wait ran out."""
+    from test_proxy import Scripted, released_within, sse
+
+    released, waited = threading.Event(), []
+
+    async def held_stream(request):
+        async def chunks():
+            yield b'data: {"choices":[{"index":0,"delta":{"role":"assistant","content":"Hel"}}]}\n\n'
+            waited.append(await released_within(released, 60))
+            yield b'data: {"choices":[{"index":0,"delta":{"content":"lo"},"finish_reason":"stop"}]}\n\n'
+            yield b'data: {"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":2,"total_tokens":9}}\n\n'
+            yield b"data: [DONE]\n\n"
+        return await sse(request, chunks())
+
+    upstream = Scripted([held_stream])
+    upstream.start()
+    try:
+        with proxy(upstream.url, tmp_path / "calls.jsonl") as p:
+            with client(p).messages.stream(model="agent-model", max_tokens=64, messages=[FIRST]) as stream:
+                for event in stream:
+                    if event.type == "text":
+                        released.set()
+                final = stream.get_final_message()
+    finally:
+        upstream.stop()
+    assert waited == [True], "the first text reached the client only after the upstream gave up waiting"
+    assert [b.text for b in final.content] == ["Hello"] and final.stop_reason == "end_turn"
+    assert final.usage.output_tokens == 2
+    (row,) = iter_jsonl(tmp_path / "calls.jsonl")
+    assert (row["endpoint"], row["upstream_endpoint"], row["usage"]["total_tokens"]) == ("messages", "chat", 9)
 
 
 def test_count_tokens_is_answered_and_not_a_model_call(scripted, tmp_path):
@@ -139,6 +180,34 @@ def test_count_tokens_is_answered_and_not_a_model_call(scripted, tmp_path):
     assert scripted.requests == []
     (row,) = iter_jsonl(path)
     assert (row["endpoint"], row["status"], row["input_tokens"]) == ("count_tokens", 200, counted.input_tokens)
+    assert row["counted_by"] == "estimate"
+
+
+def test_count_tokens_asks_the_upstreams_tokenizer_when_configured(scripted, tmp_path):
+    """With model.proxy.tokenize_url the count is the upstream's own (vLLM's /tokenize, which
+    the scripted model serves with its chat template); a failing endpoint leaves the estimate."""
+    from sandbatch.testing.template import render_prompt
+
+    path = tmp_path / "calls.jsonl"
+    root = scripted.url[:-3]  # vLLM serves /tokenize at its root, not under /v1
+    history = [FIRST, {"role": "assistant", "content": [{"type": "text", "text": "Looking."}]},
+               {"role": "user", "content": "Go on."}]
+    with proxy(scripted.url, path, tokenize_url=root + "/tokenize") as p:
+        counted = client(p).messages.count_tokens(model="agent-model", system=SYSTEM, tools=[BASH], messages=history)
+    with proxy(scripted.url, tmp_path / "failing.jsonl", tokenize_url=root + "/no-tokenizer") as p:
+        estimated = client(p).messages.count_tokens(model="agent-model", system=SYSTEM, messages=history)
+    chat, _ = messages_api.to_chat({"system": SYSTEM, "messages": history})
+    assert counted.input_tokens == len(render_prompt(chat["messages"])) != messages_api.count_tokens(
+        {"system": SYSTEM, "tools": [BASH], "messages": history})
+    asked = [r for r in scripted.requests if r["path"] == "/tokenize"]
+    assert asked[0]["body"]["messages"] == chat["messages"] and asked[0]["body"]["add_generation_prompt"] is True
+    assert asked[0]["body"]["tools"][0]["function"]["name"] == "Bash"
+    (row,) = iter_jsonl(path)
+    assert (row["counted_by"], row["input_tokens"]) == ("tokenize", counted.input_tokens)
+    (row,) = iter_jsonl(tmp_path / "failing.jsonl")
+    assert row["counted_by"] == "estimate" and row["tokenize_error"].startswith("HTTP 404")
+    assert estimated.input_tokens == messages_api.count_tokens({"system": SYSTEM, "messages": history})
+    assert not [r for r in scripted.requests if r["path"].endswith("/messages")]  # no model call made
 
 
 def test_errors_come_in_anthropics_shape(scripted, tmp_path):

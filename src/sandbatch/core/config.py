@@ -69,6 +69,8 @@ class ProxyConfig(_Model):
     require_agent_key: bool
     drop_cache_control: bool
     messages: str
+    responses: str
+    tokenize_url: str | None
     extra_body: dict[str, Any]
 
 

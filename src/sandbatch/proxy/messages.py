@@ -19,16 +19,18 @@ their Chat names; `cache_control`, `metadata` and `thinking` (the budget) are dr
 
 Answer: reasoning (`reasoning_content` / `reasoning`) becomes a `thinking` block, the text a
 `text` block, each tool call a `tool_use` block with the upstream's id; `finish_reason`
-maps to `stop_reason`; a streaming client gets the whole answer's event sequence
-(message_start, content_block_start / _delta / _stop per block, message_delta,
-message_stop) once the answer is complete.
+maps to `stop_reason`. A streaming client's call is streamed upstream too and each Chat
+chunk goes out as the Messages events it makes as it arrives (StreamTranslator:
+message_start, content_block_start / _delta / _stop per block, message_delta with the
+usage, message_stop); an answer that came whole (an upstream that does not stream, or the
+token ids asked for from one whose streams lack them) goes out as the same sequence at once.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from ..core.util import json_object
 
@@ -139,6 +141,9 @@ def to_chat(body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         else:
             messages.extend(_user(message.get("content")))
     chat: dict[str, Any] = {"model": body.get("model"), "messages": messages}
+    # a stream is translated chunk by chunk (StreamTranslator), its usage in its last chunk
+    chat.update({"stream": True, "stream_options": {"include_usage": True}} if body.get("stream") is True
+                else {"stream": False})
     for ours, theirs in (("max_tokens", "max_tokens"), ("temperature", "temperature"), ("top_p", "top_p"),
                          ("top_k", "top_k"), ("stop_sequences", "stop")):
         if body.get(ours) is not None:
@@ -187,17 +192,11 @@ def from_chat(completion: dict[str, Any], model: Any) -> dict[str, Any]:
     stop = _STOP.get(choice.get("finish_reason"), "end_turn")
     if any(b["type"] == "tool_use" for b in blocks):
         stop = "tool_use"
-    usage = completion.get("usage") if isinstance(completion.get("usage"), dict) else {}
-    details = usage.get("prompt_tokens_details") if isinstance(usage.get("prompt_tokens_details"), dict) else {}
-    cached = details.get("cached_tokens") or 0
     # an id of its own per answer: Claude Code merges answers with the same id into one turn,
     # and some servers give every answer the same id
     return {"id": f"msg_{uuid.uuid4().hex}", "type": "message", "role": "assistant",
             "model": model or completion.get("model"), "content": blocks, "stop_reason": stop,
-            "stop_sequence": None,
-            "usage": {"input_tokens": (usage.get("prompt_tokens") or 0) - cached, "output_tokens":
-                      usage.get("completion_tokens") or 0, "cache_read_input_tokens": cached,
-                      "cache_creation_input_tokens": 0}}
+            "stop_sequence": None, "usage": _usage(completion.get("usage"))}
 
 
 def _events(message: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -223,10 +222,129 @@ def _events(message: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
     yield "message_stop", {}
 
 
+def _sse(events: Iterable[tuple[str, dict[str, Any]]]) -> bytes:
+    return "".join(f"event: {kind}\ndata: {json.dumps({'type': kind, **data}, ensure_ascii=False)}\n\n"
+                   for kind, data in events).encode()
+
+
 def stream(message: dict[str, Any]) -> bytes:
     """The server-sent events of a finished Messages answer."""
-    return "".join(f"event: {kind}\ndata: {json.dumps({'type': kind, **data}, ensure_ascii=False)}\n\n"
-                   for kind, data in _events(message)).encode()
+    return _sse(_events(message))
+
+
+def _usage(usage: Any) -> dict[str, int]:
+    """Chat usage as Messages usage (cached prompt tokens apart, as Anthropic counts them)."""
+    usage = usage if isinstance(usage, dict) else {}
+    details = usage.get("prompt_tokens_details") if isinstance(usage.get("prompt_tokens_details"), dict) else {}
+    cached = details.get("cached_tokens") or 0
+    return {"input_tokens": (usage.get("prompt_tokens") or 0) - cached, "output_tokens":
+            usage.get("completion_tokens") or 0, "cache_read_input_tokens": cached, "cache_creation_input_tokens": 0}
+
+
+class StreamTranslator:
+    """A streamed Chat answer translated to Messages events as its chunks arrive: `feed` the
+    upstream's bytes as they come, send what it returns; `close` at the end of the stream.
+
+    Blocks open in the order the deltas come (reasoning, text, each tool call), each closed
+    when the next opens; a tool call's arguments go out as `input_json_delta`s of the text the
+    model generated. The usage is known only at the end (the stream's usage chunk, asked for
+    by to_chat), so `message_start` carries none and `message_delta` all of it.
+    """
+
+    def __init__(self, model: Any):
+        self.model = model
+        self._buffer = b""
+        self._started = False
+        self._block: tuple[str, Any] | None = None  # (kind, tool call index) of the open block
+        self._index = -1
+        self._finish: Any = None
+        self._usage: Any = None
+        self._tool_use = False
+
+    def feed(self, data: bytes) -> bytes:
+        self._buffer += data
+        events: list[tuple[str, dict[str, Any]]] = []
+        while True:
+            cut = min((i for i in (self._buffer.find(b"\n\n"), self._buffer.find(b"\r\n\r\n")) if i >= 0),
+                      default=-1)
+            if cut < 0:
+                return _sse(events)
+            event, self._buffer = self._buffer[:cut], self._buffer[cut:].lstrip(b"\r\n")
+            for line in event.splitlines():
+                if line.startswith(b"data:") and line[5:].strip() != b"[DONE]":
+                    try:
+                        chunk = json.loads(line[5:])
+                    except ValueError:
+                        continue
+                    if isinstance(chunk, dict):
+                        events += self._chunk(chunk)
+
+    def close(self) -> bytes:
+        events = self._start() + self._close_block()
+        stop = "tool_use" if self._tool_use else _STOP.get(self._finish, "end_turn")
+        usage = _usage(self._usage)
+        events += [("message_delta", {"delta": {"stop_reason": stop, "stop_sequence": None}, "usage": usage}),
+                   ("message_stop", {})]
+        return _sse(events)
+
+    def _start(self) -> list[tuple[str, dict[str, Any]]]:
+        if self._started:
+            return []
+        self._started = True
+        # an id of its own per answer (see from_chat)
+        return [("message_start", {"message": {
+            "id": f"msg_{uuid.uuid4().hex}", "type": "message", "role": "assistant", "model": self.model,
+            "content": [], "stop_reason": None, "stop_sequence": None, "usage": _usage(None)}})]
+
+    def _close_block(self) -> list[tuple[str, dict[str, Any]]]:
+        if self._block is None:
+            return []
+        events = []
+        if self._block[0] == "thinking":
+            events.append(("content_block_delta", {"index": self._index, "delta": {"type": "signature_delta",
+                                                                                    "signature": ""}}))
+        self._block = None
+        return events + [("content_block_stop", {"index": self._index})]
+
+    def _open(self, kind: str, key: Any, block: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+        if self._block == (kind, key):
+            return []
+        events = self._close_block()
+        self._index += 1
+        self._block = (kind, key)
+        return events + [("content_block_start", {"index": self._index, "content_block": block})]
+
+    def _chunk(self, chunk: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+        events = self._start()
+        if isinstance(chunk.get("usage"), dict):
+            self._usage = chunk["usage"]
+        for choice in chunk.get("choices") or ():
+            if not isinstance(choice, dict) or choice.get("index", 0) not in (0, None):
+                continue
+            self._finish = choice.get("finish_reason") or self._finish
+            delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+            reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+            if isinstance(reasoning, str) and reasoning:
+                events += self._open("thinking", None, {"type": "thinking", "thinking": "", "signature": ""})
+                events.append(("content_block_delta", {"index": self._index, "delta": {
+                    "type": "thinking_delta", "thinking": reasoning}}))
+            if isinstance(delta.get("content"), str) and delta["content"]:
+                events += self._open("text", None, {"type": "text", "text": ""})
+                events.append(("content_block_delta", {"index": self._index, "delta": {
+                    "type": "text_delta", "text": delta["content"]}}))
+            for call in delta.get("tool_calls") or ():
+                if not isinstance(call, dict):
+                    continue
+                fn = call.get("function") if isinstance(call.get("function"), dict) else {}
+                if call.get("id") or self._block is None or self._block[0] != "tool_use":
+                    self._tool_use = True
+                    events += self._open("tool_use", call.get("index", 0), {
+                        "type": "tool_use", "id": str(call.get("id") or ""), "name": str(fn.get("name") or ""),
+                        "input": {}})
+                if fn.get("arguments"):
+                    events.append(("content_block_delta", {"index": self._index, "delta": {
+                        "type": "input_json_delta", "partial_json": fn["arguments"]}}))
+        return events
 
 
 def error(status: int, message: str) -> dict[str, Any]:
@@ -248,9 +366,9 @@ def error_message(data: bytes) -> str:
 
 
 def count_tokens(body: dict[str, Any]) -> int:
-    """An estimate of a request's input tokens (~4 characters a token over its text): the
-    upstream's tokenizer is not reachable through the OpenAI API, and Claude Code uses the
-    count only to decide when to compact."""
+    """An estimate of a request's input tokens (~4 characters a token over its text), where
+    the upstream's tokenizer endpoint is not configured (model.proxy.tokenize_url) or failed:
+    the OpenAI API has none, and Claude Code uses the count only to decide when to compact."""
     chat, _ = to_chat(body)
     text = json.dumps(chat.get("messages"), ensure_ascii=False) + json.dumps(chat.get("tools") or [], ensure_ascii=False)
     return max(1, len(text) // 4)

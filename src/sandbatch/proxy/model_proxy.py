@@ -31,8 +31,9 @@ join) and its token ids and logprobs (`tokens`, see tokens.py); `on` also asks t
 upstream for them and makes streamed calls unstreamed upstream where a stream carries
 none (Responses always; Chat once a stream of this upstream came without them), streaming
 the answer back to the agent (restream.py). Anthropic Messages calls (/v1/messages) are
-translated to unstreamed Chat calls and their answers back (messages.py), or passed through
-(model.proxy.messages). Where it listens: settings.py; the upstream side (headers,
+translated to Chat calls and their answers back (messages.py), or passed through
+(model.proxy.messages); so are Responses calls when model.proxy.responses says translate
+(responses_api.py: Chat answers carry the ids of the whole generation). Where it listens: settings.py; the upstream side (headers,
 retries, errors): upstream.py.
 """
 
@@ -58,6 +59,7 @@ from ..core.model_calls import MODEL_ENDPOINTS
 from . import tokens as token_data
 from .calls import CallLog, now, since
 from . import messages as messages_api
+from . import responses_api
 from .restream import chat_stream, responses_stream
 from .rewrite import rewrite_request
 from .server import ServerThread, catch_all
@@ -231,7 +233,7 @@ class ModelProxy:
         body = await request.read()
         try:
             if request.method == "POST" and endpoint == "count_tokens" and self.settings.messages == "translate":
-                return self._count_tokens(body, record, t0)  # passed through: the upstream counts
+                return await self._count_tokens(body, record, t0)  # passed through: the upstream counts
             if request.method == "POST" and endpoint in MODEL_ENDPOINTS:
                 return await self._model_call(request, body, endpoint, rest, record, t0)
             return await self._passthrough(request, body, rest, record, t0)
@@ -282,11 +284,13 @@ class ModelProxy:
             return error_response(s.cap_status, message, f"{cap}_exceeded", kind)
         self.calls += 1
         record["call"] = self.calls
-        # Messages calls: translated to one unstreamed Chat call (messages.py), unless passed through
-        translated = endpoint == "messages" and s.messages == "translate"
-        client_stream, client_model = body.get("stream") is True, body.get("model")
+        # Messages calls (messages.py) and, when asked, Responses calls (responses_api.py):
+        # translated to one unstreamed Chat call, unless passed through
+        translated = endpoint if (endpoint, "translate") in (("messages", s.messages),
+                                                             ("responses", s.responses)) else None
+        client_body, client_stream = body, body.get("stream") is True
         if translated:
-            body, left_out = messages_api.to_chat(body)
+            body, left_out = _TRANSLATORS[translated].to_chat(body)
             endpoint, rest = "chat", "/chat/completions"
             record.update(upstream_endpoint="chat", **left_out)
         changes = rewrite_request(
@@ -304,7 +308,7 @@ class ModelProxy:
                 usage_chunk = (body.pop("stream_options", None) or {}).get("include_usage") is True
                 body["stream"] = False
                 record["restreamed"] = True
-        if translated:
+        if translated == "responses":
             body["stream"] = False
         continuing = token_data.continuing(body)
         content = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
@@ -324,7 +328,8 @@ class ModelProxy:
             record["attempt_statuses"] = statuses
         headers = response_headers(resp)
         if resp.content_type == "text/event-stream":
-            return await self._relay(request, resp, headers, record, t0, continuing, body)
+            translator = messages_api.StreamTranslator(client_body.get("model")) if translated else None
+            return await self._relay(request, resp, headers, record, t0, continuing, body, translator)
         try:
             data = await resp.read()
         except self._upstream.errors as exc:
@@ -336,8 +341,11 @@ class ModelProxy:
             resp.release()
         record["latency_s"] = since(t0)
         record["response_bytes"] = len(data)
-        if translated:
-            answer = await self._messages_answer(request, resp.status, data, headers, client_model, client_stream)
+        if translated == "messages":
+            answer = await self._messages_answer(request, resp.status, data, headers, client_body.get("model"),
+                                                 client_stream)
+        elif translated == "responses":
+            answer = await self._responses_answer(request, resp.status, data, headers, client_body, client_stream)
         elif restream and resp.status < 400:
             answer = await self._restream(request, data, headers, endpoint, usage_chunk)
         else:
@@ -355,25 +363,33 @@ class ModelProxy:
         if status >= 400:
             return web.json_response(messages_api.error(status, messages_api.error_message(data)), status=status,
                                      headers=headers)
-        try:
-            obj = json.loads(data)
-        except ValueError:
-            obj = None
-        if not isinstance(obj, dict):
+        obj = _json_object(data)
+        if obj is None:
             return web.json_response(messages_api.error(502, "sandbatch model proxy: the upstream's answer is not "
                                                         "a JSON object"), status=502)
         message = messages_api.from_chat(obj, model)
         if not stream:
             return web.json_response(message, headers=headers)
-        out = web.StreamResponse(status=200, headers={**headers, "content-type": "text/event-stream",
-                                                      "cache-control": "no-cache"})
-        await out.prepare(request)
-        await out.write(messages_api.stream(message))
-        await out.write_eof()
-        return out
+        return await self._send_stream(request, headers, messages_api.stream(message))
 
-    def _count_tokens(self, raw: bytes, record: dict, t0: float) -> web.Response:
-        """Messages' count_tokens, answered here (an estimate: messages.count_tokens)."""
+    async def _responses_answer(self, request: web.Request, status: int, data: bytes, headers: dict[str, str],
+                                client_body: dict[str, Any], stream: bool) -> web.StreamResponse:
+        """A Chat answer sent to a Responses client: the response, or its event stream."""
+        headers = {k: v for k, v in headers.items() if k != "content-type"}
+        if status >= 400:  # the upstream's error is in OpenAI's shape already
+            return web.Response(status=status, body=data, headers={**headers, "content-type": "application/json"})
+        obj = _json_object(data)
+        if obj is None:
+            return error_response(502, "sandbatch model proxy: the upstream's answer is not a JSON object",
+                                  "upstream_error")
+        response = responses_api.from_chat(obj, client_body)
+        if not stream:
+            return web.json_response(response, headers=headers)
+        return await self._send_stream(request, headers, responses_stream(response))
+
+    async def _count_tokens(self, raw: bytes, record: dict, t0: float) -> web.Response:
+        """Messages' count_tokens, answered here: by the upstream's tokenizer endpoint when
+        model.proxy.tokenize_url names one, else (or when it fails) an estimate."""
         try:
             body = json.loads(raw)
         except ValueError:
@@ -383,30 +399,66 @@ class ModelProxy:
             self._log.write(record)
             return web.json_response(messages_api.error(400, "sandbatch model proxy: the request body must be a "
                                                         "JSON object"), status=400)
-        count = messages_api.count_tokens(body)
+        count = await self._tokenize(body, record) if self.settings.tokenize_url else None
+        if count is None:
+            count = messages_api.count_tokens(body)
+            record["counted_by"] = "estimate"
         record.update(status=200, input_tokens=count, latency_s=since(t0))
         self._log.write(record)
         return web.json_response({"input_tokens": count})
 
+    async def _tokenize(self, body: dict[str, Any], record: dict) -> int | None:
+        """The prompt tokens of a Messages request as the upstream's tokenizer endpoint counts
+        them (vLLM's /tokenize: the chat's messages and tools through the served model's
+        chat template); None, with the reason in the record, when it cannot."""
+        chat, _ = messages_api.to_chat(body)
+        model = self.model_name if self.settings.force_model_name and self.model_name else chat.get("model")
+        ask = {"model": model, "messages": chat["messages"], "add_generation_prompt": True,
+               **({"tools": chat["tools"]} if chat.get("tools") else {})}
+        content = json.dumps(ask, separators=(",", ":"), ensure_ascii=False).encode()
+        try:
+            resp, _, _ = await self._upstream.send("POST", self.settings.tokenize_url, "", content,
+                                                   self._upstream.headers(None, content))
+        except Failure as failure:
+            record["tokenize_error"] = failure.error
+            return None
+        try:
+            data = await resp.read()
+        except self._upstream.errors as exc:
+            record["tokenize_error"] = exception_text(exc)
+            return None
+        finally:
+            resp.release()
+        count = (_json_object(data) or {}).get("count") if resp.status == 200 else None
+        if not isinstance(count, int) or isinstance(count, bool):
+            record["tokenize_error"] = f"HTTP {resp.status}: {data[:300].decode('utf-8', 'replace')}"
+            return None
+        record["counted_by"] = "tokenize"
+        return count
+
     async def _restream(self, request: web.Request, data: bytes, headers: dict[str, str], endpoint: str,
                         usage_chunk: bool) -> web.StreamResponse:
         """Send an unstreamed answer to the agent as the event stream it asked for."""
-        try:
-            obj = json.loads(data)
-        except ValueError:
-            obj = None
-        obj = obj if isinstance(obj, dict) else {}
+        obj = _json_object(data) or {}
         headers = {k: v for k, v in headers.items() if k != "content-type"}
+        return await self._send_stream(request, headers, responses_stream(obj) if endpoint == "responses"
+                                       else chat_stream(obj, usage_chunk))
+
+    @staticmethod
+    async def _send_stream(request: web.Request, headers: dict[str, str], events: bytes) -> web.StreamResponse:
+        """Send a whole event stream at once."""
         out = web.StreamResponse(status=200, headers={**headers, "content-type": "text/event-stream",
                                                       "cache-control": "no-cache"})
         await out.prepare(request)
-        await out.write(responses_stream(obj) if endpoint == "responses" else chat_stream(obj, usage_chunk))
+        await out.write(events)
         await out.write_eof()
         return out
 
     async def _relay(self, request: web.Request, resp: aiohttp.ClientResponse, headers: dict[str, str],
-                     record: dict, t0: float, continuing: bool, body: dict) -> web.StreamResponse:
-        """Relay an event stream chunk by chunk, scanning it for usage and tokens on the way."""
+                     record: dict, t0: float, continuing: bool, body: dict,
+                     translator: "messages_api.StreamTranslator | None" = None) -> web.StreamResponse:
+        """Relay an event stream chunk by chunk, scanning it for usage and tokens on the way;
+        with a `translator`, each chunk goes out as the Messages events it makes."""
         scanner = self._log.scanner()
         out = web.StreamResponse(status=resp.status, headers=headers)
         size = 0
@@ -417,8 +469,12 @@ class ModelProxy:
                     record["first_byte_s"] = since(t0)
                 size += len(chunk)
                 scanner.feed(chunk)
-                await out.write(chunk)
+                events = translator.feed(chunk) if translator is not None else chunk
+                if events:
+                    await out.write(events)
             scanner.close()
+            if translator is not None:
+                await out.write(translator.close())
             await out.write_eof()
         except ConnectionResetError:  # the agent closed the connection: nothing more to send
             record.setdefault("error", "the agent closed the stream early")
@@ -436,7 +492,7 @@ class ModelProxy:
             record.update(latency_s=since(t0), response_bytes=size, usage=scanner.usage)
             if scanner.tokens is not None and resp.status < 400:
                 self._log.keep_tokens(record, scanner.tokens, continuing, body)
-                if self.token_mode == "on" and record["endpoint"] == "chat" and \
+                if self.token_mode == "on" and record.get("upstream_endpoint", record["endpoint"]) == "chat" and \
                         not (record.get("tokens") or {}).get("prompt"):
                     self._chat_streams_bare = True  # asked, no prompt ids came: restream the next ones
             self._log.account(record)
@@ -464,6 +520,18 @@ class ModelProxy:
         record.update(status=resp.status, attempts=attempts, latency_s=since(t0))
         self._log.write(record)
         return web.Response(status=resp.status, body=data, headers=response_headers(resp))
+
+
+# the APIs translated to Chat Completions upstream, by endpoint
+_TRANSLATORS = {"messages": messages_api, "responses": responses_api}
+
+
+def _json_object(data: bytes) -> dict[str, Any] | None:
+    try:
+        obj = json.loads(data)
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) else None
 
 
 def messages_error(answer: web.StreamResponse) -> web.StreamResponse:

@@ -11,7 +11,14 @@ its trainers) read a run unchanged. In `<run>/gym/`:
 - `rollouts_failures.jsonl`: rollouts that ended in an infrastructure error (no reward:
   never a 0), with `_ng_failure_class`, as Gym keeps its failed rollouts out of the main
   file. Their inputs stay in the inputs file, so Gym's profile of a run that had some
-  needs its `++allow_partial_rollouts=True`, as for a Gym run with failures.
+  needs its `++allow_partial_rollouts=True`, as for a Gym run with failures;
+- `rollouts_training.jsonl`: the graded rollouts as training samples, one per segment of
+  their token data (`_sandbatch_segment`: its number; null for a rollout without token
+  data). A trainer reading a Gym result checks that each item's `prompt_token_ids` extend
+  the previous item's prompt + generation (NeMo RL stops at the first that does not), which
+  a rollout whose agent compacted its context breaks: each of its segments is a sample of
+  its own, with every item (the context) but only that segment's training fields.
+  rollouts.jsonl keeps one row per rollout, so that Gym's reward profile counts each once.
 """
 
 from __future__ import annotations
@@ -23,13 +30,15 @@ from ..core.config import Config
 from ..core.errors import UserError
 from . import responses
 from .records import RESPONSE
+from .token_join import TRAINING_FIELDS
 from ..tasks import Task, read_task, select_tasks
 from ..tasks.settings import prompt_for
 from ..core.util import read_json, write_jsonl
 
 GYM_DIR = "gym"
-GYM_FILES = ("rollouts.jsonl", "rollouts_materialized_inputs.jsonl", "rollouts_failures.jsonl")
-TASK_INDEX, ROLLOUT_INDEX = "_ng_task_index", "_ng_rollout_index"
+GYM_FILES = ("rollouts.jsonl", "rollouts_materialized_inputs.jsonl", "rollouts_failures.jsonl",
+             "rollouts_training.jsonl")
+TASK_INDEX, ROLLOUT_INDEX, SEGMENT = "_ng_task_index", "_ng_rollout_index", "_sandbatch_segment"
 _GYM_KEYS = {"responses_create_params", "agent_ref", TASK_INDEX, ROLLOUT_INDEX}
 
 
@@ -53,6 +62,19 @@ def gym_create_params(task: Task, prompt: str) -> dict[str, Any]:
     return params
 
 
+def segment_samples(response: Mapping[str, Any]) -> list[tuple[int | None, dict[str, Any]]]:
+    """(segment, the response as its training sample) per segment of the response's token
+    data: every item kept, the training fields only on that segment's turns. A response with
+    one segment, or none, is its own sample."""
+    output = list(response.get("output") or [])
+    segments = sorted({i["segment"] for i in output if "segment" in i and TRAINING_FIELDS[0] in i})
+    if len(segments) <= 1:
+        return [(segments[0] if segments else None, dict(response))]
+    return [(k, {**response, "output": [i if i.get("segment") == k or TRAINING_FIELDS[0] not in i else
+                                        {key: v for key, v in i.items() if key not in TRAINING_FIELDS}
+                                        for i in output]}) for k in segments]
+
+
 def gym(cfg: Config, rows: Iterable[Mapping[str, Any]], out_dir: Path) -> dict[str, int]:
     """Write the gym layout of `rows` (rollouts.jsonl rows) into out_dir; the row counts."""
     rows = list(rows)
@@ -63,7 +85,7 @@ def gym(cfg: Config, rows: Iterable[Mapping[str, Any]], out_dir: Path) -> dict[s
         missing = sorted(done - set(index))
         raise UserError(f"{cfg.run_dir}/rollouts.jsonl: task {missing[0]} is not in the run's benchmark.tasks "
                         f"({cfg.benchmark.tasks}); export from the working directory the run was started in")
-    inputs, results, failures = [], [], []
+    inputs, results, failures, training = [], [], [], []
     for ref in tasks:
         task = read_task(cfg.benchmark, ref)
         fields, params = gym_task_fields(task), gym_create_params(task, prompt_for(task, cfg.benchmark))
@@ -76,12 +98,14 @@ def gym(cfg: Config, rows: Iterable[Mapping[str, Any]], out_dir: Path) -> dict[s
                 continue
             response = read_json(cfg.run_dir / ref.id / str(row["repeat"]) / RESPONSE)
             # an agent that failed or timed out earns what its patch earns (0 when ungraded), as in metrics.json
-            results.append({**fields, "responses_create_params": params, "response": response,
-                            "reward": float(row["reward"] or 0.0), "resolved": bool(row["resolved"]), **keys})
+            outcome = {"reward": float(row["reward"] or 0.0), "resolved": bool(row["resolved"]), **keys}
+            results.append({**fields, "responses_create_params": params, "response": response, **outcome})
+            training += [{**fields, "responses_create_params": params, "response": sample, **outcome,
+                          SEGMENT: segment} for segment, sample in segment_samples(response)]
     out_dir.mkdir(parents=True, exist_ok=True)
-    for name, data in zip(GYM_FILES, (results, inputs, failures)):
+    for name, data in zip(GYM_FILES, (results, inputs, failures, training)):
         write_jsonl(out_dir / name, data)
-    return {"rollouts": len(results), "inputs": len(inputs), "failures": len(failures)}
+    return {"rollouts": len(results), "inputs": len(inputs), "failures": len(failures), "training": len(training)}
 
 
 EXPORTERS = {"gym": gym}  # format -> writer; each writes into results/<run>/<format>/

@@ -1,7 +1,7 @@
 """A deterministic OpenAI-compatible model server driven by a per-task script (a test tool).
 
 For tests and demos of harnesses without a real model; a run never uses it: Chat Completions (with tool
-calls, streamed or not), Responses (streamed or not) and /v1/models.
+calls, streamed or not), Responses (streamed or not), /v1/models and vLLM's /tokenize.
 
     sandbatch-scripted-model --script SCRIPT.yaml --port 8011 [--record calls.jsonl]
 
@@ -71,7 +71,11 @@ class ScriptedModel:
         if self._record is not None:
             self._record.write(json.dumps(entry) + "\n")
             self._record.flush()
-        endpoint, _ = split_path(request.path)
+        endpoint, rest = split_path(request.path)
+        if rest == "/tokenize" and request.method == "POST" and isinstance(body, dict):
+            # vLLM's tokenizer endpoint (at the server's root): a chat's prompt as the template renders it
+            ids = render_prompt(request_messages(body), self.script.drop_history_reasoning)
+            return _json(200, {"count": len(ids), "max_model_len": self.script.max_model_len or 0, "tokens": ids})
         if endpoint == "models":
             return _json(200, {"object": "list", "data": [
                 {"id": m, "object": "model", "created": 0, "owned_by": "sandbatch",
