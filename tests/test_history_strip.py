@@ -179,7 +179,8 @@ def test_the_steps_strip_the_agent_sandbox_and_its_replacement_not_the_grader(tm
     from sandbatch.core import config
     from sandbatch.rollout.records import SANDBOX, SandboxRecord, load
     from sandbatch.steps.common import StepContext, run_step
-    from sandbatch.steps.harness import STARTED_MARK, HarnessStep
+    from sandbatch.steps.harness import HarnessStep
+    from sandbatch.steps.recovery import STARTED_MARK
     from sandbatch.steps.sandbox import SandboxStep, build_spec, create_prepared
     from leaky_repo import task_rows
 

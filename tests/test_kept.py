@@ -1,5 +1,6 @@
 """What a step keeps for its rerun (sandbatch.steps.kept): a capture counts only with the same
-inputs and intact files, and the steps whose rerun could not redo their work restore it.
+inputs and intact files, and the steps whose rerun could not redo their work restore it;
+the few calls a step makes of it (sandbatch.steps.recovery), and kill points after a method.
 
 The end-to-end kills are tests/test_kill_points.py; here the state a kill leaves is made
 directly: the outputs deleted (as Snakemake or recovery deletes them), the capture kept.
@@ -149,3 +150,74 @@ def test_a_process_that_left_its_group_ends_with_its_sandbox(tmp_path):
     asyncio.run(provider.delete(sandbox_id))
     gone, alive = psutil.wait_procs([daemon], timeout=10)
     assert not alive, "the sandbox's delete left a process it started running"
+
+
+class _Rollout:
+    """A rollout directory with a real local provider: what a step's recovery works on."""
+
+    def __init__(self, root):
+        self.dir = root / "r"
+        self.provider = LocalProvider({"root": str(root / "sb")})
+
+    def path(self, name):
+        return self.dir / name
+
+
+def test_recovery_writes_through_a_capture_that_a_rerun_resumes_from_while_it_is_usable(tmp_path):
+    from sandbatch.steps.recovery import Recovery
+
+    ctx = _Rollout(tmp_path)
+    recovery = Recovery(ctx, "patch")
+    recovery.write({PATCH: b"diff\n"}, PATCH_INFO, PatchRecord(bytes=5), key={"in": 1})
+    for name in (PATCH, PATCH_INFO):  # as Snakemake deletes a killed job's outputs
+        ctx.path(name).unlink()
+    gone = []
+
+    async def unusable(found):
+        gone.append(found.name)
+        return False
+
+    assert not asyncio.run(recovery.resume({"in": 2}))
+    assert asyncio.run(recovery.resume({"in": 1}))
+    assert ctx.path(PATCH).read_bytes() == b"diff\n" and load(PatchRecord, ctx.path(PATCH_INFO)).bytes == 5
+    # what the kept outputs need is gone: they are forgotten, not restored
+    ctx.path(PATCH).unlink()
+    assert not asyncio.run(recovery.resume({"in": 1}, usable=unusable)) and gone == ["patch"]
+    assert not ctx.path(PATCH).exists() and not asyncio.run(recovery.resume({"in": 1}))
+
+
+def test_recovery_without_a_key_writes_the_outputs_and_leaves_its_sandboxes_to_the_rerun(tmp_path):
+    from sandbatch.steps.recovery import Recovery
+
+    ctx = _Rollout(tmp_path)
+    recovery = Recovery(ctx, "harness")
+    sandbox = asyncio.run(ctx.provider.create(SandboxSpec(labels={"run": "recovery-test"})))
+    kept.note_sandbox(ctx.dir, "harness", sandbox.id)
+    recovery.write({"events.jsonl": "{}\n", "model_calls.jsonl": None}, PATCH_INFO, PatchRecord(bytes=0))
+    assert ctx.path("events.jsonl").read_text() == "{}\n" and ctx.path("model_calls.jsonl").read_text() == ""
+    assert read_index(ctx.dir)[PATCH_INFO]["status"] == "ok" and kept.find(ctx.dir, "harness", {}) is None
+    asyncio.run(recovery.clear())  # the rerun of a step killed after that write
+    assert asyncio.run(ctx.provider.list({"run": "recovery-test"})) == []
+    kept.note_sandbox(ctx.dir, "harness", "sb-2")
+    recovery.write({}, PATCH_INFO, PatchRecord(bytes=0), key={})  # a capture records them: handed on
+    assert kept.noted(ctx.dir, "harness") == []
+
+
+def test_a_kill_point_after_a_method_is_reached_when_it_returns_not_when_it_raises(tmp_path, monkeypatch):
+    from sandbatch.core import killpoint
+
+    trace = tmp_path / "trace"
+    monkeypatch.setenv(killpoint.TRACE, str(trace))
+    monkeypatch.setattr(killpoint, "step", "patch")
+
+    @killpoint.after("extracted")
+    async def extract(fail):
+        if fail:
+            raise RuntimeError("diff failed")
+        return ["a.py"]
+
+    with pytest.raises(RuntimeError):
+        asyncio.run(extract(True))
+    assert not trace.exists()
+    assert asyncio.run(extract(False)) == ["a.py"]
+    assert trace.read_text() == "patch:extracted\n"

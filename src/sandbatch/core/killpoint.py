@@ -1,8 +1,9 @@
 """Deterministic kill points, for testing that every step is safe to rerun after `kill -9`.
 
-Steps call `reached(point)` right after each side effect: a sandbox created, prepared or
-deleted, a command run, a file written (`sandbatch.core.util.write_atomic` calls it with
-`wrote-<file name>`). Unless the environment asks for it, that is one dictionary lookup.
+Steps call `reached(point)` right after each side effect, or decorate the method that has it
+with `after(point)`: a sandbox created, prepared or deleted, a command run, a file written
+(`sandbatch.core.util.write_atomic` calls it with `wrote-<file name>`). Unless the environment
+asks for it, that is one dictionary lookup.
 
     SANDBATCH_KILL_AT=patch:wrote-patch.json[,grade:deleted...]   # <step>:<point>, or <step>:*
     SANDBATCH_KILL_MODE=step | group    # SIGKILL this step's process (default), or its whole
@@ -17,8 +18,12 @@ child that runs the step. Without SANDBATCH_KILL_FIRED a point fires every time 
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
+from typing import Any, Awaitable, Callable, TypeVar
+
+F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
 AT = "SANDBATCH_KILL_AT"
 MODE = "SANDBATCH_KILL_MODE"
@@ -56,3 +61,15 @@ def _maybe_kill(wanted: str, here: str) -> None:
     if group:
         os.killpg(os.getpgrp(), signal.SIGKILL)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def after(point: str) -> Callable[[F], F]:
+    """Decorate a coroutine function: `point` is reached when it returns (not when it raises)."""
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        async def run(*args: Any, **kwargs: Any) -> Any:
+            result = await fn(*args, **kwargs)
+            reached(point)
+            return result
+        return run  # type: ignore[return-value]
+    return decorate

@@ -27,6 +27,7 @@ from ..rollout.records import now
 from ..sandbox import Provider, Sandbox, get_provider
 from ..tasks import Task, get_task
 from ..core import killpoint
+from .recovery import Recovery
 
 # Called once a step's outputs are written and only deletes are left: the step server sets
 # it to report the step done at once, so the rollout's next job starts while the sandbox
@@ -106,6 +107,7 @@ class Step(abc.ABC):
         self.t0 = time.monotonic()
         self.phases: dict[str, float] = {}
         self.to_delete: list[Sandbox] = []
+        self.recovery = Recovery(ctx, self.name)  # what its rerun after a kill -9 needs (steps.recovery)
 
     @abc.abstractmethod
     async def run(self) -> None:

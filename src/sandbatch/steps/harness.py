@@ -6,9 +6,9 @@ import asyncio
 import contextlib
 import dataclasses
 import os
-import shlex
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from .. import trace
@@ -18,17 +18,13 @@ from ..harness import Harness, Outcome, RunContext, get_harness
 from ..rollout.records import EVENTS, HARNESS, MODEL_CALLS, SANDBOX, HarnessRecord, SandboxRecord, agent_handle, load
 from ..sandbox import Sandbox, SandboxGone
 from ..sandbox.base import NetworkRecord
-from ..core.util import jsonl, write_atomic, write_jsonl
+from ..core.util import jsonl, write_atomic
 from ..tasks.settings import prompt_for
 from ..core import killpoint
 from ..core.model_calls import iter_calls, outage
-from . import kept
 from .common import Step
 from . import network
 from .sandbox import create_agent_sandbox, fill
-
-STARTED_MARK = ".sandbatch-harness-started"
-# seconds between progress lines of a long install or agent run
 
 
 def _count_lines(path) -> int:
@@ -69,22 +65,11 @@ class HarnessStep(Step):
         """The recorded sandbox if it is alive and unused, else a fresh one, recorded in this
         step's own harness.json (`sandbox`), never in sandbox.json (an upstream output); either
         way marked as used from here on."""
-        provider = self.ctx.provider
-        try:
-            sandbox = await provider.connect(handle.sandbox_id, handle.spec)
-            mark = shlex.quote(f"{sandbox.tmpdir}/{STARTED_MARK}")
-            # checked and marked in one command (one round trip less per rollout)
-            claimed = await sandbox.exec(f"test ! -e {mark} && : > {mark}", timeout=60)
-            if claimed.ok:
-                killpoint.reached("claimed")
-                return sandbox
-            # an earlier attempt used it: its edits must not leak into this one
-            await sandbox.delete()
-        except SandboxGone:
-            pass
+        sandbox = await self.recovery.claim(handle)
+        if sandbox is not None:
+            return sandbox
         sandbox, base_ref, history = await create_agent_sandbox(self.ctx, handle.spec, self.phases, step=self.name)
-        await sandbox.upload(f"{sandbox.tmpdir}/{STARTED_MARK}", b"")
-        killpoint.reached("replaced")
+        await self.recovery.claim_new(sandbox)
         handle = fill(handle.model_copy(), sandbox, base_ref, history)
         handle.recreated += 1
         self.replacement = handle
@@ -93,16 +78,25 @@ class HarnessStep(Step):
     async def run(self) -> None:
         ctx = self.ctx
         handle = load(SandboxRecord, ctx.path(SANDBOX))
-        kept.forget_sandboxes(ctx.dir, "sandbox")  # the sandbox step's is this step's from here on
+        self.recovery.take_over("sandbox")
         if handle.failed_infra:
             return self._write(Outcome(events=[], exit_code=None, status="infra_error",
                                        failure_class=handle.failure_class), error=f"sandbox: {handle.error}")
-        key = {SANDBOX: kept.digest(ctx.path(SANDBOX))}
-        if await self._restore(handle, key):
+        key = self.recovery.key(SANDBOX)
+        # an agent run an interrupted attempt finished counts while its sandbox (the patch's source) lives
+        if await self.recovery.resume(key, usable=lambda found: self._alive(handle, found)):
             return
-        await kept.delete_noted(ctx.dir, self.name, ctx.provider)  # replacements an interrupted attempt used
+        await self.recovery.clear()  # replacements an interrupted attempt used
         write_atomic(ctx.path(MODEL_CALLS), "")  # calls of an earlier attempt do not count
         sandbox = await self._sandbox(handle)
+        outcome = await self._run(sandbox)
+        # the finished agent run is kept (until the patch step starts): a rerun of this step
+        # before Snakemake recorded it finished restores it instead of running the agent again
+        self._write(outcome, key=key)
+
+    @killpoint.after("ran")
+    async def _run(self, sandbox: Sandbox) -> Outcome:
+        """The agent's run in `sandbox`, which is deleted if the run fails or is interrupted."""
         try:
             async with self._model_endpoint() as endpoint:
                 outcome = await self._run_agent(sandbox, endpoint)
@@ -112,28 +106,16 @@ class HarnessStep(Step):
             # interrupted or failed: nobody else will clean this sandbox up in time
             await asyncio.shield(sandbox.delete())
             raise
-        killpoint.reached("ran")
-        # the finished agent run is kept (until the patch step starts): a rerun of this step
-        # before Snakemake recorded it finished restores it instead of running the agent again
-        self._write(outcome, key=key)
-        kept.forget_sandboxes(ctx.dir, self.name)  # a replacement is in harness.json now
+        return outcome
 
-    async def _restore(self, handle: SandboxRecord, key: dict) -> bool:
-        """Restore the kept outputs of an agent run an interrupted attempt finished, if its
-        sandbox (the patch step's input) is still alive; else forget them."""
-        ctx = self.ctx
-        found = kept.find(ctx.dir, self.name, key)
-        if found is None:
-            return False
+    async def _alive(self, handle: SandboxRecord, found: Path) -> bool:
+        """Whether the agent's sandbox of the kept run in `found` still runs."""
         agent = agent_handle(handle, load(HarnessRecord, found / HARNESS))
         try:
-            sandbox = await ctx.provider.connect(agent.sandbox_id, agent.spec)
+            sandbox = await self.ctx.provider.connect(agent.sandbox_id, agent.spec)
             await sandbox.ensure_alive("an interrupted harness step")
         except SandboxGone:
-            kept.drop(ctx.dir, self.name)
             return False
-        kept.restore(ctx.dir, self.name, found)
-        kept.forget_sandboxes(ctx.dir, self.name)
         return True
 
     @contextlib.asynccontextmanager
@@ -258,21 +240,15 @@ class HarnessStep(Step):
         self._log(f"{phase} done in {time.monotonic() - t0:.1f} s")
 
     def _write(self, outcome: Outcome, error: str | None = None, key: dict | None = None) -> None:
-        """The outputs; with `key` (the inputs' identity) by way of a capture (steps.kept)."""
-        ctx = self.ctx
+        """The outputs; with `key` (the inputs' identity) by way of a capture (steps.recovery)."""
         rec = self.stamp(self._record(status=outcome.status, failure_class=outcome.failure_class, error=error,
                                       exit_code=outcome.exit_code, timed_out=outcome.timed_out,
                                       stderr_tail=outcome.stderr_tail, install_s=round(outcome.install_s, 3),
                                       agent_s=round(outcome.agent_s, 3), events=len(outcome.events),
                                       metadata=outcome.metadata, sandbox=self.replacement,
                                       network=self.network))
-        if key is not None:  # model_calls.jsonl: written by the model proxy as the agent ran
-            return kept.publish(ctx.dir, self.name, key, {EVENTS: jsonl(outcome.events), MODEL_CALLS: None},
-                                HARNESS, rec)
-        write_jsonl(ctx.path(EVENTS), outcome.events)
-        if not ctx.path(MODEL_CALLS).exists():  # the upstream step failed before any call
-            write_atomic(ctx.path(MODEL_CALLS), "")
-        rec.save(ctx.path(HARNESS))
+        # model_calls.jsonl: written by the model proxy as the agent ran (empty if it never ran)
+        self.recovery.write({EVENTS: jsonl(outcome.events), MODEL_CALLS: None}, HARNESS, rec, key)
 
     def fail(self, exc: InfraError) -> None:
         self._write(Outcome(events=[], exit_code=None, status="infra_error", failure_class=exc.failure_class),

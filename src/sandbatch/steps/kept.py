@@ -13,6 +13,8 @@ consumed may already be gone. So, under `<rollout>/.kept/<step>/`, a step keeps:
   instead of redoing the work; another key, a missing or changed file, and it does not count;
 - `sandboxes.json`: the sandboxes it created and has not handed on yet, written right after
   each create, so that a rerun deletes them at once instead of leaving them to the run's end.
+
+A step's body reaches this through the few calls of its `recovery` (steps.recovery).
 """
 
 from __future__ import annotations

@@ -8,11 +8,9 @@ from ..core.errors import InfraError
 from ..core.failures import FailureClass
 from ..rollout.records import (HARNESS, PATCH, PATCH_INFO, SANDBOX, HarnessRecord, PatchRecord, SandboxRecord,
                                agent_handle, load)
-from ..sandbox import SandboxError
+from ..sandbox import Sandbox, SandboxError
 from ..tasks.settings import grades_in_agent_sandbox
-from ..core.util import write_atomic
 from ..core import killpoint
-from . import kept
 from .common import Step, timed
 
 
@@ -35,12 +33,10 @@ class PatchStep(Step):
         ctx = self.ctx
         harness = load(HarnessRecord, ctx.path(HARNESS))
         handle = agent_handle(load(SandboxRecord, ctx.path(SANDBOX)), harness)
-        kept.drop(ctx.dir, "harness")  # Snakemake recorded the agent run: a forced rerun redoes it
+        self.recovery.settle("harness")  # Snakemake recorded the agent run: a forced rerun redoes it
         # the agent run this patch comes from: its harness record and its sandbox
-        key = {HARNESS: kept.digest(ctx.path(HARNESS)), "sandbox_id": handle.sandbox_id}
-        found = kept.find(ctx.dir, self.name, key)
-        if found is not None:  # captured by an attempt killed before it was recorded finished
-            kept.restore(ctx.dir, self.name, found)
+        key = self.recovery.key(HARNESS, sandbox_id=handle.sandbox_id)
+        if await self.recovery.resume(key):  # captured by an attempt killed before it was recorded finished
             if load(PatchRecord, ctx.path(PATCH_INFO)).sandbox_deleted and handle.sandbox_id:
                 await ctx.provider.delete(handle.sandbox_id)  # the attempt may have died before its delete
             return
@@ -50,20 +46,13 @@ class PatchStep(Step):
                 await ctx.provider.delete(handle.sandbox_id)
             return self._write(b"", PatchRecord(status="infra_error", failure_class=failed.failure_class,
                                                 error=f"upstream: {failed.error}", sandbox_deleted=True))
-        provider = ctx.provider
-        sandbox = await provider.connect(handle.sandbox_id, handle.spec)
+        sandbox = await ctx.provider.connect(handle.sandbox_id, handle.spec)
         out = f"{sandbox.tmpdir}/agent.patch"
         with timed(self.phases, "extract"):
-            result = await sandbox.exec(diff_script(sandbox.workdir, handle.base_ref, out, ctx.cfg.patch.exclude),
-                                        timeout=ctx.scaled(ctx.cfg.timeouts.patch))
-            if not result.ok:
-                raise SandboxError(f"git diff failed (exit {result.exit_code}): {result.stderr.strip()[-300:]}",
-                                   FailureClass.PATCH_EXTRACT)
-            killpoint.reached("extracted")
+            files = await self._diff(sandbox, handle.base_ref, out)
             data = await sandbox.download(out)
         if data and not data.endswith(b"\n"):
             data += b"\n"
-        files = [f for f in result.stdout.splitlines() if f.strip()]
         # the agent sandbox is done: the grader works in a fresh one (unless the task is
         # graded in the agent's own sandbox; the grade step deletes it then). It is deleted
         # only once the capture is kept: a rerun of a step killed after the delete restores it
@@ -73,12 +62,20 @@ class PatchStep(Step):
         if not keep:
             self.delete_later(sandbox)
 
+    @killpoint.after("extracted")
+    async def _diff(self, sandbox: Sandbox, base_ref: str, out: str) -> list[str]:
+        """Write the agent's change against `base_ref` to `out` in the sandbox; the files it touches."""
+        cfg = self.ctx.cfg
+        result = await sandbox.exec(diff_script(sandbox.workdir, base_ref, out, cfg.patch.exclude),
+                                    timeout=self.ctx.scaled(cfg.timeouts.patch))
+        if not result.ok:
+            raise SandboxError(f"git diff failed (exit {result.exit_code}): {result.stderr.strip()[-300:]}",
+                               FailureClass.PATCH_EXTRACT)
+        return [f for f in result.stdout.splitlines() if f.strip()]
+
     def _write(self, data: bytes, rec: PatchRecord, key: dict | None = None) -> None:
-        """The outputs; with `key` (the agent run's identity) by way of a capture (steps.kept)."""
-        if key is not None:
-            return kept.publish(self.ctx.dir, self.name, key, {PATCH: data}, PATCH_INFO, self.stamp(rec))
-        write_atomic(self.ctx.path(PATCH), data)
-        self.stamp(rec).save(self.ctx.path(PATCH_INFO))
+        """The outputs; with `key` (the agent run's identity) by way of a capture (steps.recovery)."""
+        self.recovery.write({PATCH: data}, PATCH_INFO, self.stamp(rec), key)
 
     def fail(self, exc: InfraError) -> None:
         self._write(b"", PatchRecord(status="infra_error", failure_class=exc.failure_class, error=str(exc)))

@@ -104,7 +104,7 @@ class SandboxStep(Step):
 
     async def run(self) -> None:
         # an interrupted attempt's sandbox was never handed on (sandbox.json is gone with the job)
-        await kept.delete_noted(self.ctx.dir, self.name, self.ctx.provider)
+        await self.recovery.clear()
         spec = build_spec(self.ctx, "agent")
         sandbox, base_ref, history = await create_agent_sandbox(self.ctx, spec, self.phases, step=self.name)
         try:
