@@ -16,7 +16,7 @@ from sandbatch import REPO_ROOT
 from sandbatch.core import config
 from sandbatch.core.errors import InfraError
 from sandbatch.grading import swebench as swe_grader
-from sandbatch.rollout.records import (GRADE, HARNESS, PATCH, PATCH_INFO, SANDBOX, GradeRecord, HarnessRecord,
+from sandbatch.contracts.records import (GRADE, HARNESS, PATCH, PATCH_INFO, SANDBOX, GradeRecord, HarnessRecord,
                                        PatchRecord, SandboxRecord, load)
 from sandbatch.sandbox import get_provider
 from sandbatch.steps.common import StepContext, main, run_step

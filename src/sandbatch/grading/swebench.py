@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..core.failures import FailureClass
-from ..rollout.records import GradeRecord
+from ..contracts.records import GradeRecord
 from .. import trace
 from . import (GradeContext, build_phase, defences, go_confirm, googletest, reports, tamper, unittest_verdict, verdict,
                write_log)

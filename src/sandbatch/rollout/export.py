@@ -19,13 +19,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from ..contracts.records import RESPONSE
 from ..core.config import Config
 from ..core.errors import UserError
-from . import responses
-from .records import RESPONSE
+from ..core.util import read_json, write_jsonl
 from ..tasks import Task, read_task, select_tasks
 from ..tasks.settings import prompt_for
-from ..core.util import read_json, write_jsonl
+from . import responses
 
 GYM_DIR = "gym"
 GYM_FILES = ("rollouts.jsonl", "rollouts_materialized_inputs.jsonl", "rollouts_failures.jsonl")

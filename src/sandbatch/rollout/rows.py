@@ -8,11 +8,11 @@ from __future__ import annotations
 from typing import Any
 
 from .. import trace
+from ..contracts.records import (GRADE, HARNESS, PATCH_INFO, PHASES, RESPONSE, SANDBOX, GradeRecord, HarnessRecord,
+                      PatchRecord, SandboxRecord, final_status, load)
 from ..core.config import Config
 from ..core.util import read_json
 from ..tasks import TaskRef
-from .records import (GRADE, HARNESS, PATCH_INFO, PHASES, RESPONSE, SANDBOX, GradeRecord, HarnessRecord,
-                      PatchRecord, SandboxRecord, final_status, load)
 
 
 def rollout_row(cfg: Config, task: TaskRef, repeat: int) -> dict[str, Any]:

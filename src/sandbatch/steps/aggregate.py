@@ -13,10 +13,10 @@ from typing import Any
 
 from ..core.config import Config
 from ..core.errors import InfraError, UserError
-from ..core.files import MANIFEST
+from ..contracts.files import MANIFEST
 from ..core.util import write_atomic, write_json, write_jsonl
 from ..reporting import metrics, plots, report, view
-from ..rollout.records import PATCH, now
+from ..contracts.records import PATCH, now
 from ..rollout.rows import rollout_row
 from ..sandbox.reaper import reap_run
 from ..tasks import TaskRef, select_tasks

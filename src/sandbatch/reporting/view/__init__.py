@@ -15,12 +15,12 @@ from html import escape
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from ...contracts.records import GRADE
 from ...core.config import Config
-from ...rollout.records import GRADE
+from ...core.util import write_atomic
 from ...rollout.rows import rollout_row
 from ...tasks import read_task, select_tasks
 from ...tasks.settings import prompt_for
-from ...core.util import write_atomic
 from ..outcomes import category, flagged, rollout_seconds, summary_line
 from . import page
 from .assets import CSS, INDEX_JS

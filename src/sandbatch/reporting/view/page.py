@@ -11,11 +11,11 @@ from html import escape
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from ...rollout.records import GRADE, MODEL_CALLS, PATCH, RESPONSE
-from ...rollout.responses import input_text, item_text
-from ...trace import TRACE_FILE, read_spans
-from ...rollout.usage import iter_calls
+from ...contracts.records import GRADE, MODEL_CALLS, PATCH, RESPONSE
 from ...core.util import read_json
+from ...rollout.responses import input_text, item_text
+from ...rollout.usage import iter_calls
+from ...trace import TRACE_FILE, read_spans
 from ..outcomes import outcome
 from .assets import CSS
 from .waterfall import waterfall_html
