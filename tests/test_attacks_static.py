@@ -426,13 +426,14 @@ def test_other_languages_scan_added_lines(path, line, flagged):
 
 
 def test_suspicious_rollouts_in_metrics_report_and_viewer(tmp_path):
+    from sandbatch.contracts.row import RolloutRow
     from sandbatch.reporting import metrics, report
     from sandbatch.reporting.view import flagged_html, page
 
-    row = {"instance_id": "a", "task_id": "a", "repeat": 0, "reward": 0.0, "resolved": False, "status": "ok",
-           "failure_class": None, "patch_empty": False, "durations": {}, "usage": {}, "tampering": [], "suspicious": []}
+    row = RolloutRow(run="r", instance_id="a", task_id="a", repeat=0, reward=0.0, resolved=False, status="ok",
+                     failure_class=None, patch_empty=False, usage={}, tampering=[], suspicious=[])
     hit = {"path": "calc.py", "line": 15, "text": 'if "_pytest" in sys.modules:', "reason": "names the test runner"}
-    rows = [row, {**row, "instance_id": "b", "task_id": "b", "suspicious": [hit]}]
+    rows = [row, row.model_copy(update={"instance_id": "b", "task_id": "b", "suspicious": [hit]})]
     m = metrics.compute(rows, 1.0)
     assert m["suspicious_rate"] == {"value": 0.5, "numerator": 1, "denominator": 2}
     assert m["suspicious_rollouts"] == ["b#0"]

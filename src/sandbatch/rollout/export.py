@@ -17,9 +17,10 @@ its trainers) read a run unchanged. In `<run>/gym/`:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable
 
 from ..contracts.records import RESPONSE
+from ..contracts.row import RolloutRow
 from ..core.config import Config
 from ..core.errors import UserError
 from ..core.util import read_json, write_jsonl
@@ -53,10 +54,10 @@ def gym_create_params(task: Task, prompt: str) -> dict[str, Any]:
     return params
 
 
-def gym(cfg: Config, rows: Iterable[Mapping[str, Any]], out_dir: Path) -> dict[str, int]:
+def gym(cfg: Config, rows: Iterable[RolloutRow], out_dir: Path) -> dict[str, int]:
     """Write the gym layout of `rows` (rollouts.jsonl rows) into out_dir; the row counts."""
     rows = list(rows)
-    done = {r["task_id"] for r in rows}
+    done = {r.task_id for r in rows}
     tasks = [t for t in select_tasks(cfg.benchmark) if t.id in done]
     index = {t.id: i for i, t in enumerate(tasks)}
     if len(index) != len(done):
@@ -67,17 +68,17 @@ def gym(cfg: Config, rows: Iterable[Mapping[str, Any]], out_dir: Path) -> dict[s
     for ref in tasks:
         task = read_task(cfg.benchmark, ref)
         fields, params = gym_task_fields(task), gym_create_params(task, prompt_for(task, cfg.benchmark))
-        for row in sorted((r for r in rows if r["task_id"] == ref.id), key=lambda r: r["repeat"]):
-            keys = {"agent_ref": {"name": row["harness"]}, TASK_INDEX: index[ref.id], ROLLOUT_INDEX: row["repeat"]}
+        for row in sorted((r for r in rows if r.task_id == ref.id), key=lambda r: r.repeat):
+            keys = {"agent_ref": {"name": row.harness}, TASK_INDEX: index[ref.id], ROLLOUT_INDEX: row.repeat}
             inputs.append({**fields, "responses_create_params": params, **keys})
-            if row["status"] == "infra_error":
+            if row.infra_error:
                 failures.append({**fields, "responses_create_params": params, **keys,
-                                 "_ng_failure_class": row["failure_class"] or "infra_error"})
+                                 "_ng_failure_class": row.failure_class or "infra_error"})
                 continue
-            response = read_json(cfg.run_dir / ref.id / str(row["repeat"]) / RESPONSE)
+            response = read_json(cfg.run_dir / ref.id / str(row.repeat) / RESPONSE)
             # an agent that failed or timed out earns what its patch earns (0 when ungraded), as in metrics.json
             results.append({**fields, "responses_create_params": params, "response": response,
-                            "reward": float(row["reward"] or 0.0), "resolved": bool(row["resolved"]), **keys})
+                            "reward": float(row.reward or 0.0), "resolved": row.resolved, **keys})
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, data in zip(GYM_FILES, (results, inputs, failures)):
         write_jsonl(out_dir / name, data)
@@ -87,7 +88,7 @@ def gym(cfg: Config, rows: Iterable[Mapping[str, Any]], out_dir: Path) -> dict[s
 EXPORTERS = {"gym": gym}  # format -> writer; each writes into results/<run>/<format>/
 
 
-def export(cfg: Config, fmt: str, rows: Iterable[Mapping[str, Any]]) -> Path:
+def export(cfg: Config, fmt: str, rows: Iterable[RolloutRow]) -> Path:
     """Write the run in format `fmt` under its run directory; the directory written."""
     if fmt not in EXPORTERS:
         raise UserError(f"export: --format {fmt!r} is not known; choose one of: {', '.join(EXPORTERS)}")
