@@ -21,6 +21,7 @@ from typing import Any, Iterable
 
 from ..contracts.records import RESPONSE
 from ..contracts.row import RolloutRow
+from ..contracts.tasks import SweBenchTask, SweTask
 from ..core.config import Config
 from ..core.errors import UserError
 from ..core.util import read_json, write_jsonl
@@ -37,9 +38,12 @@ _GYM_KEYS = {"responses_create_params", "agent_ref", TASK_INDEX, ROLLOUT_INDEX}
 def gym_task_fields(task: Task) -> dict[str, Any]:
     """The task as a row: the SWE-bench fields it has, then every other field of its row
     (a NeMo Gym row's `subset`, `split`, ... come back as they were)."""
-    fields = {"instance_id": task.instance_id, "repo": task.repo, "base_commit": task.base_commit,
-              "problem_statement": task.problem_statement, "version": task.version, "patch": task.patch,
-              "test_patch": task.test_patch, "FAIL_TO_PASS": task.fail_to_pass, "PASS_TO_PASS": task.pass_to_pass}
+    fields: dict[str, Any] = {"instance_id": task.instance_id, "repo": task.repo, "base_commit": task.base_commit,
+                              "problem_statement": task.problem_statement}
+    if isinstance(task, SweTask):
+        fields.update({"version": task.version if isinstance(task, SweBenchTask) else None, "patch": task.patch,
+                       "test_patch": task.test_patch, "FAIL_TO_PASS": task.fail_to_pass,
+                       "PASS_TO_PASS": task.pass_to_pass})
     out = {k: v for k, v in fields.items() if v not in (None, "", [])}
     out.update({k: v for k, v in task.extra.items() if k not in _GYM_KEYS})
     return out
