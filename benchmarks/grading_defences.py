@@ -46,7 +46,7 @@ from pathlib import Path
 
 from sandbatch import REPO_ROOT
 from sandbatch.core import config
-from sandbatch.rollout.records import GRADE, PATCH, PATCH_INFO, GradeRecord, PatchRecord, load
+from sandbatch.contracts.records import GRADE, PATCH, PATCH_INFO, GradeRecord, PatchRecord, load
 from sandbatch.steps.common import StepContext, run_step
 from sandbatch.steps.grade import GradeStep
 

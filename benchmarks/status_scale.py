@@ -29,7 +29,7 @@ def main() -> int:
     a = p.parse_args()
     from sandbatch.core.config import parse
     from sandbatch.core.ids import path_id
-    from sandbatch.rollout.records import INDEX, SUMMARY
+    from sandbatch.contracts.records import INDEX, SUMMARY
     from sandbatch.ops.status import collect, render
 
     with tempfile.TemporaryDirectory(prefix="sandbatch-status-") as tmp:

@@ -78,6 +78,7 @@ def main() -> int:
     p.add_argument("--tasks", type=int, default=250)
     p.add_argument("--repeats", type=int, default=8)
     a = p.parse_args()
+    from sandbatch.contracts.row import RolloutRow
     from sandbatch.core.config import parse
     from sandbatch.tasks import select_tasks
     from sandbatch.reporting.view import build
@@ -94,13 +95,13 @@ def main() -> int:
                 d = cfg.run_dir / t.id / str(r)
                 d.mkdir(parents=True)
                 rollout_files(d, rnd)
-                rows.append({"task_id": t.id, "instance_id": t.instance_id, "repo": t.repo, "repeat": r,
-                             "status": rnd.choice(["ok", "ok", "ok", "agent_error", "timeout", "infra_error"]),
-                             "failure_class": None, "failed_phase": None, "reward": float(rnd.random() < .4),
-                             "resolved": False, "harness": "opencode", "exit_code": 0,
-                             "usage": {"total_tokens": rnd.randint(50_000, 400_000)},
-                             "durations": {"sandbox": 3.0, "harness": rnd.uniform(60, 900), "patch": 1.0, "grade": 30.0},
-                             "dir": str(d)})
+                rows.append(RolloutRow(
+                    run=cfg.run, task_id=t.id, instance_id=t.instance_id, repo=t.repo, repeat=r,
+                    status=rnd.choice(["ok", "ok", "ok", "agent_error", "timeout", "infra_error"]),
+                    failure_class=None, failed_phase=None, reward=float(rnd.random() < .4), resolved=False,
+                    harness="opencode", exit_code=0, usage={"total_tokens": rnd.randint(50_000, 400_000)},
+                    durations={"sandbox": 3.0, "harness": rnd.uniform(60, 900), "patch": 1.0, "grade": 30.0},
+                    dir=str(d)))
         out = wd / "view"
         t0 = time.monotonic()
         index = build(cfg, rows, out)

@@ -245,7 +245,7 @@ def test_untracked_build_output_goes_back_as_the_image_had_it(tmp_path):
                  "diff --git a/vendor/github.com/x/y/y.go b/vendor/github.com/x/y/y.go\nnew file mode 100644\n"
                  "--- /dev/null\n+++ b/vendor/github.com/x/y/y.go\n@@ -0,0 +1 @@\n+package y\n")
         from sandbatch.grading.apply import apply_patch
-        from sandbatch.rollout.records import GradeRecord
+        from sandbatch.contracts.records import GradeRecord
 
         rec = GradeRecord(log_path=str(tmp_path / "grade.log"))
         assert asyncio.run(apply_patch(sb, patch, f"{sb.tmpdir}/p.diff", rec, [], 60, cwd=wd))
@@ -426,13 +426,14 @@ def test_other_languages_scan_added_lines(path, line, flagged):
 
 
 def test_suspicious_rollouts_in_metrics_report_and_viewer(tmp_path):
+    from sandbatch.contracts.row import RolloutRow
     from sandbatch.reporting import metrics, report
     from sandbatch.reporting.view import flagged_html, page
 
-    row = {"instance_id": "a", "task_id": "a", "repeat": 0, "reward": 0.0, "resolved": False, "status": "ok",
-           "failure_class": None, "patch_empty": False, "durations": {}, "usage": {}, "tampering": [], "suspicious": []}
+    row = RolloutRow(run="r", instance_id="a", task_id="a", repeat=0, reward=0.0, resolved=False, status="ok",
+                     failure_class=None, patch_empty=False, usage={}, tampering=[], suspicious=[])
     hit = {"path": "calc.py", "line": 15, "text": 'if "_pytest" in sys.modules:', "reason": "names the test runner"}
-    rows = [row, {**row, "instance_id": "b", "task_id": "b", "suspicious": [hit]}]
+    rows = [row, row.model_copy(update={"instance_id": "b", "task_id": "b", "suspicious": [hit]})]
     m = metrics.compute(rows, 1.0)
     assert m["suspicious_rate"] == {"value": 0.5, "numerator": 1, "denominator": 2}
     assert m["suspicious_rollouts"] == ["b#0"]

@@ -61,7 +61,7 @@ def _attack(tmp_path, name: str, provider: str, mode: str, image: str | None, op
 async def _leave(cfg_path, ctx, name: str, provider: str, answer: bytes = b"Goodbye\n") -> None:
     """What the agent leaves, in one event loop over a connection of its own (SDK clients keep theirs)."""
     from sandbatch.core import config
-    from sandbatch.rollout.records import SANDBOX, SandboxRecord, load
+    from sandbatch.contracts.records import SANDBOX, SandboxRecord, load
     from sandbatch.sandbox import get_provider
 
     handle = load(SandboxRecord, ctx.path(SANDBOX))

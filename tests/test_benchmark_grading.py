@@ -17,7 +17,7 @@ from sandbatch.core import config
 from sandbatch.core.errors import InfraError
 from sandbatch.core.failures import FailureClass
 from sandbatch.grading import swebench as swe_grader
-from sandbatch.rollout.records import (GRADE, HARNESS, PATCH, PATCH_INFO, SANDBOX, GradeRecord, HarnessRecord,
+from sandbatch.contracts.records import (GRADE, HARNESS, PATCH, PATCH_INFO, SANDBOX, GradeRecord, HarnessRecord,
                                        PatchRecord, SandboxRecord, load)
 from sandbatch.sandbox import get_provider
 from sandbatch.steps.common import StepContext, main, run_step

@@ -6,6 +6,7 @@ import math
 import pytest
 
 from ops_util import run, sandbatch
+from sandbatch.contracts.row import RolloutRow
 from sandbatch.reporting.compare import Run, compare, mcnemar_exact, outcomes
 
 
@@ -13,7 +14,7 @@ def write_run(root, name, tasks, threshold=1.0):
     """tasks: instance_id -> list of resolved flags, one per repeat."""
     d = root / "results" / name
     d.mkdir(parents=True)
-    rows = [{"instance_id": t, "repeat": r, "resolved": ok, "reward": float(ok)}
+    rows = [{"run": d.name, "task_id": t, "instance_id": t, "repeat": r, "resolved": ok, "reward": float(ok)}
             for t, flags in tasks.items() for r, ok in enumerate(flags)]
     (d / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (d / "metrics.json").write_text(json.dumps({"reward_threshold": threshold}))
@@ -21,7 +22,7 @@ def write_run(root, name, tasks, threshold=1.0):
 
 
 def make(name, tasks):
-    rows = [{"instance_id": t, "repeat": r, "resolved": ok, "reward": float(ok)}
+    rows = [RolloutRow(run=name, task_id=t, instance_id=t, repeat=r, resolved=ok, reward=float(ok))
             for t, flags in tasks.items() for r, ok in enumerate(flags)]
     return Run(name, 1.0, outcomes(rows, 1.0))
 

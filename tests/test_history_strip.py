@@ -18,7 +18,7 @@ from leaky_repo import BUILDER, CALC, EXPECTED, assert_no_future, build_image, d
 from real_opensandbox import real_opensandbox, reap_run, unique_run  # noqa: F401 (fixture)
 from sandbatch.core.config import load as load_config
 from sandbatch.core.errors import UserError
-from sandbatch.rollout.records import HistoryRecord
+from sandbatch.contracts.records import HistoryRecord
 from sandbatch.sandbox.base import SandboxSpec
 from sandbatch.sandbox.prepare import prepare
 from sandbatch.tasks import Task
@@ -177,7 +177,7 @@ def test_the_steps_strip_the_agent_sandbox_and_its_replacement_not_the_grader(tm
     the image's repository (the agent never sees it)."""
     from sandbatch import REPO_ROOT
     from sandbatch.core import config
-    from sandbatch.rollout.records import SANDBOX, SandboxRecord, load
+    from sandbatch.contracts.records import SANDBOX, SandboxRecord, load
     from sandbatch.steps.common import StepContext, run_step
     from sandbatch.steps.harness import HarnessStep
     from sandbatch.steps.recovery import STARTED_MARK

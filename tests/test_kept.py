@@ -15,7 +15,7 @@ import os
 import pytest
 
 import test_benchmark_grading as bench
-from sandbatch.rollout.records import GRADE, INDEX, PATCH, PATCH_INFO, GradeRecord, PatchRecord, load, read_index
+from sandbatch.contracts.records import GRADE, INDEX, PATCH, PATCH_INFO, GradeRecord, PatchRecord, load, read_index
 from sandbatch.sandbox.base import SandboxSpec
 from sandbatch.sandbox.local import LocalProvider
 from sandbatch.steps import kept

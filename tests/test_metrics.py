@@ -2,6 +2,7 @@ import math
 
 import pytest
 
+from sandbatch.contracts.row import RolloutRow
 from sandbatch.reporting.metrics import compute, ks_for, pass_at_k, percentile
 
 
@@ -43,9 +44,9 @@ def test_ks_and_percentiles():
 
 
 def _row(iid, reward, status="ok", fc=None):
-    return {"instance_id": iid, "reward": reward, "resolved": reward >= 1, "status": status,
-            "failure_class": fc, "patch_empty": False, "durations": {"grade": 1.0},
-            "usage": {"total_tokens": 10, "input_tokens": 7, "output_tokens": 3}}
+    return RolloutRow(run="r", task_id=iid, instance_id=iid, repeat=0, reward=reward, resolved=reward >= 1,
+                      status=status, failure_class=fc, patch_empty=False, durations={"grade": 1.0},
+                      usage={"total_tokens": 10, "input_tokens": 7, "output_tokens": 3})
 
 
 def test_compute_separates_infra_errors_and_states_denominators():

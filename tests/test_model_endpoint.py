@@ -17,7 +17,7 @@ from docker_fixtures import docker_base_image, docker_engine  # noqa: F401 (fixt
 from failing_model import failing_model
 from real_opensandbox import real_opensandbox  # noqa: F401 (fixture)
 from harness_support import leftover_sandboxes, rollout, run_workflow, smoke_config
-from sandbatch.core.model_calls import ENDPOINT_FAILURES, outage, status_failure
+from sandbatch.contracts.model_calls import ENDPOINT_FAILURES, outage, status_failure
 from sandbatch.core.util import iter_jsonl
 from sandbatch.proxy import ModelProxy
 from sandbatch.proxy.server import ServerThread, catch_all

@@ -25,7 +25,7 @@ from sandbatch.proxy.server import ServerThread, catch_all
 from sandbatch.testing.scripted_model import Script, ScriptedModel
 from sandbatch.testing.template import assistant_turns
 from sandbatch.core.errors import InfraError, UserError
-from sandbatch.core.model_calls import normalize_usage
+from sandbatch.contracts.model_calls import normalize_usage
 from sandbatch.rollout.usage import summarize, summarize_usage
 from sandbatch.core.util import backoff_delay, iter_jsonl
 

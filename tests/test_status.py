@@ -5,7 +5,7 @@ import json
 import pytest
 
 from ops_util import run, sandbatch
-from sandbatch.rollout.records import INDEX, GradeRecord, final_status, read_index, summary
+from sandbatch.contracts.records import INDEX, GradeRecord, final_status, read_index, summary
 
 
 def test_saved_records_are_indexed_and_the_last_line_wins(tmp_path):

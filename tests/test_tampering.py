@@ -344,12 +344,14 @@ def test_touched_paths_reads_every_header():
 
 
 def test_tampering_rate_in_metrics_and_report():
+    from sandbatch.contracts.row import RolloutRow
     from sandbatch.reporting import metrics, report
 
-    row = {"instance_id": "a", "reward": 0.0, "resolved": False, "status": "ok", "failure_class": None,
-           "patch_empty": False, "durations": {}, "usage": {}, "tampering": []}
-    rows = [row, {**row, "tampering": [{"path": "conftest.py", "kind": "runner_hook", "action": "removed"}]},
-            {**row, "status": "tampered", "failure_class": "tampering", "tampering": [{"path": "x"}]}]
+    row = dict(run="r", task_id="a", instance_id="a", repeat=0, reward=0.0, resolved=False, status="ok",
+               failure_class=None, patch_empty=False, usage={}, tampering=[])
+    rows = [RolloutRow(**row),
+            RolloutRow(**{**row, "tampering": [{"path": "conftest.py", "kind": "runner_hook", "action": "removed"}]}),
+            RolloutRow(**{**row, "status": "tampered", "failure_class": "tampering", "tampering": [{"path": "x"}]})]
     m = metrics.compute(rows, 1.0)
     assert m["tampering_rate"] == {"value": round(2 / 3, 6), "numerator": 2, "denominator": 3}
     assert m["status_counts"]["tampered"] == 1

@@ -17,6 +17,7 @@ import pytest
 from ops_util import run, sandbatch
 from services import need_program
 from sandbatch.harness import get_harness
+from sandbatch.contracts.row import RolloutRow
 from sandbatch.reporting.view import COLUMNS, page, write_index
 
 CHROMIUM = shutil.which("chromium")
@@ -186,8 +187,8 @@ def test_mini_swe_agent_trajectory_reads_as_text_in_the_browser(tmp_path):
     (rollout / "response.json").write_text(json.dumps({"output": items, "usage": {}, "model": "m",
                                                        "instructions": conv.instructions, "input": conv.input,
                                                        "sandbatch": {"feedback": conv.feedback}}))
-    row = {"dir": str(rollout), "instance_id": "smoke__calc-1", "task_id": "smoke__calc-1", "repeat": 0,
-           "status": "ok"}
+    row = RolloutRow(run="r", dir=str(rollout), instance_id="smoke__calc-1", task_id="smoke__calc-1", repeat=0,
+                     status="ok")
     out = tmp_path / "page.html"
     out.write_text(page.render(row, "the task's bare prompt", "index.html"))
     text = rendered_text(out, tmp_path)
@@ -245,7 +246,7 @@ def test_rollout_page_draws_its_trace_and_shows_flags_first(traced_run, tmp_path
     grade["tampering"] = [{"path": "tests/test_calc.py", "kind": "modified", "action": "restored"}]
     grade["suspicious"] = [{"path": "conftest.py", "line": 3, "reason": "patches pytest", "text": "import _pytest"}]
     (rollout / "grade.json").write_text(json.dumps(grade))
-    row = {**json.loads((traced_run / "rollouts.jsonl").read_text().splitlines()[0]), "dir": str(rollout)}
+    row = RolloutRow(**{**json.loads((traced_run / "rollouts.jsonl").read_text().splitlines()[0]), "dir": str(rollout)})
     out = tmp_path / "page.html"
     out.write_text(page.render(row, "divide() truncates; fix it", "index.html"))
     html = dom(out.as_uri(), tmp_path)

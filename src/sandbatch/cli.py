@@ -199,15 +199,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from .core.config import run_config
+    from .contracts.row import read_rows
     from .rollout.export import export
-    from .core.util import iter_jsonl
 
     os.chdir(args.directory)  # the run's config names paths relative to its working directory
     cfg = run_config(args.run, args.results_dir)
     rows_path = cfg.run_dir / "rollouts.jsonl"
     if not rows_path.is_file():
         raise UserError(f"{rows_path}: not found; export needs a finished run (its aggregate step writes it)")
-    out = export(cfg, args.format, iter_jsonl(rows_path))
+    out = export(cfg, args.format, read_rows(rows_path))
     print(f"wrote {args.format} export of run {cfg.run} to {out}")
     return 0
 

@@ -1,5 +1,5 @@
 """Graders: one per benchmark family (a registry), what every grader gets, and the defences of a
-grade. May import core, tasks, trace, sandbox, proxy and rollout; never a harness or above.
+grade. May import core, contracts, tasks, trace, sandbox, proxy and rollout; never a harness or above.
 
 Heavy grading libraries (swebench) are imported inside the grader functions only, so a
 process that does not grade never pays for them.
@@ -15,7 +15,7 @@ from ..core.util import write_atomic
 
 if TYPE_CHECKING:
     from ..core.config import Config
-    from ..rollout.records import GradeRecord
+    from ..contracts.records import GradeRecord
     from ..sandbox import Sandbox
     from ..tasks import Task
 

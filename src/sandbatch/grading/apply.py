@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from typing import Mapping
 
     from . import GradeContext
-    from ..rollout.records import GradeRecord
+    from ..contracts.records import GradeRecord
     from ..sandbox import Sandbox
 
 # tried in order; the first that succeeds wins

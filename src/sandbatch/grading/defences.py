@@ -16,7 +16,7 @@ from ..core.failures import FailureClass
 from . import build_phase, consistency, declared, integrity, verdict
 
 if TYPE_CHECKING:
-    from ..rollout.records import GradeRecord
+    from ..contracts.records import GradeRecord
     from ..sandbox import Sandbox
     from . import GradeContext
 

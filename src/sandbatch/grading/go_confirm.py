@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 from .verdict import UID_BASE, UID_SPAN
 
 if TYPE_CHECKING:
-    from ..rollout.records import GradeRecord
+    from ..contracts.records import GradeRecord
     from ..sandbox import Sandbox
 
 CANARY, UNCONFIRMED = "canary_passed", "outcome_unconfirmed"

@@ -35,7 +35,7 @@ import shlex
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..rollout.records import GradeRecord
+    from ..contracts.records import GradeRecord
     from ..sandbox import Sandbox
 
 PARSER = "parse_log_googletest"

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 if TYPE_CHECKING:
-    from ..rollout.records import GradeRecord
+    from ..contracts.records import GradeRecord
     from ..sandbox import Sandbox
 
 KIND, CANARY = "report_rewritten", "canary_passed"

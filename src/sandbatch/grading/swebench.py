@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..core.failures import FailureClass
-from ..rollout.records import GradeRecord
+from ..contracts.records import GradeRecord
+from ..contracts.tasks import SweBenchTask
 from .. import trace
 from . import (GradeContext, build_phase, defences, go_confirm, googletest, reports, tamper, unittest_verdict, verdict,
                write_log)
@@ -82,7 +83,7 @@ def _reset_lines(files: list[str], ref: str) -> list[str]:
     return [f"git checkout -q {q} -- {shlex.quote(f)} 2>/dev/null || rm -f {shlex.quote(f)}" for f in files]
 
 
-def plan(task, workdir: str, base_ref: str) -> EvalPlan:
+def plan(task: SweBenchTask, workdir: str, base_ref: str) -> EvalPlan:
     """The eval script, parser and eval type of a row; Unsupported if swebench cannot grade it."""
     from swebench.harness.constants import (END_TEST_OUTPUT, FAIL_ONLY_REPOS, MAP_REPO_TO_EXT,
                                             MAP_REPO_VERSION_TO_SPECS, START_TEST_OUTPUT)

@@ -14,7 +14,7 @@ import json
 import shlex
 
 from ..core.failures import FailureClass
-from ..rollout.records import GradeRecord
+from ..contracts.records import GradeRecord
 from . import GradeContext, defences, tamper, verdict, write_log
 from .apply import apply_patch, keep_code_only
 

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Callable
 
+from ..contracts.tasks import SweBenchProTask, SweTask, Task
 from ..core.errors import InfraError
 from ..core.failures import FailureClass
 from . import reads
@@ -491,6 +492,7 @@ def verifier_command(script: str, workdir: str, in_agent_sandbox: bool, shell: s
     return f"SANDBATCH_WD={wd}; {_CLEAN_PATH} {first}{run}"
 
 
-def task_test_files(task) -> frozenset[str]:
+def task_test_files(task: Task) -> frozenset[str]:
     """The files the task itself names as its tests (test_patch, SWE-bench Pro's selected files)."""
-    return frozenset(touched_paths(task.test_patch or "")) | frozenset(task.selected_test_files or ())
+    named = frozenset(touched_paths(task.test_patch)) if isinstance(task, SweTask) else frozenset()
+    return named | frozenset(task.selected_test_files if isinstance(task, SweBenchProTask) else ())

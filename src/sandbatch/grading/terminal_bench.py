@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ..core.errors import InfraError
 from ..core.failures import FailureClass
-from ..rollout.records import GradeRecord
+from ..contracts.records import GradeRecord
 from ..sandbox import Sandbox
 from . import GradeContext, tamper, tb_verifier, write_log
 from .apply import apply_patch, keep_code_only

@@ -1,5 +1,5 @@
 """Agent harnesses: the harness interface (base.py) and one module per harness, registered in
-HARNESSES. May import core, tasks, trace, sandbox, proxy, rollout and grading; never a step."""
+HARNESSES. May import core, contracts, tasks, trace, sandbox, proxy, rollout and grading; never a step."""
 
 from __future__ import annotations
 

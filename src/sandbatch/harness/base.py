@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from ..core.config import ModelConfig, Timeouts
 from ..core.errors import UserError
 from ..core.failures import FailureClass
-from ..rollout.records import Status
+from ..contracts.records import Status
 from ..sandbox import Sandbox
 from ..tasks import Task
 from ..core.util import deep_merge, did_you_mean

@@ -35,7 +35,7 @@ import yaml
 from ..rollout import responses
 from ..core.errors import InfraError, UserError
 from ..core.failures import FailureClass
-from ..rollout.records import Status
+from ..contracts.records import Status
 from ..sandbox import Sandbox
 from ..core.util import deep_merge
 from ._process import AgentRun, install_options, run_command, sh, str_env, upload_source

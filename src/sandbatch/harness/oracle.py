@@ -11,6 +11,7 @@ import shlex
 import time
 from pathlib import Path
 
+from ..contracts.tasks import SweTask, TerminalBenchTask
 from ..core.failures import FailureClass
 from ..rollout import responses
 from ..grading.apply import applied_method, apply_script
@@ -25,15 +26,17 @@ class OracleHarness(Harness):
 
     async def run(self, sandbox, ctx: RunContext) -> Outcome:
         start = time.monotonic()
-        outcome = await (self._solve(sandbox, ctx) if ctx.task.task_dir else self._apply(sandbox, ctx))
+        task = ctx.task
+        outcome = await (self._solve(sandbox, ctx, task) if isinstance(task, TerminalBenchTask)
+                         else self._apply(sandbox, ctx, task))
         await hold(sandbox, ctx, start)
         outcome.agent_s = time.monotonic() - start
         return outcome
 
-    async def _apply(self, sandbox, ctx: RunContext) -> Outcome:
+    async def _apply(self, sandbox, ctx: RunContext, task: SweTask) -> Outcome:
         patch_path = f"{sandbox.tmpdir}/gold.patch"
-        await sandbox.upload(patch_path, ctx.task.patch.encode("utf-8"))
-        events = [{"type": "apply_patch", "path": patch_path, "bytes": len(ctx.task.patch.encode("utf-8"))}]
+        await sandbox.upload(patch_path, task.patch.encode("utf-8"))
+        events = [{"type": "apply_patch", "path": patch_path, "bytes": len(task.patch.encode("utf-8"))}]
         start = time.monotonic()
         result = await sandbox.exec(apply_script(patch_path), timeout=ctx.timeouts.agent)
         events.append({"type": "apply_patch_result", "exit_code": result.exit_code,
@@ -43,12 +46,12 @@ class OracleHarness(Harness):
                        timed_out=result.timed_out, stderr_tail=tail(result.stderr),
                        agent_s=time.monotonic() - start)
 
-    async def _solve(self, sandbox, ctx: RunContext) -> Outcome:
-        solution = Path(ctx.task.task_dir) / "solution"
+    async def _solve(self, sandbox, ctx: RunContext, task: TerminalBenchTask) -> Outcome:
+        solution = Path(task.task_dir) / "solution"
         if not (solution / "solve.sh").is_file():
             return Outcome(events=[{"type": "error", "error": f"{solution}/solve.sh not found"}], exit_code=None,
                            status="agent_error", failure_class=FailureClass.NO_REFERENCE_SOLUTION)
-        await upload_dir(sandbox, solution, "/solution", ctx.task.workdir)
+        await upload_dir(sandbox, solution, "/solution", task.workdir)
         script = sandbox.map_path("/solution") + "/solve.sh"
         events = [{"type": "apply_patch", "path": "/solution/solve.sh", "bytes": (solution / "solve.sh").stat().st_size}]
         start = time.monotonic()

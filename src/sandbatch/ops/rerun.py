@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..core.errors import UserError
-from ..rollout.records import (EVENTS, GRADE, HARNESS, MODEL_CALLS, PATCH, PATCH_INFO, RESPONSE, SANDBOX, TRAJECTORY,
+from ..contracts.records import (EVENTS, GRADE, HARNESS, MODEL_CALLS, PATCH, PATCH_INFO, RESPONSE, SANDBOX, TRAJECTORY,
                                HarnessRecord, PatchRecord, SandboxRecord, agent_handle, load, read_index, summary)
 
 # phase -> the files that phase writes

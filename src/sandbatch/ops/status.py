@@ -4,7 +4,7 @@ A step is done when its record exists and Snakemake has no incomplete marker for
 a marker it is running (a live Snakemake works here) or interrupted (none does: the next
 run redoes it). Otherwise it is pending. A rollout is done when grade.json and
 response.json are. The counted fields come from the rollout's record index
-(sandbatch.rollout.records.INDEX, a few short lines), so a 100 KB grade.json with thousands of
+(sandbatch.contracts.records.INDEX, a few short lines), so a 100 KB grade.json with thousands of
 test results is never parsed.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.util import duration_text
-from ..rollout.records import GRADE, HARNESS, PATCH_INFO, RESPONSE, SANDBOX, final_status, read_index, summary
+from ..contracts.records import GRADE, HARNESS, PATCH_INFO, RESPONSE, SANDBOX, final_status, read_index, summary
 
 # step -> the record that marks it done (in chain order)
 STEPS: dict[str, str] = {"sandbox": SANDBOX, "harness": HARNESS, "convert": RESPONSE, "patch": PATCH_INFO,

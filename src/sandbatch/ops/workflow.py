@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..core.config import Config, base_url_source, parse, run_config, source_of, workflow_sources
 from ..core.errors import Collector, UserError, error_lines
-from ..core.files import MANIFEST
+from ..contracts.files import MANIFEST
 from ..core.util import write_if_changed
 from ..tasks import Task, TaskRef, read_task, select_tasks
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import trace
-from ..core.model_calls import status_failure, usage_of
+from ..contracts.model_calls import status_failure, usage_of
 from . import tokens as token_data
 
 

@@ -55,7 +55,7 @@ from aiohttp import web
 from .. import trace
 from ..core.errors import InfraError, UserError
 from ..core.failures import FailureClass
-from ..core.model_calls import MODEL_ENDPOINTS
+from ..contracts.model_calls import MODEL_ENDPOINTS
 from . import tokens as token_data
 from .calls import CallLog, now, since
 from . import messages as messages_api

@@ -68,7 +68,7 @@ def error_response(status: int, message: str, code: str, kind: str = "proxy_erro
 
 class Failure(Exception):
     """The upstream could not answer; carries the response for the agent and the record, and
-    the endpoint failure it is (core.model_calls.ENDPOINT_FAILURES)."""
+    the endpoint failure it is (contracts.model_calls.ENDPOINT_FAILURES)."""
 
     def __init__(self, response: web.Response, error: str, attempts: int, statuses: list, failure_class: FailureClass):
         super().__init__(error)

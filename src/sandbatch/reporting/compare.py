@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from ..contracts.row import RolloutRow, read_rows
 from ..core.errors import UserError
 from .metrics import ks_for, pass_at_k
 
@@ -39,14 +40,13 @@ def load_run(run_dir: str | Path) -> Run:
         if not f.is_file():
             raise UserError(f"{f}: not found; compare needs finished runs (their aggregate step writes it)")
     threshold = json.loads(metrics.read_text(encoding="utf-8"))["reward_threshold"]
-    return Run(d.name, threshold, outcomes(
-        (json.loads(line) for line in rollouts.read_text(encoding="utf-8").splitlines() if line.strip()), threshold))
+    return Run(d.name, threshold, outcomes(read_rows(rollouts), threshold))
 
 
-def outcomes(rows: Iterable[Mapping[str, Any]], threshold: float) -> dict[str, list[tuple[bool, bool]]]:
+def outcomes(rows: Iterable[RolloutRow], threshold: float) -> dict[str, list[tuple[bool, bool]]]:
     tasks: dict[str, list[tuple[bool, bool]]] = defaultdict(list)
-    for r in sorted(rows, key=lambda r: (r["instance_id"], r["repeat"])):
-        tasks[r["instance_id"]].append((bool(r["resolved"]), (r["reward"] or 0) >= threshold))
+    for r in sorted(rows, key=lambda r: (r.instance_id, r.repeat)):
+        tasks[r.instance_id].append((r.resolved, (r.reward or 0) >= threshold))
     return dict(tasks)
 
 

@@ -6,6 +6,8 @@ import math
 from collections import Counter, defaultdict
 from typing import Any, Iterable, Mapping
 
+from ..contracts.row import RolloutRow
+
 
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Probability that at least one of k samples out of n (c correct) is correct.
@@ -41,28 +43,28 @@ def percentile(values: list[float], q: float) -> float | None:
 PHASES = ("sandbox", "install", "agent", "harness", "patch", "grade")
 
 
-def compute(rollouts: Iterable[Mapping[str, Any]], threshold: float, prices: Any = None) -> dict[str, Any]:
-    """Metrics over rollout rows (see rollout.rows.rollout_row); `prices`: model.prices, for the cost."""
+def compute(rollouts: Iterable[RolloutRow], threshold: float, prices: Any = None) -> dict[str, Any]:
+    """Metrics over rollout rows (contracts.row.RolloutRow); `prices`: model.prices, for the cost."""
     rows = list(rollouts)
-    by_task: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    by_task: dict[str, list[RolloutRow]] = defaultdict(list)
     for r in rows:
-        by_task[r["instance_id"]].append(r)
+        by_task[r.instance_id].append(r)
     # pass@k over the graded samples: an infrastructure failure is no sample of the agent
-    graded_by_task = {t: g for t, v in by_task.items() if (g := [r for r in v if r["status"] != "infra_error"])}
+    graded_by_task = {t: g for t, v in by_task.items() if (g := [r for r in v if not r.infra_error])}
     n_min = min((len(v) for v in graded_by_task.values()), default=0)
     pass_k = {}
     for k in ks_for(n_min):
-        vals = [pass_at_k(len(v), sum(1 for r in v if (r["reward"] or 0) >= threshold), k)
+        vals = [pass_at_k(len(v), sum(1 for r in v if (r.reward or 0) >= threshold), k)
                 for v in graded_by_task.values()]
         pass_k[str(k)] = round(100 * sum(vals) / len(vals), 4)
 
-    resolved = sum(1 for r in rows if r["resolved"])
-    infra = [r for r in rows if r["status"] == "infra_error"]
+    resolved = sum(1 for r in rows if r.resolved)
+    infra = [r for r in rows if r.infra_error]
     graded = len(rows) - len(infra)
-    durations = {p: [r["durations"][p] for r in rows if r["durations"].get(p) is not None] for p in PHASES}
-    tokens = [r["usage"].get("total_tokens", 0) for r in rows]
-    joins = [r.get("token_join") or {} for r in rows]
-    io_tokens = {k: sum(r["usage"].get(f"{k}_tokens", 0) for r in rows) for k in ("input", "output")}
+    durations = {p: [v for r in rows if (v := getattr(r.durations, p)) is not None] for p in PHASES}
+    tokens = [r.total_tokens for r in rows]
+    joins = [r.token_join for r in rows]
+    io_tokens = {k: sum(r.usage.get(f"{k}_tokens", 0) for r in rows) for k in ("input", "output")}
     return {
         "tasks": len(by_task),
         "rollouts": len(rows),
@@ -73,15 +75,15 @@ def compute(rollouts: Iterable[Mapping[str, Any]], threshold: float, prices: Any
         "resolved_rate": _rate(resolved, len(rows)),
         "resolved_rate_excluding_infra_errors": _rate(resolved, graded),
         # over the graded rollouts, as Gym's profile takes it: an infrastructure failure earns no 0
-        "mean_reward": round(sum((r["reward"] or 0) for r in rows if r["status"] != "infra_error") / graded, 6)
+        "mean_reward": round(sum((r.reward or 0) for r in rows if not r.infra_error) / graded, 6)
         if graded else None,
-        "status_counts": dict(Counter(r["status"] for r in rows)),
-        "failure_classes": dict(Counter(r["failure_class"] for r in rows if r["failure_class"])),
+        "status_counts": dict(Counter(r.status for r in rows)),
+        "failure_classes": dict(Counter(r.failure_class for r in rows if r.failure_class)),
         "infra_error_rate": _rate(len(infra), len(rows)),
-        "infra_error_classes": dict(Counter(r["failure_class"] or "unknown" for r in infra)),
-        "empty_patches": sum(1 for r in rows if r["patch_empty"]),
+        "infra_error_classes": dict(Counter(r.failure_class or "unknown" for r in infra)),
+        "empty_patches": sum(1 for r in rows if r.patch_empty),
         # rollouts whose patch changed what grades it (neutralised or failed, grading.tampering)
-        "tampering_rate": _rate(sum(1 for r in rows if r.get("tampering")), len(rows)),
+        "tampering_rate": _rate(sum(1 for r in rows if r.tampering), len(rows)),
         # rollouts whose code reaches into the test runner (grading.suspicion), and which
         "suspicious_rate": _rate(len(suspicious_rollouts(rows)), len(rows)),
         "suspicious_rollouts": suspicious_rollouts(rows),
@@ -91,24 +93,24 @@ def compute(rollouts: Iterable[Mapping[str, Any]], threshold: float, prices: Any
                    **io_tokens},
         "token_data": token_data(joins),
         # spans a trace collector did not take in time (traces.exporters); the rollouts ran on
-        "traces_dropped": sum(int(r.get("traces_dropped") or 0) for r in rows),
+        "traces_dropped": sum(r.traces_dropped for r in rows),
         "time_s": time_by_kind(rows),
         "cost": cost(io_tokens, prices, len(rows)),
     }
 
 
-def time_by_kind(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
+def time_by_kind(rows: list[RolloutRow]) -> dict[str, Any]:
     """Where the rollouts' time went, summed (seconds): from their traces when they have them
     (traces.exporters with `file`: each instant once, gaps between steps as orchestration),
     else from their step records (`source: records`), as every run has them."""
-    traced = [r["time_by_kind"] for r in rows if r.get("time_by_kind")]
+    traced = [r.time_by_kind for r in rows if r.time_by_kind]
     if not traced:
         return time_from_records(rows)
     total = {k: round(sum(t.get(k, 0.0) for t in traced), 3) for k in ("model", "sandbox", "tests", "orchestration")}
     return {"source": "traces", "rollouts": len(traced), **total}
 
 
-def time_from_records(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
+def time_from_records(rows: list[RolloutRow]) -> dict[str, Any]:
     """The steps' durations split by what they waited on: the model (its calls' latencies),
     the agent (the rest of the harness step: its commands, its install, the harness itself),
     the tests (the grade step's test run), sandboxes (creating, preparing, extracting the
@@ -116,17 +118,17 @@ def time_from_records(rows: list[Mapping[str, Any]]) -> dict[str, Any]:
     total = dict.fromkeys(("model", "agent", "sandbox", "tests"), 0.0)
     timed = 0
     for r in rows:
-        d = r.get("durations") or {}
-        harness, grade = d.get("harness") or 0.0, d.get("grade") or 0.0
-        if not (harness or grade or d.get("sandbox")):
+        d = r.durations
+        harness, grade = d.harness or 0.0, d.grade or 0.0
+        if not (harness or grade or d.sandbox):
             continue
         timed += 1
-        model = min(d.get("model") or 0.0, harness)  # concurrent calls could sum past the step
-        tests = min(d.get("tests") or 0.0, grade)
+        model = min(d.model or 0.0, harness)  # concurrent calls could sum past the step
+        tests = min(d.tests or 0.0, grade)
         total["model"] += model
         total["agent"] += harness - model
         total["tests"] += tests
-        total["sandbox"] += (d.get("sandbox") or 0.0) + (d.get("patch") or 0.0) + grade - tests
+        total["sandbox"] += (d.sandbox or 0.0) + (d.patch or 0.0) + grade - tests
     return {"source": "records", "rollouts": timed, **{k: round(v, 3) for k, v in total.items()}}
 
 
@@ -156,9 +158,9 @@ def token_data(joins: list[Mapping[str, Any]]) -> dict[str, Any]:
             "untrusted_rate": _rate(total["untrusted_turns"], total["matched_calls"])}
 
 
-def suspicious_rollouts(rows: list[Mapping[str, Any]]) -> list[str]:
+def suspicious_rollouts(rows: list[RolloutRow]) -> list[str]:
     """`instance_id#repeat` of the rollouts whose patch has suspicious lines."""
-    return [f"{r['instance_id']}#{r.get('repeat', 0)}" for r in rows if r.get("suspicious")]
+    return [r.key for r in rows if r.suspicious]
 
 
 def graded_nothing(m: Mapping[str, Any]) -> bool:

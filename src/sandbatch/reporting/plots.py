@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from html import escape
-from typing import Any, Mapping, Sequence
+from typing import Sequence
+
+from ..contracts.row import RolloutRow
 
 from .metrics import PHASES, percentile
 
@@ -54,32 +56,32 @@ TITLES = {"resolved_by_repo": "Resolved per repository (% of rollouts)", "durati
           "tokens": "Tokens per rollout", "failures": "Failures by class (rollouts)"}
 
 
-def resolved_by_repo(rows: list[Mapping[str, Any]]) -> str:
+def resolved_by_repo(rows: list[RolloutRow]) -> str:
     groups: dict[str, list[bool]] = defaultdict(list)
     for r in rows:
-        groups[r.get("repo") or r["instance_id"]].append(bool(r["resolved"]))
+        groups[r.repo or r.instance_id].append(r.resolved)
     data = sorted(((k, [100 * sum(v) / len(v)]) for k, v in groups.items()), key=lambda kv: (-kv[1][0], kv[0]))
     return bar_chart(TITLES["resolved_by_repo"], data, "%", vmax=100, fmt="{:.0f}")
 
 
-def durations(rows: list[Mapping[str, Any]]) -> str:
+def durations(rows: list[RolloutRow]) -> str:
     data = []
     for p in PHASES:
-        vals = [r["durations"][p] for r in rows if r["durations"].get(p) is not None]
+        vals = [v for r in rows if (v := getattr(r.durations, p)) is not None]
         if vals:
             data.append((p, [percentile(vals, 50), percentile(vals, 95)]))
     return bar_chart(TITLES["durations"], data, " s", series=("p50", "p95"), fmt="{:.2f}")
 
 
-def tokens(rows: list[Mapping[str, Any]], limit: int = 40) -> str:
-    data = sorted(((f"{r['instance_id']}#{r['repeat']}", [float(r["usage"].get("total_tokens", 0))])
+def tokens(rows: list[RolloutRow], limit: int = 40) -> str:
+    data = sorted(((r.key, [float(r.total_tokens)])
                    for r in rows), key=lambda kv: -kv[1][0])
     title = TITLES["tokens"] + (f" (top {limit} of {len(data)})" if len(data) > limit else "")
     return bar_chart(title, data[:limit], fmt="{:.0f}")
 
 
-def failures(rows: list[Mapping[str, Any]]) -> str:
-    counts = Counter(f"{r['failure_class']} ({r['status']})" for r in rows if r["failure_class"])
+def failures(rows: list[RolloutRow]) -> str:
+    counts = Counter(f"{r.failure_class} ({r.status})" for r in rows if r.failure_class)
     return bar_chart(TITLES["failures"], sorted(((k, [v]) for k, v in counts.items()),
                                                              key=lambda kv: (-kv[1][0], kv[0])), fmt="{:.0f}")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..contracts.row import RolloutRow
 from ..core.config import Config
 from . import outcomes
 from .metrics import graded_nothing
@@ -83,7 +84,7 @@ def time_lines(t: dict[str, Any]) -> list[str]:
 TASK_HEADER = ("task", "resolved", "status or failure class", "tokens", "time s")
 
 
-def task_cells(rows: list[dict[str, Any]]) -> list[tuple[str, ...]]:
+def task_cells(rows: list[RolloutRow]) -> list[tuple[str, ...]]:
     """The per-task table's cells (outcomes.task_rows): resolved as k/n over the repeats."""
     return [(t["task"], f"{t['resolved']}/{t['repeats']}", t["outcome"], str(t["tokens"]),
              "" if t["time_s"] is None else f"{t['time_s']:.1f}") for t in outcomes.task_rows(rows)]
@@ -93,7 +94,7 @@ RERUN = "`sandbatch rerun-errors <run>`, then the same run command, redoes them"
 INFRA_HEADER = ("class", "rollouts", "example", "step", "error")
 
 
-def infra_cells(rows: list[dict[str, Any]]) -> list[tuple[str, ...]]:
+def infra_cells(rows: list[RolloutRow]) -> list[tuple[str, ...]]:
     """The infrastructure errors by class, one example each (outcomes.infra_errors)."""
     return [(e["class"], str(e["rollouts"]), e["example"], e["phase"] or "", e["error"])
             for e in outcomes.infra_errors(rows)]
@@ -105,14 +106,14 @@ def _md_table(header: tuple[str, ...], cells: list[tuple[str, ...]]) -> list[str
             *[f"| {' | '.join(esc(c) for c in row)} |" for row in cells]]
 
 
-def task_lines(rows: list[dict[str, Any]]) -> list[str]:
+def task_lines(rows: list[RolloutRow]) -> list[str]:
     """report.md's per-task table: every task, what became of its repeats, its tokens and time."""
     if not rows:
         return []
     return ["", "## Tasks", "", outcomes.summary_line(rows), "", *_md_table(TASK_HEADER, task_cells(rows))]
 
 
-def infra_lines(rows: list[dict[str, Any]]) -> list[str]:
+def infra_lines(rows: list[RolloutRow]) -> list[str]:
     """report.md's infrastructure errors by class (no reward: they are not the agent's)."""
     cells = infra_cells(rows)
     if not cells:
@@ -132,26 +133,26 @@ def _subtitle(cfg: Config, m: dict[str, Any]) -> str:
             f"rollouts), harness `{cfg.harness.name}`, model `{cfg.model.name}`, sandbox `{cfg.sandbox.provider}`.")
 
 
-def graded_nothing_lines(cfg: Config, m: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+def graded_nothing_lines(cfg: Config, m: dict[str, Any], rows: list[RolloutRow]) -> list[str]:
     """The report's first lines when no rollout could be graded: each failure class with one
     example error (the run exits non-zero: sandbatch.ops.workflow.exit_if_graded_nothing)."""
     if not graded_nothing(m):
         return []
-    examples: dict[str, dict[str, Any]] = {}
+    examples: dict[str, RolloutRow] = {}
     for r in rows:
-        examples.setdefault(r["failure_class"] or "unknown", r)
+        examples.setdefault(r.failure_class or "unknown", r)
     lines = [f"**Nothing was graded: all {m['rollouts']} rollouts ended in an infrastructure error, so the "
              "numbers below measure no agent.** Fix the cause, then `sandbatch rerun-errors "
              f"{cfg.run}` and the same run command.", ""]
     for cls, r in sorted(examples.items()):
-        error = " ".join((r.get("error") or "no error recorded").split())
+        error = " ".join((r.error or "no error recorded").split())
         error = error if len(error) <= 300 else error[:297] + "..."
-        lines.append(f"- `{cls}` ({m['failure_classes'].get(cls, 0)} rollouts), e.g. {r['instance_id']}#{r['repeat']} "
-                     f"in {r['failed_phase']}: {error}")
+        lines.append(f"- `{cls}` ({m['failure_classes'].get(cls, 0)} rollouts), e.g. {r.key} "
+                     f"in {r.failed_phase}: {error}")
     return lines + [""]
 
 
-def markdown(cfg: Config, m: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+def markdown(cfg: Config, m: dict[str, Any], rows: list[RolloutRow]) -> str:
     title = cfg.aggregate.report_title or f"Run {cfg.run}"
     lines = [
         *graded_nothing_lines(cfg, m, rows),
@@ -210,7 +211,7 @@ def _html_table(ident: str, header: tuple[str, ...], cells: list[tuple[str, ...]
     return f'<table id="{ident}"><tr>{head}</tr>{body}</table>'
 
 
-def html(cfg: Config, m: dict[str, Any], rows: list[dict[str, Any]], svgs: dict[str, str]) -> str:
+def html(cfg: Config, m: dict[str, Any], rows: list[RolloutRow], svgs: dict[str, str]) -> str:
     """A self-contained HTML page (a result of the Snakemake report): the metrics, the
     infrastructure errors by class, the per-task table and the plots (`svgs`, inline: the
     Snakemake report shows the page without the files beside it)."""

@@ -26,14 +26,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from ..contracts.records import RESPONSE
+from ..contracts.row import RolloutRow
+from ..contracts.tasks import SweBenchTask, SweTask
 from ..core.config import Config
 from ..core.errors import UserError
-from . import responses
-from .records import RESPONSE
-from .token_join import TRAINING_FIELDS
+from ..core.util import read_json, write_jsonl
 from ..tasks import Task, read_task, select_tasks
 from ..tasks.settings import prompt_for
-from ..core.util import read_json, write_jsonl
+from . import responses
+from .token_join import TRAINING_FIELDS
 
 GYM_DIR = "gym"
 GYM_FILES = ("rollouts.jsonl", "rollouts_materialized_inputs.jsonl", "rollouts_failures.jsonl",
@@ -45,9 +47,12 @@ _GYM_KEYS = {"responses_create_params", "agent_ref", TASK_INDEX, ROLLOUT_INDEX}
 def gym_task_fields(task: Task) -> dict[str, Any]:
     """The task as a row: the SWE-bench fields it has, then every other field of its row
     (a NeMo Gym row's `subset`, `split`, ... come back as they were)."""
-    fields = {"instance_id": task.instance_id, "repo": task.repo, "base_commit": task.base_commit,
-              "problem_statement": task.problem_statement, "version": task.version, "patch": task.patch,
-              "test_patch": task.test_patch, "FAIL_TO_PASS": task.fail_to_pass, "PASS_TO_PASS": task.pass_to_pass}
+    fields: dict[str, Any] = {"instance_id": task.instance_id, "repo": task.repo, "base_commit": task.base_commit,
+                              "problem_statement": task.problem_statement}
+    if isinstance(task, SweTask):
+        fields.update({"version": task.version if isinstance(task, SweBenchTask) else None, "patch": task.patch,
+                       "test_patch": task.test_patch, "FAIL_TO_PASS": task.fail_to_pass,
+                       "PASS_TO_PASS": task.pass_to_pass})
     out = {k: v for k, v in fields.items() if v not in (None, "", [])}
     out.update({k: v for k, v in task.extra.items() if k not in _GYM_KEYS})
     return out
@@ -75,10 +80,10 @@ def segment_samples(response: Mapping[str, Any]) -> list[tuple[int | None, dict[
                                         for i in output]}) for k in segments]
 
 
-def gym(cfg: Config, rows: Iterable[Mapping[str, Any]], out_dir: Path) -> dict[str, int]:
+def gym(cfg: Config, rows: Iterable[RolloutRow], out_dir: Path) -> dict[str, int]:
     """Write the gym layout of `rows` (rollouts.jsonl rows) into out_dir; the row counts."""
     rows = list(rows)
-    done = {r["task_id"] for r in rows}
+    done = {r.task_id for r in rows}
     tasks = [t for t in select_tasks(cfg.benchmark) if t.id in done]
     index = {t.id: i for i, t in enumerate(tasks)}
     if len(index) != len(done):
@@ -89,16 +94,16 @@ def gym(cfg: Config, rows: Iterable[Mapping[str, Any]], out_dir: Path) -> dict[s
     for ref in tasks:
         task = read_task(cfg.benchmark, ref)
         fields, params = gym_task_fields(task), gym_create_params(task, prompt_for(task, cfg.benchmark))
-        for row in sorted((r for r in rows if r["task_id"] == ref.id), key=lambda r: r["repeat"]):
-            keys = {"agent_ref": {"name": row["harness"]}, TASK_INDEX: index[ref.id], ROLLOUT_INDEX: row["repeat"]}
+        for row in sorted((r for r in rows if r.task_id == ref.id), key=lambda r: r.repeat):
+            keys = {"agent_ref": {"name": row.harness}, TASK_INDEX: index[ref.id], ROLLOUT_INDEX: row.repeat}
             inputs.append({**fields, "responses_create_params": params, **keys})
-            if row["status"] == "infra_error":
+            if row.infra_error:
                 failures.append({**fields, "responses_create_params": params, **keys,
-                                 "_ng_failure_class": row["failure_class"] or "infra_error"})
+                                 "_ng_failure_class": row.failure_class or "infra_error"})
                 continue
-            response = read_json(cfg.run_dir / ref.id / str(row["repeat"]) / RESPONSE)
+            response = read_json(cfg.run_dir / ref.id / str(row.repeat) / RESPONSE)
             # an agent that failed or timed out earns what its patch earns (0 when ungraded), as in metrics.json
-            outcome = {"reward": float(row["reward"] or 0.0), "resolved": bool(row["resolved"]), **keys}
+            outcome = {"reward": float(row.reward or 0.0), "resolved": bool(row.resolved), **keys}
             results.append({**fields, "responses_create_params": params, "response": response, **outcome})
             training += [{**fields, "responses_create_params": params, "response": sample, **outcome,
                           SEGMENT: segment} for segment, sample in segment_samples(response)]
@@ -111,7 +116,7 @@ def gym(cfg: Config, rows: Iterable[Mapping[str, Any]], out_dir: Path) -> dict[s
 EXPORTERS = {"gym": gym}  # format -> writer; each writes into results/<run>/<format>/
 
 
-def export(cfg: Config, fmt: str, rows: Iterable[Mapping[str, Any]]) -> Path:
+def export(cfg: Config, fmt: str, rows: Iterable[RolloutRow]) -> Path:
     """Write the run in format `fmt` under its run directory; the directory written."""
     if fmt not in EXPORTERS:
         raise UserError(f"export: --format {fmt!r} is not known; choose one of: {', '.join(EXPORTERS)}")

@@ -1,21 +1,20 @@
-"""The rollouts.jsonl row of one rollout: its step records summed up in one flat dict.
+"""The rollouts.jsonl row of one rollout (contracts.row.RolloutRow), from its step records.
 
 The aggregate writes these rows; the metrics, the report, the plots and the viewer read them.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from .. import trace
+from ..contracts.records import (GRADE, HARNESS, PATCH_INFO, PHASES, RESPONSE, SANDBOX, GradeRecord, HarnessRecord,
+                                 PatchRecord, SandboxRecord, final_status, load)
+from ..contracts.row import Durations, RolloutRow
 from ..core.config import Config
 from ..core.util import read_json
 from ..tasks import TaskRef
-from .records import (GRADE, HARNESS, PATCH_INFO, PHASES, RESPONSE, SANDBOX, GradeRecord, HarnessRecord,
-                      PatchRecord, SandboxRecord, final_status, load)
 
 
-def rollout_row(cfg: Config, task: TaskRef, repeat: int) -> dict[str, Any]:
+def rollout_row(cfg: Config, task: TaskRef, repeat: int) -> RolloutRow:
     d = cfg.run_dir / task.id / str(repeat)
     sb = load(SandboxRecord, d / SANDBOX)
     hr = load(HarnessRecord, d / HARNESS)
@@ -24,21 +23,18 @@ def rollout_row(cfg: Config, task: TaskRef, repeat: int) -> dict[str, Any]:
     resp = read_json(d / RESPONSE)
     final = final_status({phase: rec.model_dump(include={"status", "failure_class", "error"})
                           for phase, rec in zip(PHASES, (sb, hr, pr, gr))})
-    durations = {"sandbox": sb.duration_s, "install": hr.install_s, "agent": hr.agent_s, "harness": hr.duration_s,
-                 "patch": pr.duration_s, "grade": gr.duration_s, "tests": gr.phases.get("tests"),
-                 # the share of the harness step spent waiting on the model (convert step)
-                 "model": (resp.get("sandbatch") or {}).get("model_s")}
-    return {
-        "run": cfg.run, "task_id": task.id, "instance_id": task.instance_id, "repo": task.repo, "repeat": repeat,
-        "status": final.status, "failure_class": final.failure_class, "failed_phase": final.failed_phase,
-        "error": final.error,
-        "reward": gr.reward, "resolved": gr.resolved, "patch_empty": pr.empty, "patch_bytes": pr.bytes,
-        "patch_applied": gr.patch_applied, "tests_ran": gr.tests_ran,
-        "harness": hr.harness, "harness_status": hr.status, "exit_code": hr.exit_code,
-        "usage": resp.get("usage", {}), "durations": durations, "tests_status": gr.tests_status,
-        "tampering": gr.tampering, "suspicious": gr.suspicious,
-        "token_join": (resp.get("sandbatch") or {}).get("token_join") or {},
-        "traces_dropped": trace.dropped_spans(d),
-        "time_by_kind": trace.time_by_kind(trace.read_spans(d / trace.TRACE_FILE)),  # {} without a trace file
-        "started_at": sb.started_at, "finished_at": gr.finished_at, "dir": str(d),
-    }
+    durations = Durations(sandbox=sb.duration_s, install=hr.install_s, agent=hr.agent_s, harness=hr.duration_s,
+                          patch=pr.duration_s, grade=gr.duration_s, tests=gr.phases.get("tests"),
+                          model=(resp.get("sandbatch") or {}).get("model_s"))
+    return RolloutRow(
+        run=cfg.run, task_id=task.id, instance_id=task.instance_id, repo=task.repo, repeat=repeat,
+        status=final.status, failure_class=final.failure_class, failed_phase=final.failed_phase, error=final.error,
+        reward=gr.reward, resolved=gr.resolved, patch_empty=pr.empty, patch_bytes=pr.bytes,
+        patch_applied=gr.patch_applied, tests_ran=gr.tests_ran,
+        harness=hr.harness, harness_status=hr.status, exit_code=hr.exit_code,
+        usage=resp.get("usage", {}), durations=durations, tests_status=gr.tests_status,
+        tampering=gr.tampering, suspicious=gr.suspicious,
+        token_join=(resp.get("sandbatch") or {}).get("token_join") or {},
+        traces_dropped=trace.dropped_spans(d),
+        time_by_kind=trace.time_by_kind(trace.read_spans(d / trace.TRACE_FILE)),  # {} without a trace file
+        started_at=sb.started_at, finished_at=gr.finished_at, dir=str(d))

@@ -1,7 +1,7 @@
 """Token usage summed over a rollout's model calls (model_calls.jsonl, one JSON line per call).
 
 The proxy writes the lines (sandbatch.proxy); usage there is already normalised by
-`normalize_usage` (core/model_calls.py), so Chat and Responses backends sum alike.
+`normalize_usage` (contracts/model_calls.py), so Chat and Responses backends sum alike.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..core.model_calls import MODEL_ENDPOINTS, int_or_zero, iter_calls
+from ..contracts.model_calls import MODEL_ENDPOINTS, int_or_zero, iter_calls
 from . import responses
 
 USAGE_KEYS = ("prompt_tokens", "completion_tokens", "reasoning_tokens", "cached_tokens", "total_tokens")

@@ -1,5 +1,5 @@
 """Where a rollout runs: the provider-neutral API (base.py) and one module per provider, registered
-in PROVIDERS. May import core, tasks and trace; never rollout, a harness, a grader or a step."""
+in PROVIDERS. May import core, contracts, tasks and trace; never rollout, a harness, a grader or a step."""
 
 from __future__ import annotations
 

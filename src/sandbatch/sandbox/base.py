@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Mapping, Sequence
 from pydantic import BaseModel, Field
 
 from .. import trace
+from ..contracts.sandbox import SandboxSpec
 from ..core.errors import InfraError, UserError
 from ..core.failures import FailureClass
 
@@ -23,43 +24,6 @@ if TYPE_CHECKING:
 # given CA bundle; pip and node ignore the system store otherwise
 CA_ENV = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO",
           "NODE_EXTRA_CA_CERTS")
-
-
-class Resources(BaseModel):
-    cpu: str | None = None  # e.g. "2"
-    memory: str | None = None  # e.g. "4Gi"
-    disk: str | None = None  # e.g. "20Gi"
-
-
-class SandboxSpec(BaseModel):
-    """Everything needed to (re)create a sandbox; recorded in sandbox.json."""
-
-    image: str | None = None
-    workdir: str = "/testbed"
-    env: dict[str, str] = Field(default_factory=dict)
-    resources: Resources = Field(default_factory=Resources)
-    ttl_seconds: int = 7200
-    labels: dict[str, str] = Field(default_factory=dict)
-    entrypoint: list[str] | None = None
-    # the network the sandbox is created with: the engine's default (True) or none at all; an
-    # agent's sandbox is created open for the harness's install, then restricted (NetworkRecord)
-    allow_internet: bool = True
-    options: dict[str, Any] = Field(default_factory=dict)
-
-
-# what a sandbox reaches in one phase of a rollout (NetworkRecord.policy)
-NetworkPolicy = Literal["model_only", "none", "open"]
-
-
-class NetworkRecord(BaseModel):
-    """What a sandbox could reach during one phase (the agent's run, the grading), as recorded in
-    harness.json and grade.json: the policy asked for, why, and whether the provider enforced it."""
-
-    policy: NetworkPolicy  # model_only: the rollout's model proxy and nothing else; none: nothing
-    reason: str  # why this policy: the default, or the task's own declaration
-    enforced: bool  # False: the provider cannot isolate (local), the sandbox reached what the host does
-    model_address: str | None = None  # host the sandbox reached the model proxy at (model_only)
-    note: str = ""  # what the provider could not do, when it could not
 
 
 class ExecResult(BaseModel):

@@ -13,10 +13,11 @@ from typing import Any
 
 from ..core.config import Config
 from ..core.errors import InfraError, UserError
-from ..core.files import MANIFEST
+from ..contracts.files import MANIFEST
 from ..core.util import write_atomic, write_json, write_jsonl
 from ..reporting import metrics, plots, report, view
-from ..rollout.records import PATCH, now
+from ..contracts.records import PATCH, now
+from ..contracts.row import RolloutRow, write_rows
 from ..rollout.rows import rollout_row
 from ..sandbox.reaper import reap_run
 from ..tasks import TaskRef, select_tasks
@@ -50,7 +51,7 @@ def run(cfg: Config, cfg_raw: dict[str, Any], grades: list[str] | None = None) -
         except InfraError as exc:  # a provider hiccup must not hide the results; `sandbatch stop` reaps too
             print(f"sandbatch: aggregate: could not reap leftover sandboxes: {exc}", file=sys.stderr)
             reaped = None
-    starts = [r["started_at"] for r in rows if r["started_at"]]
+    starts = [r.started_at for r in rows if r.started_at]
     write_json(cfg.run_dir / MANIFEST, {
         "run": cfg.run, "config": cfg_raw, "started_at": min(starts) if starts else None, "finished_at": now(),
         "sandboxes_reaped": None if reaped is None else len(reaped), "python": sys.version.split()[0],
@@ -58,12 +59,12 @@ def run(cfg: Config, cfg_raw: dict[str, Any], grades: list[str] | None = None) -
     })
 
 
-def write_summary(cfg: Config, grades: list[str] | None) -> list[dict]:
+def write_summary(cfg: Config, grades: list[str] | None) -> list[RolloutRow]:
     """rollouts.jsonl, predictions, metrics, the report and its pages: the rows."""
     rollouts = rollouts_of(cfg, grades)
     rows = [rollout_row(cfg, t, r) for t, r in rollouts]
     out = cfg.run_dir
-    write_jsonl(out / "rollouts.jsonl", rows)
+    write_rows(out / "rollouts.jsonl", rows)
     repeats = sorted({r for _, r in rollouts})
     for stale in set(out.glob("predictions.r*.jsonl")) - {out / f"predictions.r{r}.jsonl" for r in repeats}:
         stale.unlink()  # of repeats the config no longer asks for

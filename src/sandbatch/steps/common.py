@@ -23,7 +23,7 @@ from typing import Callable
 from .. import trace
 from ..core.config import Config, Timeouts
 from ..core.errors import InfraError, UserError
-from ..rollout.records import now
+from ..contracts.records import now
 from ..sandbox import Provider, Sandbox, get_provider
 from ..tasks import Task, get_task
 from ..core import killpoint

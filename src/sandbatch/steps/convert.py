@@ -7,7 +7,7 @@ from datetime import datetime
 from ..rollout import atif, responses, token_join, usage
 from ..core.errors import InfraError
 from ..harness import Conversion, get_harness
-from ..rollout.records import EVENTS, HARNESS, MODEL_CALLS, RESPONSE, TRAJECTORY, HarnessRecord, load
+from ..contracts.records import EVENTS, HARNESS, MODEL_CALLS, RESPONSE, TRAJECTORY, HarnessRecord, load
 from ..tasks.settings import prompt_for
 from ..core.util import iter_jsonl, write_json
 from .common import Step

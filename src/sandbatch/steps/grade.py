@@ -12,10 +12,10 @@ from .. import trace
 from ..core.errors import InfraError
 from ..core.failures import FailureClass
 from ..grading import GradeContext, grade_task, grader_for
-from ..rollout.records import (GRADE, HARNESS, PATCH, PATCH_INFO, SANDBOX, GradeRecord, HarnessRecord, PatchRecord,
+from ..contracts.records import (GRADE, HARNESS, PATCH, PATCH_INFO, SANDBOX, GradeRecord, HarnessRecord, PatchRecord,
                                SandboxRecord, load)
 from ..sandbox import Sandbox, SandboxGone
-from ..sandbox.base import NetworkRecord
+from ..contracts.sandbox import NetworkRecord
 from ..tasks.settings import grades_in_agent_sandbox
 from ..core import killpoint
 from . import kept, network

@@ -15,13 +15,13 @@ from .. import trace
 from ..core.errors import InfraError
 from ..core.failures import FailureClass
 from ..harness import Harness, Outcome, RunContext, get_harness
-from ..rollout.records import EVENTS, HARNESS, MODEL_CALLS, SANDBOX, HarnessRecord, SandboxRecord, agent_handle, load
+from ..contracts.records import EVENTS, HARNESS, MODEL_CALLS, SANDBOX, HarnessRecord, SandboxRecord, agent_handle, load
 from ..sandbox import Sandbox, SandboxGone
-from ..sandbox.base import NetworkRecord
+from ..contracts.sandbox import NetworkRecord
 from ..core.util import jsonl, write_atomic
 from ..tasks.settings import prompt_for
 from ..core import killpoint
-from ..core.model_calls import iter_calls, outage
+from ..contracts.model_calls import iter_calls, outage
 from .common import Step
 from . import network
 from .sandbox import create_agent_sandbox, fill
@@ -143,7 +143,7 @@ class HarnessStep(Step):
 
     def _check_endpoint(self) -> None:
         """InfraError of the endpoint's failure class when the agent's last model call failed
-        for the endpoint's reasons (core.model_calls.outage): an outage is never the agent's."""
+        for the endpoint's reasons (contracts.model_calls.outage): an outage is never the agent's."""
         found = outage(iter_calls(self.ctx.path(MODEL_CALLS)))
         if found is None:
             return

@@ -31,7 +31,7 @@ from ..core.util import read_json, write_atomic, write_json
 from ..core import killpoint
 
 if TYPE_CHECKING:
-    from ..rollout.records import Record
+    from ..contracts.records import Record
 
 DIR = ".kept"
 MANIFEST = "manifest.json"
@@ -106,7 +106,7 @@ def find(rollout: Path, step: str, key: dict[str, Any]) -> Path | None:
 
 def restore(rollout: Path, step: str, found: Path) -> list[str]:
     """Put a capture (from `find`) back as the step's outputs; the names restored."""
-    from ..rollout.records import append_index, read_index
+    from ..contracts.records import append_index, read_index
 
     names = list(read_json(found / MANIFEST)["files"])
     for name in names:

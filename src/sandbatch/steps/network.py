@@ -21,7 +21,7 @@ from __future__ import annotations
 import sys
 
 from ..sandbox import Provider, Sandbox
-from ..sandbox.base import NetworkPolicy, NetworkRecord
+from ..contracts.sandbox import NetworkPolicy, NetworkRecord
 from ..tasks import Task
 
 DECLARED = "the task declares allow_internet: true"

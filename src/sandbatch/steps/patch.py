@@ -6,7 +6,7 @@ import shlex
 
 from ..core.errors import InfraError
 from ..core.failures import FailureClass
-from ..rollout.records import (HARNESS, PATCH, PATCH_INFO, SANDBOX, HarnessRecord, PatchRecord, SandboxRecord,
+from ..contracts.records import (HARNESS, PATCH, PATCH_INFO, SANDBOX, HarnessRecord, PatchRecord, SandboxRecord,
                                agent_handle, load)
 from ..sandbox import Sandbox, SandboxError
 from ..tasks.settings import grades_in_agent_sandbox

@@ -28,7 +28,7 @@ from ..sandbox import Provider, Sandbox, SandboxGone
 from . import kept
 
 if TYPE_CHECKING:
-    from ..rollout.records import Record, SandboxRecord
+    from ..contracts.records import Record, SandboxRecord
 
 # in the agent's sandbox: an attempt of the harness step has used it (its edits are in it)
 STARTED_MARK = ".sandbatch-harness-started"

@@ -9,9 +9,9 @@ from ..core.errors import InfraError
 from ..core.failures import FailureClass
 from ..core.ids import label_value
 from ..core.instance import run_labels
-from ..rollout.records import SANDBOX, HistoryRecord, SandboxRecord
+from ..contracts.records import SANDBOX, HistoryRecord, SandboxRecord
 from ..sandbox import Sandbox, SandboxError, SandboxSpec, rewrite_image
-from ..sandbox.base import Resources
+from ..contracts.sandbox import Resources
 from ..sandbox.prepare import checkout_script, prepare, read_output, strips_history
 from ..tasks.settings import resources_for
 from ..core import killpoint

@@ -1,5 +1,5 @@
 """The benchmarks' task rows: one loader per family (a registry), per-task settings, fetch-tasks,
-selection. May import core only.
+selection. May import core and contracts.
 
 Every spawned Snakemake job re-reads the task table, so the Snakefile reads only a small
 index (id, instance_id, repo and where the row lives), cached under
@@ -17,10 +17,11 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from ..contracts.tasks import Task
 from ..core import resources
 from ..core.errors import UserError
 from ..core.util import write_atomic
-from .base import Task, check_unique, resolve_path, select
+from .base import check_unique, resolve_path, select
 
 if TYPE_CHECKING:
     from ..core.config import BenchmarkConfig

@@ -1,4 +1,5 @@
-"""The task row every benchmark loader produces, and what loaders share."""
+"""What the benchmark loaders share: list columns, Gym prompts, selection, schema errors.
+The task rows they produce are contracts.tasks's."""
 
 from __future__ import annotations
 
@@ -9,49 +10,8 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Protocol, TypeVar
 
-from pydantic import BaseModel, Field
-
 from ..core.config import load_schema
 from ..core.errors import UserError
-
-
-class Task(BaseModel):
-    """One benchmark task, normalised across formats."""
-
-    id: str  # path- and wildcard-safe (sandbatch.core.ids.path_id)
-    instance_id: str  # the benchmark's own id
-    family: str = "swebench"  # grader family: swebench | swebench_pro | terminal_bench
-    repo: str = ""
-    base_commit: str | None = None
-    problem_statement: str = ""
-    prompt: str = ""  # what the agent is asked (the family's default; benchmark.prompt_template may wrap it)
-    prompt_fields: dict[str, str] = Field(default_factory=dict)  # extra placeholders for prompt templates
-    patch: str = ""  # the gold patch
-    test_patch: str = ""
-    fail_to_pass: list[str] = Field(default_factory=list)
-    pass_to_pass: list[str] = Field(default_factory=list)
-    version: str | None = None
-    image: str | None = None
-    workdir: str = "/testbed"
-    entrypoint: list[str] | None = None  # keep-alive override for images whose ENTRYPOINT gets in the way
-    resources: dict[str, str] = Field(default_factory=dict)  # the task's own cpu / memory / disk
-    allow_internet: bool | None = None
-    timeouts: dict[str, float] = Field(default_factory=dict)  # the task's own agent / grade limits (seconds)
-    repo_dir: str | None = None  # absolute path of bundled repository files, if any
-    snapshot_workdir: bool = False  # workdir is not a git checkout: commit its initial state as the base
-    reset_to_base: bool = False  # hard-reset the checkout to base_commit (else a HEAD on top of it is kept)
-    test_cmd: str | None = None
-    log_parser: str | None = None  # a swebench log parser name (parse_log_pytest) or "pytest"
-    eval_script: str | None = None  # self-describing rows: the script that applies test_patch and runs tests
-    eval_type: str | None = None  # pass_and_fail | fail_only
-    # SWE-bench Pro
-    before_repo_set_cmd: str | None = None
-    selected_test_files: list[str] = Field(default_factory=list)
-    run_script: str | None = None
-    parser_script: str | None = None
-    # Terminal-Bench: the task directory on this host (tests/ and solution/ live there)
-    task_dir: str | None = None
-    extra: dict[str, Any] = Field(default_factory=dict)  # every other field of the row
 
 
 def parse_list(value: Any, where: str) -> list[str]:

@@ -7,8 +7,9 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from ..contracts.tasks import Task
 from ..core.errors import UserError
-from .base import Task, schema_error, validator
+from .base import schema_error, validator
 
 # (row, task file, "<file>:<line>" for messages) -> Task; the row has passed the schema
 RowToTask = Callable[[dict, Path, str], Task]

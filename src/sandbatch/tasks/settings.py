@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..core.config import BenchmarkConfig, Config, Timeouts
-    from .base import Task
+    from ..contracts.tasks import Task
 
 def prompt_for(task: "Task", bench: "BenchmarkConfig") -> str:
     """The prompt the agent gets: the family's default, or the configured template filled in."""

@@ -8,9 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..contracts.tasks import SweBenchTask
 from ..core.errors import UserError
 from ..core.ids import path_id
-from .base import Task, gym_prompt, parse_list
+from .base import gym_prompt, parse_list
 from .jsonl import resolve_repo_dir, scan_tasks, task_at
 
 SCHEMA = "tasks/swebench.schema.yaml"
@@ -26,22 +27,22 @@ def image_for(instance_id: str) -> str:
     return f"swebench/sweb.eval.x86_64.{instance_id.replace('__', '_1776_')}:latest".lower()
 
 
-def scan(path: Path) -> list[tuple[Task, Any]]:
+def scan(path: Path) -> list[tuple[SweBenchTask, Any]]:
     """Every row, validated, with its locator (byte offset, line) for `read`."""
     return scan_tasks(path, SCHEMA, _task)
 
 
-def read(path: Path, locator: Any) -> Task:
+def read(path: Path, locator: Any) -> SweBenchTask:
     return task_at(path, locator, SCHEMA, _task)
 
 
-def _task(row: dict, path: Path, where: str) -> Task:
+def _task(row: dict, path: Path, where: str) -> SweBenchTask:
     iid = row["instance_id"]
     repo_dir = resolve_repo_dir(row, path, where)
     if row.get("eval_script") and not row.get("log_parser"):
         raise UserError(f"{where}: field log_parser: a row with eval_script must name its log parser")
     version = row.get("version")
-    return Task(
+    return SweBenchTask(
         id=path_id(iid),
         instance_id=iid,
         family=FAMILY,

@@ -12,9 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..contracts.tasks import SweBenchProTask
 from ..core.errors import UserError
 from ..core.ids import path_id
-from .base import Task, parse_list
+from .base import parse_list
 from .jsonl import resolve_repo_dir, scan_tasks, task_at
 
 SCHEMA = "tasks/swebench_pro.schema.yaml"
@@ -28,12 +29,12 @@ KNOWN = {"instance_id", "repo", "base_commit", "patch", "test_patch", "problem_s
          "dockerhub_tag", "image", "workdir", "run_script", "parser_script", "repo_dir"}
 
 
-def scan(path: Path) -> list[tuple[Task, Any]]:
+def scan(path: Path) -> list[tuple[SweBenchProTask, Any]]:
     """Every row, validated, with its locator (byte offset, line) for `read`."""
     return scan_tasks(path, SCHEMA, _task)
 
 
-def read(path: Path, locator: Any) -> Task:
+def read(path: Path, locator: Any) -> SweBenchProTask:
     return task_at(path, locator, SCHEMA, _task)
 
 
@@ -57,7 +58,7 @@ def _script(row: dict, field: str, filename: str, path: Path, where: str) -> str
                     f"(`sandbatch fetch-tasks swebench_pro` writes both)")
 
 
-def _task(row: dict, path: Path, where: str) -> Task:
+def _task(row: dict, path: Path, where: str) -> SweBenchProTask:
     iid = row["instance_id"]
     f2p = parse_list(row["fail_to_pass"], f"{where}: field fail_to_pass")
     p2p = parse_list(row["pass_to_pass"], f"{where}: field pass_to_pass")
@@ -69,7 +70,7 @@ def _task(row: dict, path: Path, where: str) -> Task:
         raise UserError(f"{where}: field dockerhub_tag: missing; a Pro row needs dockerhub_tag or image")
     repo_dir = resolve_repo_dir(row, path, where)
     requirements, interface = row.get("requirements") or "", row.get("interface") or ""
-    return Task(
+    return SweBenchProTask(
         id=path_id(iid),
         instance_id=iid,
         family=FAMILY,

@@ -14,9 +14,10 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from ..contracts.tasks import TerminalBenchTask
 from ..core.errors import UserError
 from ..core.ids import path_id
-from .base import Task, schema_error, validator
+from .base import schema_error, validator
 
 SCHEMA = "tasks/terminal_bench.schema.yaml"
 FAMILY = "terminal_bench"  # the grader family of every task this loader makes
@@ -44,7 +45,7 @@ def fingerprint(root: Path) -> list[Any]:
     return out
 
 
-def scan(root: Path) -> list[tuple[Task, Any]]:
+def scan(root: Path) -> list[tuple[TerminalBenchTask, Any]]:
     return [(read(root, d.name), d.name) for d in task_dirs(root)]
 
 
@@ -64,7 +65,7 @@ def _line_of(text: str, table: str | None, key: str) -> int | None:
     return None
 
 
-def read(root: Path, name: str) -> Task:
+def read(root: Path, name: str) -> TerminalBenchTask:
     d = root / name
     toml_path = d / "task.toml"
     try:
@@ -109,7 +110,7 @@ def read(root: Path, name: str) -> Task:
         if sec is not None:
             timeouts[phase] = float(sec)
     prompt = instruction.read_text(encoding="utf-8")
-    return Task(
+    return TerminalBenchTask(
         id=path_id(name),
         instance_id=name,
         family=FAMILY,

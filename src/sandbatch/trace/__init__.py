@@ -1,5 +1,5 @@
 """OpenTelemetry traces, every rollout one trace (config `traces`): the free-while-off API here,
-the SDK side in otel.py. May import core only.
+the SDK side in otel.py. May import core and contracts.
 
 This module is what the rest of the code calls; it imports nothing heavy. While no step of
 this process has tracing on (`traces.exporters` empty), every call here is a check of one
@@ -21,7 +21,7 @@ import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
-from ..core.model_calls import iter_calls
+from ..contracts.model_calls import iter_calls
 
 if TYPE_CHECKING:
     from .otel import Tracing

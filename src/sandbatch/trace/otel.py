@@ -44,7 +44,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from .. import trace as api
 from ..core.errors import InfraError, UserError
-from ..core.files import GRADE, SANDBOX
+from ..contracts.files import GRADE, SANDBOX
 from ..core.instance import run_labels
 from ..core.util import read_json
 

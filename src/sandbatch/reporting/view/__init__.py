@@ -13,14 +13,15 @@ import json
 import shutil
 from html import escape
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable
 
+from ...contracts.records import GRADE
+from ...contracts.row import RolloutRow
 from ...core.config import Config
-from ...rollout.records import GRADE
+from ...core.util import write_atomic
 from ...rollout.rows import rollout_row
 from ...tasks import read_task, select_tasks
 from ...tasks.settings import prompt_for
-from ...core.util import write_atomic
 from ..outcomes import category, flagged, rollout_seconds, summary_line
 from . import page
 from .assets import CSS, INDEX_JS
@@ -31,24 +32,23 @@ COLUMNS = ("task", "repeat", "repo", "resolved", "status", "failure_class", "rew
            "outcome", "flagged")
 
 
-def page_href(row: Mapping[str, Any]) -> str:
-    return f"rollouts/{row['task_id']}/{row['repeat']}.html"
+def page_href(row: RolloutRow) -> str:
+    return f"rollouts/{row.task_id}/{row.repeat}.html"
 
 
-def index_row(row: Mapping[str, Any]) -> list[Any]:
-    infra = row["status"] == "infra_error"  # no reward was earned or lost: none is shown
-    return [row["instance_id"], row["repeat"], row.get("repo") or "", bool(row.get("resolved")), row["status"],
-            row.get("failure_class"), None if infra else row.get("reward"), (row.get("usage") or {}).get("total_tokens", 0),
-            rollout_seconds(row), page_href(row), category(row), flagged(row)]
+def index_row(row: RolloutRow) -> list[Any]:
+    # an infrastructure error earned or lost no reward: none is shown
+    return [row.instance_id, row.repeat, row.repo, row.resolved, row.status, row.failure_class,
+            None if row.infra_error else row.reward, row.total_tokens, rollout_seconds(row), page_href(row),
+            category(row), flagged(row)]
 
 
-def flagged_html(rows: Iterable[Mapping[str, Any]]) -> str:
+def flagged_html(rows: Iterable[RolloutRow]) -> str:
     """The rollouts whose code reaches into the test runner (grade.json `suspicious`): a count and links."""
-    flagged = [r for r in rows if r.get("suspicious")]
+    flagged = [r for r in rows if r.suspicious]
     if not flagged:
         return ""
-    links = ", ".join(f'<a href="{escape(page_href(r))}">{escape(str(r["instance_id"]))}#{r["repeat"]}</a>'
-                      for r in flagged)
+    links = ", ".join(f'<a href="{escape(page_href(r))}">{escape(r.key)}</a>' for r in flagged)
     return f'<p id="suspicious">Suspicious code in {len(flagged)} rollouts: {links}</p>'
 
 
@@ -95,19 +95,19 @@ def _prompts(cfg: Config) -> dict[str, str | None]:
     return out
 
 
-def finished_rows(cfg: Config) -> list[dict[str, Any]]:
+def finished_rows(cfg: Config) -> list[RolloutRow]:
     """rollouts.jsonl rows of every rollout graded so far (the viewer works during a run too)."""
     return [rollout_row(cfg, t, r) for t in select_tasks(cfg.benchmark) for r in range(cfg.repeats)
             if (cfg.run_dir / t.id / str(r) / GRADE).is_file()]
 
 
-def build(cfg: Config, rows: Iterable[Mapping[str, Any]], out_dir: str | Path) -> Path:
+def build(cfg: Config, rows: Iterable[RolloutRow], out_dir: str | Path) -> Path:
     """Write the viewer for `rows` (rollouts.jsonl rows) into out_dir; returns index.html."""
     out, rows = Path(out_dir), list(rows)
     shutil.rmtree(out / "rollouts", ignore_errors=True)  # pages of rollouts no longer in the run
     prompts = _prompts(cfg)
     for row in rows:
-        write_atomic(out / page_href(row), page.render(row, prompts.get(row["task_id"]), "../../index.html"))
+        write_atomic(out / page_href(row), page.render(row, prompts.get(row.task_id), "../../index.html"))
     subtitle = (f"Benchmark {cfg.benchmark.kind}, harness {cfg.harness.name}, model {cfg.model.name}. "
                 "Click a column to sort; open a task for its trajectory.")
     write_index(out, [index_row(r) for r in rows], f"Trajectories of run {cfg.run}", subtitle, flagged_html(rows),

@@ -11,11 +11,12 @@ from html import escape
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from ...rollout.records import GRADE, MODEL_CALLS, PATCH, RESPONSE
-from ...rollout.responses import input_text, item_text
-from ...trace import TRACE_FILE, read_spans
-from ...rollout.usage import iter_calls
+from ...contracts.records import GRADE, MODEL_CALLS, PATCH, RESPONSE
+from ...contracts.row import RolloutRow
 from ...core.util import read_json
+from ...rollout.responses import input_text, item_text
+from ...rollout.usage import iter_calls
+from ...trace import TRACE_FILE, read_spans
 from ..outcomes import outcome
 from .assets import CSS
 from .waterfall import waterfall_html
@@ -223,25 +224,25 @@ def calls_html(path: Path) -> str:
             f'<th>latency s</th><th>prompt tokens</th><th>completion tokens</th><th>cached</th></tr>{"".join(rows)}</table></details>')
 
 
-def _outcome_class(row: Mapping[str, Any]) -> str:
-    return "res-yes" if row.get("resolved") else "res-none" if row["status"] == "infra_error" else "res-no"
+def _outcome_class(row: RolloutRow) -> str:
+    return "res-yes" if row.resolved else "res-none" if row.infra_error else "res-no"
 
 
-def render(row: Mapping[str, Any], prompt: str | None, index_href: str) -> str:
+def render(row: RolloutRow, prompt: str | None, index_href: str) -> str:
     """The page of one rollout; `row` is its rollouts.jsonl row (rollout.rows.rollout_row)."""
-    d = Path(row["dir"])
+    d = Path(row.dir)
     resp = read_json(d / RESPONSE) if (d / RESPONSE).is_file() else {}
     grade = read_json(d / GRADE) if (d / GRADE).is_file() else {}
     patch = (d / PATCH).read_bytes().decode("utf-8", "replace") if (d / PATCH).is_file() else ""
-    usage = resp.get("usage") or row.get("usage") or {}
-    title = f"{row['instance_id']} #{row['repeat']}"
-    summary = _kv([("task", row["task_id"]), ("repository", row.get("repo")), ("repeat", row["repeat"]),
-                   ("status", row["status"]), ("failure class", row.get("failure_class")),
-                   ("failed phase", row.get("failed_phase")), ("reward", row.get("reward")),
-                   ("resolved", row.get("resolved")), ("harness", row.get("harness")),
-                   ("exit code", row.get("exit_code")), ("model", resp.get("model"))])
+    usage = resp.get("usage") or row.usage
+    title = f"{row.instance_id} #{row.repeat}"
+    summary = _kv([("task", row.task_id), ("repository", row.repo), ("repeat", row.repeat),
+                   ("status", row.status), ("failure class", row.failure_class),
+                   ("failed phase", row.failed_phase), ("reward", row.reward),
+                   ("resolved", row.resolved), ("harness", row.harness),
+                   ("exit code", row.exit_code), ("model", resp.get("model"))])
     timings = "".join(f"<tr><td>{escape(p)}</td><td>{'' if v is None else f'{v:.2f}'}</td></tr>"
-                      for p, v in (row.get("durations") or {}).items())
+                      for p, v in row.durations.model_dump().items())
     meta = resp.get("sandbatch") or {}  # the run data of response.json (responses.response)
     join = meta.get("token_join") or {}
     tokens = _kv([("model calls", usage.get("model_calls")), ("input tokens", usage.get("input_tokens")),

@@ -1,8 +1,4 @@
-"""The file names of a rollout's records inside results/<run>/<task>/<repeat>/.
-
-Here rather than beside the record types (rollout/records.py, which names them to every
-step) so that the parts below `rollout`, such as the traces, may read a record too.
-"""
+"""The file names of a rollout's records inside results/<run>/<task>/<repeat>/."""
 
 SANDBOX = "sandbox.json"
 EVENTS = "events.jsonl"
@@ -13,7 +9,7 @@ TRAJECTORY = "trajectory.json"  # the same conversation in Harbor's ATIF (sandba
 PATCH = "patch.diff"
 PATCH_INFO = "patch.json"
 GRADE = "grade.json"
-# one JSON line per record saved, with the fields `sandbatch status` counts (rollout/records.py's
+# one JSON line per record saved, with the fields `sandbatch status` counts (contracts/records.py's
 # SUMMARY): it reads this small file instead of a 100 KB grade.json; for a record saved twice the
 # last line wins
 INDEX = "records.jsonl"

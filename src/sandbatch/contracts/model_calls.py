@@ -9,7 +9,7 @@ import json
 import os
 from typing import Any, Iterable, Iterator, Mapping
 
-from .failures import FailureClass
+from ..core.failures import FailureClass
 
 # endpoints that generate tokens; the others (models, ...) are recorded but not counted as calls
 MODEL_ENDPOINTS = frozenset({"chat", "responses", "completions", "messages"})

@@ -16,16 +16,16 @@ from typing import Any, Literal, Mapping, NamedTuple, TypeVar
 from pydantic import BaseModel, Field
 
 # the record files' names, named to every step from here
-from ..core.files import (EVENTS, GRADE, HARNESS, INDEX, MODEL_CALLS, PATCH, PATCH_INFO,  # noqa: F401
-                          RESPONSE, SANDBOX, TRAJECTORY)
 from ..core.util import write_json
-from ..sandbox.base import NetworkRecord, SandboxSpec
+from .files import (EVENTS, GRADE, HARNESS, INDEX, MODEL_CALLS, PATCH, PATCH_INFO,  # noqa: F401
+                          RESPONSE, SANDBOX, TRAJECTORY)
+from .sandbox import NetworkRecord, SandboxSpec
 
 # tampered: grade only, the patch changed what grades it and grading.tampering is "fail" (or its code
 # reaches into the test runner and grading.suspicious is "fail")
 Status = Literal["ok", "agent_error", "timeout", "infra_error", "tampered"]
 
-# the fields of an INDEX line (core/files.py)
+# the fields of an INDEX line (contracts/files.py)
 SUMMARY = ("status", "failure_class", "duration_s", "resolved")
 
 
