@@ -4,7 +4,9 @@
 - docs/harness-options.md: every key of every harness's `harness.config` (the harness's
   `options` model) with its default and meaning;
 - in schemas/config.schema.yaml, the blocks `sandbox.<provider>` (each provider's
-  `options_model`) and the names `harness.name` and `sandbox.provider` take (the registries).
+  `options_model`) and the names `harness.name` and `sandbox.provider` take (the registries);
+- docs/config-reference.md: every key of the run config with its default and meaning, from
+  that schema.
 
     python -m sandbatch.ops.reference           # rewrite them
     python -m sandbatch.ops.reference --check   # exit 1 when one is out of date
@@ -22,6 +24,7 @@ from pydantic import BaseModel
 from .. import REPO_ROOT
 
 PAGE = "docs/harness-options.md"
+REFERENCE = "docs/config-reference.md"
 SCHEMA = "schemas/config.schema.yaml"
 SCHEMA_NOTE = ("# Written by `python -m sandbatch.ops.reference`: sandbox.<provider> comes from each provider's\n"
                "# options model, the names of harness.name and sandbox.provider from the registries; edit\n"
@@ -55,7 +58,7 @@ def _rows(model: type[BaseModel], prefix: str = "") -> Iterator[str]:
     nested = []
     for key, field in model.model_fields.items():
         sub = field.annotation
-        description = " ".join((field.description or "").split()).replace("|", "\\|")
+        description = _markdown(field.description or "")
         yield f"| `{prefix}{key}` | {_default(field)} | {description} |"
         if isinstance(sub, type) and issubclass(sub, BaseModel):
             nested.append((key, sub))
@@ -71,6 +74,42 @@ def harness_options_page() -> str:
         harness = get_harness(name)
         parts.append(f"\n## {name}\n\n| key | default | meaning |\n|---|---|---|\n")
         parts.append("\n".join(_rows(harness.options)) + "\n")
+    return "".join(parts)
+
+
+def _markdown(text: str) -> str:
+    """A description as one table cell: one line, `|` escaped, and `<` outside code spans
+    escaped (results/<run>/ is no HTML tag)."""
+    spans = " ".join(text.split()).replace("|", "\\|").split("`")
+    return "`".join(part if i % 2 else part.replace("<", "\\<") for i, part in enumerate(spans))
+
+
+def _schema_rows(props: dict[str, Any], prefix: str = "") -> Iterator[str]:
+    for key, node in props.items():
+        description = _markdown(str(node.get("description", "")))
+        if "properties" in node:
+            yield f"| `{prefix}{key}` | | {description} |"
+            yield from _schema_rows(node["properties"], f"{prefix}{key}.")
+            continue
+        text = json.dumps(node.get("default"))
+        default = f"`{text}`" if len(text) <= 60 else "(long: see the schema)"
+        yield f"| `{prefix}{key}` | {default} | {description} |"
+
+
+def config_reference_page(schema_text: str) -> str:
+    import yaml
+
+    schema = yaml.safe_load(schema_text)
+    parts = ["# Config reference\n\n"
+             "Every key of the run config with its default, from `schemas/config.schema.yaml`. Written by\n"
+             "`python -m sandbatch.ops.reference`; do not edit by hand. A config file names only what it\n"
+             "changes; `harness.config`'s keys depend on the harness: [harness-options.md](harness-options.md).\n"]
+    table = "| key | default | meaning |\n|---|---|---|\n"
+    top = {k: v for k, v in schema["properties"].items() if "properties" not in v}
+    parts.append(f"\n## Top level\n\n{table}" + "\n".join(_schema_rows(top)) + "\n")
+    for key, node in schema["properties"].items():
+        if key not in top:
+            parts.append(f"\n## {key}\n\n{table}" + "\n".join(_schema_rows({key: node})) + "\n")
     return "".join(parts)
 
 
@@ -99,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 when a file differs from what the models give")
     args = parser.parse_args(argv)
     stale = 0
-    for name, text in ((PAGE, harness_options_page()), (SCHEMA, config_schema())):
+    schema = config_schema()
+    for name, text in ((PAGE, harness_options_page()), (SCHEMA, schema), (REFERENCE, config_reference_page(schema))):
         path = REPO_ROOT / name
         if path.is_file() and path.read_text(encoding="utf-8") == text:
             continue
