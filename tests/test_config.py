@@ -88,3 +88,25 @@ def test_bad_yaml_is_reported_with_its_line(tmp_path):
     bad.write_text("run: x\nrepeats: [1,\n")
     with pytest.raises(UserError, match=r"c\.yaml: line \d+ is not valid YAML"):
         load([bad])
+
+
+def test_the_run_config_holds_the_harness_options_resolved_once():
+    """harness.config is merged over the harness's options where the run's config is loaded
+    (check_run): the settings the steps read hold every option, typed; a value the options do
+    not take is one line naming the key."""
+    from sandbatch.harness import get_harness
+    from sandbatch.ops.workflow import check_run
+
+    def run(config):
+        return check_run(parse({"harness": {"name": "mini-swe-agent", "config": config},
+                                "model": {"base_url": "http://127.0.0.1:9/v1", "name": "m"}}))[0]
+
+    cfg = run({"step_limit": "4", "install": {"method": "path", "path": "/opt/mini"}})
+    options = cfg.harness.config
+    assert options["step_limit"] == 4 and options["mode"] == "host" and options["mini_config"] == {}
+    assert options["install"]["path"] == "/opt/mini" and options["install"]["package"] == "mini-swe-agent"
+    assert get_harness("mini-swe-agent").resolve_config(options) == options  # resolved: as it is
+    assert Config.model_validate_json(cfg.model_dump_json()).harness.config == options  # what run.json holds
+    with pytest.raises(UserError, match=r"^harness.config.step_limit: 'many' is not allowed; ") as err:
+        run({"step_limit": "many"})
+    assert "\n" not in str(err.value)

@@ -58,8 +58,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     default = resources.default_config()
     merged, sources = merged_sources([resources.config_file(c) for c in args.configfile], _overrides(args.config),
                                      default=default if not args.no_default else None)
-    cfg = parse(merged, sources)
-    check_run(cfg, sources)
+    cfg, _ = check_run(parse(merged, sources), sources)
     try:
         tasks = load_tasks(cfg.benchmark)
         check_images(cfg, lambda: tasks)
@@ -75,8 +74,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
           + ("; the model endpoint, the sandbox service and the images answer" if args.preflight else ""),
           file=sys.stderr)
     harness = get_harness(cfg.harness.name)
-    if harness.needs_model and cfg.model.proxy.enabled and not harness.model_on_host(
-            harness.merge_config(cfg.harness.config)):
+    if harness.needs_model and cfg.model.proxy.enabled and not harness.model_on_host(cfg.harness.config):
         from .sandbox import proxy_address
 
         advertise = proxy_address(cfg.sandbox, cfg.model.proxy)[1]

@@ -2,7 +2,9 @@
 
 The schema is the single source of defaults (filled in by validation); the pydantic
 models declare no defaults of their own, so the two cannot drift apart silently
-(tests/test_config.py checks that they name the same keys).
+(tests/test_config.py checks that they name the same keys). The schema's provider blocks
+are generated from the providers' option models (sandbatch.ops.reference); a harness's
+options are resolved over its own model where the run is checked (ops.workflow.check_run).
 """
 
 from __future__ import annotations

@@ -7,12 +7,22 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
+from pydantic import Field
+
 from ..core.errors import UserError
 from ..sandbox import Sandbox
 from ._process import check_runs, install_options, npm_install, upload_source
-from .base import Harness, RunContext
+from .base import Harness, InstallOptions, RunContext
 
 INSTALL_METHODS = ("npm", "upload", "path")
+
+
+class NpmInstall(InstallOptions):
+    method: str = Field("npm", description=(
+        "npm (needs node and registry access in the sandbox) | upload (from this host) | path (in the image)."))
+    package: str = Field(description="The npm package installed.")
+    env: dict[str, Any] = Field(default_factory=dict, description=(
+        "Extra environment of the install command (npm_config_cache, registry, ...)."))
 
 
 class NpmHarness(Harness):

@@ -1,8 +1,9 @@
 """The harness interface: how an agent gets into a sandbox, runs, and is converted.
 
-A harness module declares its full default config (the user's `harness.config` is
-deep-merged over it), installs itself, runs with a wall-clock timeout, maps its exit code
-to a status, and converts its raw event stream into Responses output items.
+A harness module declares its options as a pydantic model (`Harness.options`: every key of
+`harness.config` with its default and meaning; the run's config holds them resolved, see
+`resolve_config`), installs itself, runs with a wall-clock timeout, maps its exit code to a
+status, and converts its raw event stream into Responses output items.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ import abc
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..core.config import ModelConfig, Timeouts
 from ..core.errors import UserError
@@ -26,7 +29,7 @@ from ..core.util import deep_merge, did_you_mean
 class RunContext:
     task: Task
     prompt: str
-    config: dict[str, Any]  # the merged harness config
+    config: dict[str, Any]  # the resolved harness config (Harness.resolve_config)
     version: str | None
     model: ModelConfig
     model_url: str | None  # OpenAI-compatible base URL the agent uses (the proxy's, or direct)
@@ -68,29 +71,77 @@ class Conversion:
         self.feedback.append({"after": self.items[-1]["id"] if self.items else None, "text": text})
 
 
+class Options(BaseModel):
+    """A harness's `harness.config`. A field whose value is a mapping the agent itself reads
+    (its native config) is a plain dict: what lies below it is the agent's."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    inline_think: bool = Field(False, description=(
+        "Fold each reasoning item into the next message as `<think>...</think>` when the convert "
+        "step builds response.json (for consumers that read reasoning inline)."))
+
+
+class InstallOptions(BaseModel):
+    """How a harness's agent gets into the sandbox (`harness.config.install`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    method: str = Field(description="How the agent is installed (the harness lists its methods).")
+    source: str | None = Field(None, description="upload: the agent's program (file or directory) on this host.")
+    path: str | None = Field(None, description="path: the agent's program inside the image.")
+    env: dict[str, Any] = Field(default_factory=dict, description="Extra environment of the install command.")
+
+
+class HoldOptions(Options):
+    """The probe harnesses' (none, oracle) options."""
+
+    hold_seconds: float = Field(0, ge=0, description=(
+        "Keep the sandbox busy until this many seconds after the agent started, so the agent lasts "
+        "a fixed time (benchmarks/utilisation.py measures the orchestration around it)."))
+
+
 class Harness(abc.ABC):
     name: ClassVar[str]
     needs_model: ClassVar[bool] = True  # False: no proxy is started
     default_version: ClassVar[str | None] = None
-    default_config: ClassVar[dict[str, Any]] = {}
+    options: ClassVar[type[Options]] = Options
 
-    def merge_config(self, user: dict[str, Any]) -> dict[str, Any]:
-        return deep_merge(self.default_config, user)
+    def resolve_config(self, user: Mapping[str, Any]) -> dict[str, Any]:
+        """`harness.config` over the options' defaults, validated: the config the run's settings
+        hold and every step reads (called once, where the run's config is loaded; a resolved
+        config resolves to itself). UserError (one line naming the key) for a key or value
+        the options do not take.
+
+        Deep-merged, not only validated: a free-form block with defaults (pool's agent_config,
+        opencode's permission) keeps the default keys the user does not set."""
+        if not isinstance(user, Mapping):
+            raise UserError(f"harness.config: {user!r} is not a mapping; give the harness's options as key: value")
+        merged = deep_merge(self.options().model_dump(mode="json"), user)
+        self._check_keys("harness.config", merged, self.options)
+        try:
+            return self.options.model_validate(merged).model_dump(mode="json")
+        except ValidationError as exc:
+            raise UserError(_one_line(exc)) from None
+
+    # the name the tests and older callers know; the same resolution
+    merge_config = resolve_config
+
+    def _check_keys(self, where: str, config: Mapping[str, Any], model: type[BaseModel]) -> None:
+        """Unknown keys, one line naming the first (the options' nested blocks too)."""
+        allowed = set(model.model_fields)
+        unknown = sorted(set(config) - allowed)
+        if unknown:
+            raise UserError(f"{where}: unknown key '{unknown[0]}' for harness {self.name}"
+                            f"{did_you_mean(unknown[0], allowed)}; allowed keys: {', '.join(sorted(allowed))}")
+        for key, field_info in model.model_fields.items():
+            sub = field_info.annotation
+            if isinstance(sub, type) and issubclass(sub, BaseModel) and isinstance(config.get(key), Mapping):
+                self._check_keys(f"{where}.{key}", config[key], sub)
 
     def check_config(self, config: dict[str, Any]) -> None:
-        """Raise UserError for a merged config that cannot work (called before any job starts).
-
-        Keys are those of default_config (plus `inline_think`, which the convert step reads),
-        also inside `install`; what is below them (an agent's own config) is the agent's.
-        """
-        for where, have, allowed in (("harness.config", config, {*self.default_config, "inline_think"}),
-                                     ("harness.config.install", config.get("install"),
-                                      set(self.default_config.get("install") or ()))):
-            unknown = sorted(set(have or ()) - allowed) if isinstance(have, dict) and allowed else []
-            if unknown:
-                raise UserError(f"{where}: unknown key '{unknown[0]}' for harness {self.name}"
-                                f"{did_you_mean(unknown[0], allowed)}; "
-                                f"allowed keys: {', '.join(sorted(allowed))}")
+        """Raise UserError for a resolved config that cannot work (called before any job starts):
+        what the options' types cannot say (an install method's own needs, files on this host)."""
 
     def check_model(self, config: dict[str, Any], model: ModelConfig) -> None:
         """Raise UserError when the model endpoint lacks a fact the merged config leaves to it
@@ -149,6 +200,21 @@ async def hold(sandbox: Sandbox, ctx: RunContext, since: float) -> None:
     left = float(ctx.config.get("hold_seconds") or 0) - (time.monotonic() - since)
     if left > 0:
         await sandbox.exec(f"sleep {left:.3f}", timeout=ctx.timeouts.agent)
+
+
+def native_config(generated: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """An agent's own config file: what the harness generates for the rollout, with the user's
+    native block (`opencode_config`, `codex_config`, `settings`, `mini_config`) merged over it,
+    mappings key by key. The one deep merge outside config loading: the generated part holds
+    what only the rollout knows (the model's URL, the workdir, the prompt)."""
+    return deep_merge(generated, overrides)
+
+
+def _one_line(exc: ValidationError) -> str:
+    """A pydantic error as the config's errors read: the key, the value, what it must be."""
+    err = exc.errors()[0]
+    key = ".".join(["harness.config", *map(str, err["loc"])])
+    return f"{key}: {err.get('input')!r} is not allowed; {err['msg'][:1].lower()}{err['msg'][1:]}"
 
 
 def tail(text: str, n: int = 2000) -> str:

@@ -18,13 +18,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pydantic import Field
+
 from ..rollout import responses
 from ..core.errors import UserError
 from ..sandbox import Sandbox
-from ..core.util import deep_merge
-from ._npm import NpmHarness
+from ._npm import NpmHarness, NpmInstall
 from ._process import json_events, run_command, str_env
-from .base import Conversion, Outcome, RunContext, keep_unknown, model_endpoint
+from .base import Conversion, Options, Outcome, RunContext, keep_unknown, model_endpoint, native_config
 
 # Anti-cheat default: no web, and no reading the fix from history the base commit lacks
 # (deny rules hold even with permissions skipped).
@@ -41,27 +42,25 @@ QUIET_ENV = {
 }
 
 
+class ClaudeCodeOptions(Options):
+    install: NpmInstall = Field(default_factory=lambda: NpmInstall(package="@anthropic-ai/claude-code"),
+                                description=("How Claude Code gets into the sandbox (upload's source: the claude "
+                                             "binary, or an npm prefix holding bin/claude)."))
+    max_turns: int | None = Field(None, description="--max-turns (null: Claude Code's own limit).")
+    max_output_tokens: int = Field(32000, description="CLAUDE_CODE_MAX_OUTPUT_TOKENS.")
+    deny: Any = Field(default_factory=lambda: list(DEFAULT_DENY), description="permissions.deny rules.")
+    settings: dict[str, Any] = Field(default_factory=dict, description=(
+        "Claude Code's own settings, deep-merged over the generated ones (--settings)."))
+    env: dict[str, Any] = Field(default_factory=dict, description="Extra environment of the agent.")
+    extra_args: list[Any] = Field(default_factory=list, description="More `claude` arguments.")
+
+
 class ClaudeCodeHarness(NpmHarness):
     name = "claude-code"
     binary = "claude"
     version_env = QUIET_ENV
     default_version = "2.1.332"
-    default_config = {
-        "install": {
-            "method": "npm",  # npm (needs node + registry access in the sandbox) | upload | path
-            "package": "@anthropic-ai/claude-code",
-            "source": None,  # upload: the claude binary, or an npm prefix holding bin/claude
-            "path": None,  # path: the claude binary inside the image
-            "env": {},  # extra environment of the install command (npm_config_cache, registry, ...)
-        },
-        "max_turns": None,  # --max-turns (null: Claude Code's own limit)
-        "max_output_tokens": 32000,  # CLAUDE_CODE_MAX_OUTPUT_TOKENS
-        "deny": DEFAULT_DENY,  # permissions.deny rules
-        "settings": {},  # deep-merged over the generated settings (--settings)
-        "env": {},
-        "extra_args": [],
-        "inline_think": False,
-    }
+    options = ClaudeCodeOptions
 
     def check_config(self, config: dict[str, Any]) -> None:
         super().check_config(config)
@@ -75,7 +74,7 @@ class ClaudeCodeHarness(NpmHarness):
     def settings(self, ctx: RunContext) -> dict[str, Any]:
         generated = {"permissions": {"deny": [str(rule) for rule in ctx.config["deny"]]},
                      "includeCoAuthoredBy": False, "cleanupPeriodDays": 1}
-        return deep_merge(generated, ctx.config["settings"])
+        return native_config(generated, ctx.config["settings"])
 
     def env(self, sandbox: Sandbox, ctx: RunContext) -> dict[str, str]:
         base = model_endpoint(ctx, self.name).rstrip("/")

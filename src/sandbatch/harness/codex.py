@@ -24,14 +24,15 @@ from pathlib import Path
 from typing import Any
 
 import tomli_w
+from pydantic import Field
 
 from ..core.errors import UserError
-from ..core.util import deep_merge
 from ..rollout import responses
 from ..core.failures import FailureClass
 from ..sandbox import Sandbox
 from ._process import check_runs, install_options, json_events, npm_install, run_command, str_env, upload_source
-from .base import Conversion, Harness, Outcome, RunContext, keep_unknown, model_endpoint
+from ._npm import NpmInstall
+from .base import Conversion, Harness, Options, Outcome, RunContext, keep_unknown, model_endpoint, native_config
 
 INSTALL_METHODS = ("npm", "upload", "path")
 WIRE_APIS = ("responses", "chat")
@@ -51,28 +52,29 @@ _STREAM_KNOWN = ("thread.started", "turn.started", "item.started", "item.updated
 _SESSION_KNOWN = ("session_meta", "event_msg", "turn_context", "world_state", "token_usage_record")
 
 
+class CodexOptions(Options):
+    install: NpmInstall = Field(default_factory=lambda: NpmInstall(package="@openai/codex"), description=(
+        "How Codex gets into the sandbox (upload's source: the codex binary, npm's `codex` launcher, "
+        "or an npm prefix holding it)."))
+    provider_id: str = Field("sandbatch", description="Name of the model provider in the generated config.toml.")
+    wire_api: Any = Field("responses", description=(
+        "responses | chat (recent Codex releases, the pinned one among them, refuse chat)."))
+    context_window: int = Field(131072, description="model_context_window: Codex compacts near it.")
+    reasoning_effort: str | None = Field(None, description="model_reasoning_effort (null: Codex's default).")
+    agents_md: bool = Field(True, description=(
+        "Read the repository's AGENTS.md, as Codex does for a user (false: ignored)."))
+    forbidden_commands: Any = Field(default_factory=lambda: [list(c) for c in FORBIDDEN_COMMANDS], description=(
+        "Command prefixes (each a list of words) Codex's exec policy refuses; [] for none."))
+    codex_config: dict[str, Any] = Field(default_factory=dict, description=(
+        "Codex's own config, deep-merged over the generated config.toml."))
+    env: dict[str, Any] = Field(default_factory=dict, description="Extra environment of the agent.")
+    extra_args: list[Any] = Field(default_factory=list, description="More `codex exec` arguments.")
+
+
 class CodexHarness(Harness):
     name = "codex"
     default_version = "0.171.0"
-    default_config = {
-        "install": {
-            "method": "npm",  # npm (needs node + registry access in the sandbox) | upload | path
-            "package": "@openai/codex",
-            "source": None,  # upload: the codex binary, npm's `codex` launcher, or an npm prefix holding it
-            "path": None,  # path: the codex program inside the image
-            "env": {},  # extra environment of the install command (npm_config_cache, registry, ...)
-        },
-        "provider_id": "sandbatch",
-        "wire_api": "responses",  # responses | chat (recent Codex releases, the pinned one among them, refuse chat)
-        "context_window": 131072,  # model_context_window: Codex compacts near it
-        "reasoning_effort": None,  # model_reasoning_effort (null: Codex's default)
-        "agents_md": True,  # read the repository's AGENTS.md, as Codex does for a user (false: ignored)
-        "forbidden_commands": FORBIDDEN_COMMANDS,  # command prefixes Codex's exec policy refuses
-        "codex_config": {},  # deep-merged over the generated config.toml
-        "env": {},
-        "extra_args": [],
-        "inline_think": False,
-    }
+    options = CodexOptions
 
     def check_config(self, config: dict[str, Any]) -> None:
         super().check_config(config)
@@ -136,7 +138,7 @@ class CodexHarness(Harness):
             generated["model_reasoning_effort"] = str(cfg["reasoning_effort"])
         if not cfg["agents_md"]:
             generated["project_doc_max_bytes"] = 0  # Codex reads no AGENTS.md
-        return deep_merge(generated, cfg["codex_config"])
+        return native_config(generated, cfg["codex_config"])
 
     async def run(self, sandbox: Sandbox, ctx: RunContext) -> Outcome:
         cfg = ctx.config

@@ -46,7 +46,7 @@ litellm.suppress_debug_info = True  # no "Provider List" banner on stdout for ev
 
 from ..core.errors import UserError  # noqa: E402
 from ..sandbox import Sandbox  # noqa: E402
-from ..core.util import deep_merge  # noqa: E402
+from .base import native_config  # noqa: E402
 from .mini_defaults import BASE_CONFIG  # noqa: E402
 
 SUBMIT_MARKER = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
@@ -125,7 +125,7 @@ def host_agent(config: dict[str, Any], base_config: str, api_key: str | None, sa
         base = copy.deepcopy(_base_config(base_config))
     except (OSError, ValueError) as exc:
         raise UserError(f"harness.config.config_file: {exc}") from None
-    config = deep_merge(base, config)
+    config = native_config(base, config)  # mini's base config file, the generated config over it
     key = api_key or "unused"
 
     class Model(LitellmModel):  # the key goes with each call, never into the saved config

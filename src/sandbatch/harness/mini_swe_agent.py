@@ -31,16 +31,17 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import Field
 
 from ..rollout import responses
 from ..core.errors import InfraError, UserError
 from ..core.failures import FailureClass
 from ..contracts.records import Status
 from ..sandbox import Sandbox
-from ..core.util import deep_merge
 from ._process import AgentRun, install_options, run_command, sh, str_env, upload_source
 from .mini_defaults import BASE_CONFIG
-from .base import Conversion, Harness, Outcome, RunContext, keep_unknown, model_endpoint, tail
+from .base import (Conversion, Harness, InstallOptions, Options, Outcome, RunContext, keep_unknown, model_endpoint,
+                   native_config, tail)
 
 INSTALL_METHODS = ("pip", "upload", "path")
 MODES = ("host", "sandbox")
@@ -55,31 +56,45 @@ EXIT_STATUS: dict[str, tuple[Status, FailureClass | None]] = {
 }
 
 
+class MiniInstall(InstallOptions):
+    """Sandbox mode only."""
+
+    method: str = Field("pip", description=(
+        "pip (a venv under the sandbox's tmpdir; needs python3 and a package index) | upload | path."))
+    package: str = Field("mini-swe-agent", description="The package installed.")
+    installer: str = Field("uv", description="uv (pip-installed into the venv first) | pip.")
+    uv_version: str = Field("0.13.9", description="The uv installed when installer is uv.")
+    python: str = Field("python3", description="The interpreter that makes the venv.")
+    source: str | None = Field(None, description=(
+        "upload: a directory of wheels (pip download mini-swe-agent==V uv==V -d DIR)."))
+    path: str | None = Field(None, description="path: the `mini` executable inside the image.")
+    env: dict[str, Any] = Field(default_factory=dict, description=(
+        "Extra environment of the install (UV_CACHE_DIR, PIP_INDEX_URL, ...)."))
+
+
+class MiniOptions(Options):
+    mode: str = Field("host", description=(
+        "host: the agent loop runs in the harness step on this host, its commands through the sandbox "
+        "API; sandbox: mini is installed in the sandbox and runs there."))
+    install: MiniInstall = Field(default_factory=MiniInstall, description="How mini gets into the sandbox.")
+    config_file: str = Field(BASE_CONFIG, description=(
+        "mini's base config: a built-in name or a path (host mode: on this host; sandbox mode: in it)."))
+    step_limit: int = Field(250, description="Most agent steps (model calls).")
+    cost_limit: float = Field(0, description="Most cost in dollars; 0 = none (unknown for most self-hosted models).")
+    wall_time_limit_seconds: float | None = Field(None, description=(
+        "mini's own time limit; null: 95 % of timeouts.agent, so mini stops and saves itself."))
+    command_timeout: float = Field(120, description="Seconds per bash command.")
+    mini_config: dict[str, Any] = Field(default_factory=dict, description=(
+        "mini's own config, deep-merged over the generated one (agent, model, environment)."))
+    env: dict[str, Any] = Field(default_factory=dict, description=(
+        "host mode: the commands' environment; sandbox mode: mini's."))
+    extra_args: list[Any] = Field(default_factory=list, description="Sandbox mode: more `mini` arguments.")
+
+
 class MiniSweAgentHarness(Harness):
     name = "mini-swe-agent"
     default_version = "2.4.6"
-    default_config = {
-        "mode": "host",  # host (agent loop here, commands via the sandbox API) | sandbox (mini installed in it)
-        "install": {  # sandbox mode only
-            "method": "pip",  # pip (venv under tmpdir; needs python3 + a package index) | upload | path
-            "package": "mini-swe-agent",
-            "installer": "uv",  # uv (pip-installed into the venv first) | pip
-            "uv_version": "0.13.9",
-            "python": "python3",  # interpreter that makes the venv
-            "source": None,  # upload: a directory of wheels (pip download mini-swe-agent==V uv==V -d DIR)
-            "path": None,  # path: the `mini` executable inside the image
-            "env": {},  # extra environment of the install (UV_CACHE_DIR, PIP_INDEX_URL, ...)
-        },
-        "config_file": BASE_CONFIG,
-        "step_limit": 250,
-        "cost_limit": 0,  # 0 = none (cost is unknown for most self-hosted models)
-        "wall_time_limit_seconds": None,  # null: 95 % of timeouts.agent, so mini stops and saves itself
-        "command_timeout": 120,  # seconds per bash command
-        "mini_config": {},  # deep-merged over the generated mini config (agent/model/environment)
-        "env": {},  # host: the commands' environment; sandbox: mini's
-        "extra_args": [],  # sandbox mode: more `mini` arguments
-        "inline_think": False,
-    }
+    options = MiniOptions
 
     def check_config(self, config: dict[str, Any]) -> None:
         super().check_config(config)
@@ -146,7 +161,7 @@ class MiniSweAgentHarness(Harness):
                       "model_kwargs": {"api_base": model_endpoint(ctx, self.name)}},
             "run": {"task": ctx.prompt},
         }
-        return deep_merge(generated, cfg["mini_config"])
+        return native_config(generated, cfg["mini_config"])
 
     async def run(self, sandbox: Sandbox, ctx: RunContext) -> Outcome:
         if ctx.config["mode"] == "host":

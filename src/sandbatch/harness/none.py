@@ -6,13 +6,13 @@ from __future__ import annotations
 import time
 
 from ..rollout import responses
-from .base import Conversion, Harness, Outcome, RunContext, hold
+from .base import Conversion, Harness, HoldOptions, Outcome, RunContext, hold
 
 
 class NoneHarness(Harness):
     name = "none"
     needs_model = False
-    default_config = {"hold_seconds": 0}
+    options = HoldOptions
 
     async def run(self, sandbox, ctx: RunContext) -> Outcome:
         start = time.monotonic()

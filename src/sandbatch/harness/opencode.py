@@ -9,16 +9,18 @@ The prompt goes in on stdin (an argument with spaces would be quoted literally).
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
+
+from pydantic import Field
 
 from ..rollout import responses
 from ..core.failures import FailureClass
 from ..sandbox import Sandbox
-from ..core.util import deep_merge
-from ._npm import NpmHarness
+from ._npm import NpmHarness, NpmInstall
 from ._process import json_events, run_command, str_env
-from .base import Conversion, Outcome, RunContext, keep_unknown, model_endpoint
+from .base import Conversion, Options, Outcome, RunContext, keep_unknown, model_endpoint, native_config
 KEY_ENV = "SANDBATCH_MODEL_API_KEY"  # the config names it ({env:...}), so the key is in no file
 
 # Anti-cheat default: the solution must not come from history the task's base commit does
@@ -34,30 +36,29 @@ DEFAULT_PERMISSION: dict[str, Any] = {
 }
 
 
+class OpenCodeOptions(Options):
+    install: NpmInstall = Field(default_factory=lambda: NpmInstall(package="opencode-ai"), description=(
+        "How OpenCode gets into the sandbox (upload's source: the opencode binary, or an npm prefix "
+        "holding bin/opencode)."))
+    provider_id: str = Field("sandbatch", description="Name of the model provider in the generated config.")
+    context_window: int = Field(131072, description="The model's context limit OpenCode is told.")
+    max_output_tokens: int = Field(32768, description="The model's output limit OpenCode is told.")
+    permission: dict[str, Any] = Field(default_factory=lambda: copy.deepcopy(DEFAULT_PERMISSION), description=(
+        "OpenCode's permission map (the last matching rule wins); keys given here merge over the default's."))
+    opencode_config: dict[str, Any] = Field(default_factory=dict, description=(
+        "OpenCode's own config, deep-merged over the generated one."))
+    agent: str | None = Field(None, description="--agent (null: OpenCode's default agent).")
+    thinking: bool = Field(True, description="--thinking: reasoning parts appear in the event stream.")
+    pure: bool = Field(True, description="--pure: no external plugins (and no plugin install at start).")
+    env: dict[str, Any] = Field(default_factory=dict, description="Extra environment of the agent.")
+    extra_args: list[Any] = Field(default_factory=list, description="More `opencode run` arguments.")
+
+
 class OpenCodeHarness(NpmHarness):
     name = "opencode"
     binary = "opencode"
     default_version = "1.18.33"
-    default_config = {
-        "install": {
-            "method": "npm",  # npm (needs node + registry access in the sandbox) | upload | path
-            "package": "opencode-ai",
-            "source": None,  # upload: the opencode binary, or an npm prefix holding bin/opencode
-            "path": None,  # path: the opencode binary inside the image
-            "env": {},  # extra environment of the install command (npm_config_cache, registry, ...)
-        },
-        "provider_id": "sandbatch",
-        "context_window": 131072,
-        "max_output_tokens": 32768,
-        "permission": DEFAULT_PERMISSION,
-        "opencode_config": {},  # deep-merged over the generated opencode config
-        "agent": None,  # --agent (null: OpenCode's default agent)
-        "thinking": True,  # --thinking: reasoning parts appear in the event stream
-        "pure": True,  # --pure: no external plugins (and no plugin install at start)
-        "env": {},
-        "extra_args": [],
-        "inline_think": False,
-    }
+    options = OpenCodeOptions
 
     def opencode_config(self, ctx: RunContext) -> dict[str, Any]:
         cfg, pid, model = ctx.config, ctx.config["provider_id"], ctx.model.name
@@ -77,7 +78,7 @@ class OpenCodeHarness(NpmHarness):
             }},
             "permission": cfg["permission"],
         }
-        return deep_merge(generated, cfg["opencode_config"])
+        return native_config(generated, cfg["opencode_config"])
 
     async def run(self, sandbox: Sandbox, ctx: RunContext) -> Outcome:
         cfg = ctx.config

@@ -16,13 +16,13 @@ from ..core.failures import FailureClass
 from ..rollout import responses
 from ..grading.apply import applied_method, apply_script
 from ..grading.terminal_bench import upload_dir
-from .base import Conversion, Harness, Outcome, RunContext, hold, tail
+from .base import Conversion, Harness, HoldOptions, Outcome, RunContext, hold, tail
 
 
 class OracleHarness(Harness):
     name = "oracle"
     needs_model = False
-    default_config = {"hold_seconds": 0}
+    options = HoldOptions
 
     async def run(self, sandbox, ctx: RunContext) -> Outcome:
         start = time.monotonic()

@@ -10,6 +10,7 @@ that is graded like any other.
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import os
 import shlex
@@ -17,15 +18,16 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from pydantic import Field
+
 from ..rollout import responses
 from ..core.config import ModelConfig
 from ..core.errors import InfraError, UserError
 from ..core.failures import FailureClass
 from ..sandbox import Sandbox
 from ..proxy.served import served_context_window
-from ..core.util import deep_merge
 from ._process import install_options, json_events, run_command, sh, str_env, upload_source
-from .base import Conversion, Harness, Outcome, RunContext, keep_unknown, model_endpoint
+from .base import Conversion, Harness, InstallOptions, Options, Outcome, RunContext, keep_unknown, model_endpoint
 
 GAVE_UP_EXIT = 4
 INSTALL_METHODS = ("installer", "upload", "path")
@@ -68,26 +70,31 @@ AGENT_DEFAULT: dict[str, Any] = {
 }
 
 
+class PoolInstall(InstallOptions):
+    method: str = Field("installer", description="installer | upload (from this host) | path (in the image).")
+    accept_eula: Any = Field(False, description=(
+        f"The installer runs once Poolside's EULA is accepted (true, or ${EULA_ENV}=1)."))
+    installer_url: str = Field("https://downloads.poolside.ai/pool/install.sh", description="The installer script.")
+    source: str | None = Field(None, description=f"upload: the pool binary on this host (or ${BINARY_ENV}).")
+    path: str | None = Field(None, description="path: the pool binary inside the image.")
+
+
+class PoolOptions(Options):
+    install: PoolInstall = Field(default_factory=PoolInstall, description="How pool gets into the sandbox.")
+    max_context_window: int | None = Field(None, description=(
+        "Tokens; compaction starts at 80 %, summaries up to 70 %. null: the endpoint's /v1/models "
+        "max_model_len (vLLM, SGLang), else the run stops before it starts."))
+    agent_config: dict[str, Any] = Field(default_factory=lambda: copy.deepcopy(AGENT_DEFAULT), description=(
+        "pool's agent config file (it replaces pool's built-in defaults, so the default is pool's "
+        "own); keys given here merge over it; null values are filled in per run."))
+    env: dict[str, Any] = Field(default_factory=dict, description="Extra environment of the agent.")
+    extra_args: list[Any] = Field(default_factory=list, description="Appended to `pool exec`.")
+
+
 class PoolHarness(Harness):
     name = "pool"
     default_version = "v1.0.16"
-    default_config = {
-        "install": {
-            "method": "installer",  # installer | upload | path
-            "accept_eula": False,  # the installer runs once Poolside's EULA is accepted (or via EULA_ENV)
-            "installer_url": "https://downloads.poolside.ai/pool/install.sh",
-            "source": None,  # upload: the pool binary on this host
-            "path": None,  # path: the pool binary inside the image
-            "env": {},  # extra environment of the install command
-        },
-        # tokens; compaction starts at 80 %, summaries up to 70 %. null: the endpoint's
-        # /v1/models max_model_len (vLLM, SGLang), else the run stops before it starts
-        "max_context_window": None,
-        "agent_config": AGENT_DEFAULT,
-        "env": {},  # extra environment of the agent
-        "extra_args": [],  # appended to `pool exec`
-        "inline_think": False,
-    }
+    options = PoolOptions
 
     @staticmethod
     def install_settings(config: dict[str, Any]) -> dict[str, Any]:
@@ -151,7 +158,7 @@ class PoolHarness(Harness):
         """The whole agent config file: defaults, then per-run values where the user set none.
 
         `window` is the model's context length when the config leaves it to the endpoint."""
-        cfg = deep_merge(ctx.config["agent_config"], {})
+        cfg = copy.deepcopy(ctx.config["agent_config"])
         endpoint = model_endpoint(ctx, self.name)
         window = int(ctx.config["max_context_window"] or window or 0)
         if window <= 0:

@@ -76,8 +76,7 @@ def resolve(req: RunRequest) -> tuple[dict[str, Any], Any]:
         if layer:
             merged = deep_merge(merged, layer)
             sources.append((label, layer))
-    cfg = parse(merged, sources)
-    check_run(cfg)
+    cfg, _ = check_run(parse(merged, sources))
     return validate(merged, sources), cfg
 
 

@@ -48,8 +48,7 @@ def load_run(workflow, config: dict[str, Any]) -> tuple[Config, dict[str, Any], 
     """Validate the merged config and read the task table once; a user error exits in one line."""
     try:
         _SOURCES[:] = workflow_sources(workflow, config)
-        cfg = parse(config, _SOURCES)
-        tasks = check_run(cfg, _SOURCES)
+        cfg, tasks = check_run(parse(config, _SOURCES), _SOURCES)
         if workflow.is_main_process:  # the jobs Snakemake spawns re-parse; they need not check again
             check_images(cfg, lambda: (read_task(cfg.benchmark, ref) for ref in tasks))
             # once per run: the jobs (steps, Slurm jobs) read the name from the run's settings
@@ -62,24 +61,26 @@ def load_run(workflow, config: dict[str, Any]) -> tuple[Config, dict[str, Any], 
     return cfg, cfg.model_dump(mode="json"), tasks
 
 
-def check_run(cfg: Config, sources: Sequence[tuple[str, Mapping[str, Any]]] = ()) -> list[TaskRef]:
-    """check_registries and the selected tasks, every missing setting reported at once (one
-    line each, with the config source that sets its key); the selected tasks."""
+def check_run(cfg: Config, sources: Sequence[tuple[str, Mapping[str, Any]]] = ()) -> tuple[Config, list[TaskRef]]:
+    """The config with its harness's options resolved (check_registries), and the selected
+    tasks; every missing setting reported at once (one line each, with the config source that
+    sets its key)."""
     errors = Collector(locate=lambda exc: located(exc, sources, cfg))
     with errors.check():
-        check_registries(cfg, errors)
+        cfg = check_registries(cfg, errors)
     tasks: list[TaskRef] = []
     with errors.check():
         tasks = select_tasks(cfg.benchmark)
         if not tasks:
             raise UserError(f"benchmark: no task of {cfg.benchmark.tasks} is selected by instance_ids/filter/limit")
     errors.raise_any()
-    return tasks
+    return cfg, tasks
 
 
-def check_registries(cfg: Config, errors: Collector | None = None) -> None:
-    """Everything a step would refuse, refused before any sandbox exists (one line each, all
-    of them at once).
+def check_registries(cfg: Config, errors: Collector | None = None) -> Config:
+    """The config with `harness.config` resolved over the harness's options (the one place it
+    is: the run's settings hold it so, and every step reads it as it is), and everything a
+    step would refuse, refused before any sandbox exists (one line each, all of them at once).
 
     The schema's enums and the registries must agree; the harness's install settings, the
     model endpoint, its key and the proxy address, and the sandbox service's address and
@@ -93,16 +94,21 @@ def check_registries(cfg: Config, errors: Collector | None = None) -> None:
     harness = get_harness(cfg.harness.name)
     raise_here = errors is None
     errors = errors or Collector()
+    resolved = False
     with errors.check():
-        harness.check_config(harness.merge_config(cfg.harness.config))  # e.g. pool's EULA switch
+        cfg = cfg.model_copy(update={"harness": cfg.harness.model_copy(
+            update={"config": harness.resolve_config(cfg.harness.config)})})
+        resolved = True
+        harness.check_config(cfg.harness.config)  # e.g. pool's EULA switch
     if cfg.sandbox.provider not in PROVIDERS:
         raise UserError(f"sandbox.provider: {cfg.sandbox.provider!r} is not known; choose one of: {', '.join(PROVIDERS)}")
     with errors.check():
         provider_class(cfg.sandbox.provider).check_options(cfg.sandbox.options())  # e.g. a service's address
     if harness.needs_model:
-        _check_model(cfg, errors, on_host=harness.model_on_host(harness.merge_config(cfg.harness.config)))
+        _check_model(cfg, errors, on_host=resolved and harness.model_on_host(cfg.harness.config))
     if raise_here:
         errors.raise_any()
+    return cfg
 
 
 def resolve_model(cfg: Config, started: bool = False) -> tuple[Config, str]:
@@ -182,7 +188,7 @@ def preflight(cfg: Config, tasks: Iterable[Task], sources: Sequence[tuple[str, M
             from ..proxy.served import check_served
 
             check_served(cfg.model)
-            harness.check_model(harness.merge_config(cfg.harness.config), cfg.model)
+            harness.check_model(cfg.harness.config, cfg.model)
         origin: dict[str, str] = {}  # image -> the setting that names it
         for task in tasks:
             named = task.image or cfg.sandbox.default_image

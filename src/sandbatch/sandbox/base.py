@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Mapping, Sequence
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from .. import trace
 from ..contracts.sandbox import SandboxSpec
@@ -220,10 +220,18 @@ class Sandbox(abc.ABC):
         return path
 
 
+class ProviderOptions(BaseModel):
+    """A provider's options block (`sandbox.<provider>`): every key with its default and meaning.
+    The config schema's block is generated from it (python -m sandbatch.ops.reference)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
 class Provider(abc.ABC):
     """Creates, finds and deletes sandboxes of one kind."""
 
     name: str
+    options_model: ClassVar[type[ProviderOptions]] = ProviderOptions
     # whether the provider can restrict a sandbox's network (Sandbox.restrict_network, a spec
     # without internet); False: its sandboxes reach whatever this host reaches (local)
     isolates_network: bool = True

@@ -26,10 +26,12 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Mapping
 
+from pydantic import Field
+
 from ..core.failures import FailureClass
 from ..core.util import read_json, write_json
-from .base import (CA_ENV, STOP_ROUNDS, ExecResult, Provider, Sandbox, SandboxError, SandboxGone, SandboxInfo,
-                   SandboxSpec, State)
+from .base import (CA_ENV, STOP_ROUNDS, ExecResult, Provider, ProviderOptions, Sandbox, SandboxError, SandboxGone,
+                   SandboxInfo, SandboxSpec, State)
 
 
 # what a local sandbox inherits from the step's environment (see LocalSandbox._env): the
@@ -72,6 +74,17 @@ def default_root(cwd: str | os.PathLike | None = None) -> Path:
     where = os.path.realpath(cwd or os.getcwd())
     tag = hashlib.sha256(where.encode("utf-8", "surrogateescape")).hexdigest()[:16]
     return Path(tempfile.gettempdir()) / f"sandbatch-{os.getuid()}" / tag / "sandboxes"
+
+
+class LocalOptions(ProviderOptions):
+    """Options of the local (process, not isolated) provider."""
+
+    root: str | None = Field(None, description=(
+        'Scratch directory holding one sub-directory per sandbox. null = a directory per working '
+        'directory under the system temp directory (<tmp>/sandbatch-<uid>/<hash>/sandboxes), where no '
+        "project's test-runner configuration lies above a sandbox's workdir. A root inside a project "
+        "makes pytest take that project's configuration for the task's tests: grading then fails with "
+        'grading_rootdir.'))
 
 
 class LocalSandbox(Sandbox):
@@ -350,6 +363,7 @@ def _kill_groups(root: Path) -> None:
 
 class LocalProvider(Provider):
     name = "local"
+    options_model = LocalOptions
     proxy_hosts = ("127.0.0.1", "127.0.0.1")  # its sandboxes are processes of this host
     needs_image = False
     plumbing = ("root",)

@@ -66,7 +66,7 @@ import shlex
 import time
 import uuid
 from datetime import timedelta
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping
 
 os.environ.setdefault("OPENSANDBOX_DISABLE_METRICS", "1")  # before the SDK is imported
 
@@ -88,8 +88,10 @@ from opensandbox.models.filesystem import WriteEntry  # noqa: E402
 from opensandbox.models.sandboxes import NetworkPolicy, NetworkRule, SandboxFilter, SandboxImageSpec  # noqa: E402
 from opensandbox.transport import RetryAsyncTransport, RetryPolicy  # noqa: E402
 
+from pydantic import Field  # noqa: E402
+
 from .. import trace  # noqa: E402
-from ..core.config import load_schema  # noqa: E402
+
 from ..core.errors import Collector, UserError  # noqa: E402
 from ..core.failures import FailureClass
 from ..core.ids import LABEL_MAX, label_value  # noqa: E402
@@ -98,6 +100,7 @@ from .base import (  # noqa: E402
     KILLED_EXIT_CODES,
     ExecResult,
     Provider,
+    ProviderOptions,
     Sandbox,
     SandboxError,
     SandboxGone,
@@ -137,16 +140,102 @@ _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9
 
 # --- options ------------------------------------------------------------------------------
 
-def _defaults(node: dict[str, Any]) -> Any:
-    if node.get("type") == "object" and "properties" in node:
-        return {k: _defaults(v) for k, v in node["properties"].items()}
-    return node.get("default")
-
-
 def default_options() -> dict[str, Any]:
-    """The `sandbox.opensandbox` defaults, read from the config schema (their one home)."""
-    schema = load_schema()["properties"]["sandbox"]["properties"]["opensandbox"]
-    return _defaults(schema)
+    """The `sandbox.opensandbox` defaults (OpenSandboxOptions, below: their one home)."""
+    return OpenSandboxOptions().model_dump(mode="json")
+
+
+class OpenSandboxConnectionOptions(ProviderOptions):
+    """How to reach the OpenSandbox server."""
+
+    domain: str | None = Field('localhost:8080', description=(
+        'Host and port of the lifecycle API (no scheme; the scheme is `protocol`).'))
+    domain_env: str | None = Field(None, description=(
+        'Name of an environment variable that, when set and non-empty, replaces domain (host:port; a '
+        'value with http:// or https:// sets protocol too).'))
+    protocol: Literal['http', 'https'] = Field('http', description=(
+        'Scheme of the lifecycle API and of the in-sandbox (execd) URLs.'))
+    api_key_env: str | None = Field('OPEN_SANDBOX_API_KEY', description=(
+        'Name of the environment variable holding the API key (the key itself is never stored); null = no'
+        ' key.'))
+    request_timeout: float = Field(30, gt=0, description=(
+        "Seconds one HTTP request may take (a command's stream is bounded by its own timeout instead)."))
+    keep_alive_expiry: float = Field(3, gt=0, description=(
+        "Seconds an idle connection is kept for reuse; keep it below the server's keep-alive timeout."))
+    max_connections: int = Field(128, ge=1, description='Most HTTP connections open at once.')
+    use_server_proxy: bool = Field(False, description=(
+        "Reach execd through the server's proxy, for clients that cannot reach sandboxes directly."))
+
+
+class OpenSandboxCreateOptions(ProviderOptions):
+    """How sandboxes are created."""
+
+    ready_timeout: float = Field(120, gt=0, description=(
+        "Seconds for the server to publish the sandbox's endpoints after the create call."))
+    resources: dict[str, str] = Field(default_factory=lambda: {'cpu': '2', 'memory': '4Gi'}, description=(
+        "Resource limits; the spec's cpu and memory override these keys."))
+    resource_requests: dict[str, str] | None = Field(None, description=(
+        "Resource requests (Kubernetes runtime); null = the server's default."))
+    execd_grace: str | None = Field('50ms', pattern='^[0-9]+(\\.[0-9]+)?(ns|us|ms|s|m)$', description=(
+        "How long execd keeps a command's stream open after the command has finished and its last event "
+        "was sent (execd's EXECD_API_GRACE_SHUTDOWN, a Go duration, set in every sandbox's environment; a"
+        " task's own value wins). execd's default, 1s, adds a second of waiting to every command; null = "
+        "execd's default."))
+    image_pull_policy: Literal['Always', 'IfNotPresent', 'Never'] | None = Field(None, description=(
+        "Sent as the create extension imagePullPolicy; null = the server's configured policy."))
+    retries: int = Field(4, ge=0, description=(
+        'Extra create attempts after 5xx, 429 and connection errors (strays of failed attempts are '
+        'deleted).'))
+    backoff_initial: float = Field(1.0, ge=0, description=(
+        'Seconds before the first create retry; doubles per retry, with jitter (Retry-After wins).'))
+    backoff_max: float = Field(30, ge=0, description='Longest wait between create retries, in seconds.')
+
+
+class OpenSandboxProbeOptions(ProviderOptions):
+    """A command that must succeed after create; a sandbox failing it is deleted."""
+
+    command: str = Field('echo sandbatch-ready', description=(
+        'Shell command run after `mkdir -p /tmp/sandbatch`; it is retried, so it must be idempotent.'))
+    expected: str | None = Field('sandbatch-ready', description=(
+        'A line the probe must print; null = exit status 0 is enough.'))
+    timeout: float = Field(120, gt=0, description='Seconds after create within which the probe must pass.')
+    interval: float = Field(1.0, gt=0, description=(
+        'Longest wait between probe attempts (the first wait is 0.1 s, doubling up to this).'))
+
+
+class OpenSandboxOperationsOptions(ProviderOptions):
+    """Retries and deadlines of operations on a live sandbox."""
+
+    retries: int = Field(3, ge=0, description=(
+        'Retries of idempotent requests (get, list, delete, file reads and writes).'))
+    exec_retries: int = Field(5, ge=0, description=(
+        'Resends of a command that execd certainly did not start (502/503 or refused connection while it '
+        'binds).'))
+    backoff_initial: float = Field(0.5, ge=0, description=(
+        'Seconds before the first retry of an operation; doubles per retry, with jitter.'))
+    backoff_max: float = Field(10, ge=0, description='Longest wait between operation retries, in seconds.')
+    timeout: float = Field(300, gt=0, description=(
+        'Client-side deadline in seconds of one non-command operation, retries included.'))
+    exec_grace: float = Field(30, ge=0, description=(
+        "Seconds past a command's own timeout before the client gives up on its stream."))
+
+
+class OpenSandboxOptions(ProviderOptions):
+    """Options of the opensandbox provider (an OpenSandbox server, through the opensandbox SDK)."""
+
+    network_policy: bool = Field(True, description=(
+        "Give every sandbox an egress policy (the server's egress sidecar, which needs its [egress] image"
+        " configured): none for grading, the model proxy's host only while the agent runs. false = "
+        'nothing is restricted (for a server without the sidecar); every rollout then records its network'
+        ' as not enforced.'))
+    connection: OpenSandboxConnectionOptions = Field(default_factory=OpenSandboxConnectionOptions, description=(
+        'How to reach the OpenSandbox server.'))
+    create: OpenSandboxCreateOptions = Field(default_factory=OpenSandboxCreateOptions, description=(
+        'How sandboxes are created.'))
+    probe: OpenSandboxProbeOptions = Field(default_factory=OpenSandboxProbeOptions, description=(
+        'A command that must succeed after create; a sandbox failing it is deleted.'))
+    operations: OpenSandboxOperationsOptions = Field(default_factory=OpenSandboxOperationsOptions, description=(
+        'Retries and deadlines of operations on a live sandbox.'))
 
 
 # --- labels -------------------------------------------------------------------------------
@@ -420,6 +509,7 @@ def _join(lines: list[str]) -> str:
 
 class OpenSandboxProvider(Provider):
     name = "opensandbox"
+    options_model = OpenSandboxOptions
     plumbing = ("connection", "operations", "probe")
 
     def __init__(self, options: dict[str, Any] | None = None):

@@ -23,7 +23,7 @@ class ConvertStep(Step):
         harness = get_harness(cfg.harness.name)
         rec = load(HarnessRecord, ctx.path(HARNESS))
         events = list(iter_jsonl(ctx.path(EVENTS)))
-        config = harness.merge_config(cfg.harness.config)
+        config = cfg.harness.config
         try:
             conv = harness.convert(events, config)
         except Exception as exc:  # a converter bug must not block the aggregate; it is reported

@@ -5,13 +5,14 @@ from __future__ import annotations
 import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from docker.types import Mount
+from pydantic import Field
 
 from ...core.errors import InfraError, UserError
 from ...core.failures import FailureClass
-from ..base import CA_ENV, ImageUnavailable, Provider, SandboxError, SandboxInfo, SandboxSpec
+from ..base import CA_ENV, ImageUnavailable, Provider, ProviderOptions, SandboxError, SandboxInfo, SandboxSpec
 from . import images, network
 from .engine import Engine, EngineError, NotFound
 from .sandbox import TMPDIR, DockerSandbox, archive
@@ -36,8 +37,47 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
+class DockerOptions(ProviderOptions):
+    """Options of the docker provider (one container per sandbox on a local Docker engine, spoken
+    to through its API over the engine's socket)."""
+
+    docker: str = Field('docker', description=(
+        "Not used by the provider since it speaks to the engine's API (kept so that existing configs stay"
+        ' valid).'))
+    host: str | None = Field(None, description=(
+        'Engine address, as DOCKER_HOST takes it (null = $DOCKER_HOST, else unix:///var/run/docker.sock).'))
+    label_prefix: str = Field('sandbatch.', description=(
+        'Prefix of every container label the provider sets (sandbatch.run, sandbatch.expires-at, ...).'))
+    network: str = Field('bridge', description=(
+        'Docker network of sandboxes that may reach the internet; the others get network "none".'))
+    init: bool = Field(True, description=(
+        'Run an init process (as docker run --init does) that reaps orphaned processes of killed '
+        'commands.'))
+    pull: Literal['missing', 'never', 'always'] = Field('missing', description=(
+        'When a create pulls the image (never = only images already on the engine).'))
+    mount_ca_bundle: bool = Field(False, description=(
+        "Mount the host's CA bundle read-only into every sandbox and point SSL_CERT_FILE, PIP_CERT, ... "
+        'at it (needed behind a TLS-intercepting proxy).'))
+    ca_bundle: str = Field('/etc/ssl/certs/ca-certificates.crt', description=(
+        'The host file mounted when mount_ca_bundle is true.'))
+    ca_bundle_target: str = Field('/etc/ssl/certs/ca-certificates.crt', description=(
+        "Where the CA bundle appears inside the sandbox (replaces the image's bundle there)."))
+    api_timeout: float = Field(120, gt=0, description=(
+        'Seconds one engine call (inspect, copy, remove, ...) may take before it counts as an infra '
+        'failure.'))
+    create_timeout: float = Field(600, gt=0, description='Seconds an image pull or commit may take.')
+    pids_limit: int = Field(4096, ge=0, description=(
+        'Processes and threads one sandbox may hold at once (0 = no limit), so that a fork bomb in one '
+        'sandbox cannot exhaust the host that runs the others.'))
+    gate_image: str | None = Field(None, description=(
+        "Image of the gate that forwards an agent's sandbox, cut off from every network after the "
+        "harness's install, to its model proxy (it runs the image's python3). null = the sandbox's own "
+        'image, which the engine already holds.'))
+
+
 class DockerProvider(Provider):
     name = "docker"
+    options_model = DockerOptions
     proxy_hosts = ("0.0.0.0", network.MODEL_HOST)  # containers reach this host through the host gateway
     plumbing = ("docker", "host", "label_prefix", "api_timeout", "create_timeout", "pull")
 
