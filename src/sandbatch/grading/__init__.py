@@ -1,6 +1,9 @@
 """Graders: one per benchmark family (a registry), what every grader gets, and the defences of a
 grade. May import core, tasks, trace, sandbox, proxy and rollout; never a harness or above.
 
+The code that runs inside the sandbox (the runner plugins, the start-up probe) is in in_sandbox/,
+uploaded as files and never imported here.
+
 Heavy grading libraries (swebench) are imported inside the grader functions only, so a
 process that does not grade never pays for them.
 """

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from ..core.errors import InfraError
 from ..core.failures import FailureClass
-from . import reads, suspicion, tamper, write_log
+from . import suspicion, tamper, workdir_reads, write_log
 from .tamper import save_untracked, untracked_backup
 
 if TYPE_CHECKING:
@@ -102,7 +102,7 @@ async def keep_code_only(g: "GradeContext", rec: "GradeRecord", log: list[str], 
         return True
     cwd = cwd or g.sandbox.workdir
     test_files = tamper.task_test_files(g.task)
-    known = reads.Reads(g.sandbox, cwd, g.timeout)  # what both checks read, in one exec
+    known = workdir_reads.Reads(g.sandbox, cwd, g.timeout)  # what both checks read, in one exec
     await known.prefetch([*tamper.reads_wanted(g.patch, snap),
                           *([] if tools_only else suspicion.reads_wanted(g.patch, test_files))])
     findings = await tamper.find(g.sandbox, g.patch, snap, cwd, g.timeout, test_files, tools_only=tools_only,

@@ -1,6 +1,7 @@
 """What grading checks of a test run beyond the log parser's statuses (docs/benchmarks.md,
-"What grading checks of the run"): the verdict channel (verdict), the runner's integrity
-(in the verdict's end record), the log's consistency (consistency), pytest's rootdir.
+"What grading checks of the run"): the verdict channel (verdict), what the runner plugins' own
+checks found (plugin_findings), the log's consistency (log_consistency), the outcomes the tests
+declare (declared), the build phase (build_phase), pytest's rootdir.
 
 One call per test run, shared by the graders that run pytest suites (SWE-bench family,
 SWE-bench Pro). grading.tampering: log_only grades the log alone, as the benchmarks' own
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Collection
 
 from ..core.failures import FailureClass
-from . import build_phase, consistency, declared, integrity, verdict
+from . import build_phase, declared, log_consistency, plugin_findings, verdict
 
 if TYPE_CHECKING:
     from ..rollout.records import GradeRecord
@@ -37,7 +38,7 @@ async def settle(channel: verdict.Channel | None, sandbox: "Sandbox", log: str, 
                  touched: Collection[str] | None = None) -> Findings:
     """Check one test run; tests the verdict contradicts are set to FAILED in `status`. expected: the
     test command starts the runner the channel is loaded into (verdict.compare). runner_exit: the test
-    command's exit status where it is the runner's own (consistency.check); pytest's comes from the
+    command's exit status where it is the runner's own (log_consistency.check); pytest's comes from the
     verdict. printed: the channel's listing as the test command's exec printed it (Channel.after_run).
     placed: the test files as placed (verdict.placed_from), whose source declares XFAIL and skips.
     placed_first: the eval script carries build_phase's records (None: it does not), and whether the
@@ -48,9 +49,9 @@ async def settle(channel: verdict.Channel | None, sandbox: "Sandbox", log: str, 
         return Findings()
     v = await channel.read(sandbox, printed)
     if touched is not None:
-        v.findings = integrity.of_the_patch(v.findings, touched)
+        v.findings = plugin_findings.of_the_patch(v.findings, touched)
     verdict.check_rootdir(verdict.rootdirs(v, log), sandbox.workdir)
-    inconsistent = consistency.check(log, status, verdict.pytest_exit(v), runner_exit)
+    inconsistent = log_consistency.check(log, status, verdict.pytest_exit(v), runner_exit)
     rewritten, resolvable = verdict.compare(v, expected, status, decisive, as_log, frozenset(channel.test_files))
     rewritten += declared.check(status, decisive, None if placed is None else declared.Sources(placed))
     built, clean = build_phase.judge(v.records, status, decisive, placed_first) if placed_first is not None \

@@ -21,7 +21,7 @@ from typing import Any, Callable
 from ..core.failures import FailureClass
 from ..rollout.records import GradeRecord
 from .. import trace
-from . import (GradeContext, build_phase, defences, go_confirm, googletest, reports, tamper, unittest_verdict, verdict,
+from . import (GradeContext, build_phase, defences, go_confirm, googletest, jest_report, tamper, unittest_verdict, verdict,
                write_log)
 from .apply import apply_patch, keep_code_only
 
@@ -238,9 +238,9 @@ async def grade(g: GradeContext) -> GradeRecord:
         # runners' tests run as before (their toolchains' caches are the image user's)
         script = with_channel(script, channel, sandbox.workdir, p.parser.__module__.endswith(".python"),
                               sandbox.separate_users)
-        script, runner_report = reports.instrument(script, START_TEST_OUTPUT, END_TEST_OUTPUT, sandbox.tmpdir,
+        script, runner_report = jest_report.instrument(script, START_TEST_OUTPUT, END_TEST_OUTPUT, sandbox.tmpdir,
                                                    tamper.touched_paths(task.test_patch or ""),
-                                                   await reports.package_scripts(sandbox, test_command(script)))
+                                                   await jest_report.package_scripts(sandbox, test_command(script)))
         script, go_check = go_confirm.instrument(script, END_TEST_OUTPUT, EXIT_VAR, sandbox.tmpdir, decisive,
                                                  sandbox.separate_users)
     # every file of the grade goes up with the patch, the snapshot is taken in the patch's exec
@@ -280,7 +280,7 @@ async def grade(g: GradeContext) -> GradeRecord:
         kind is unittest_verdict.UnittestChannel or verdict.runs_pytest(test_command(p.script)),
         lambda seen: p.parser(lines(seen), p.test_spec) if seen else {}, printed, placed, placed_first,
         frozenset(tamper.touched_paths(g.patch)))
-    status = await reports.reconcile(sandbox, runner_report, status, rec, log)
+    status = await jest_report.reconcile(sandbox, runner_report, status, rec, log)
     if defended and googletest.applies(p.parser.__name__, test_command(p.script)):
         # googletest prints from the process of the code under test: its tests' own exit statuses decide
         status = await googletest.confirm(sandbox, test_command(p.script), status, decisive, rec, log, g.timeout)
