@@ -245,10 +245,9 @@ def test_untracked_build_output_goes_back_as_the_image_had_it(tmp_path):
                  "diff --git a/vendor/github.com/x/y/y.go b/vendor/github.com/x/y/y.go\nnew file mode 100644\n"
                  "--- /dev/null\n+++ b/vendor/github.com/x/y/y.go\n@@ -0,0 +1 @@\n+package y\n")
         from sandbatch.grading.apply import apply_patch
-        from sandbatch.rollout.records import GradeRecord
+        from sandbatch.grading.result import GradeResult
 
-        rec = GradeRecord(log_path=str(tmp_path / "grade.log"))
-        assert asyncio.run(apply_patch(sb, patch, f"{sb.tmpdir}/p.diff", rec, [], 60, cwd=wd))
+        assert asyncio.run(apply_patch(sb, patch, f"{sb.tmpdir}/p.diff", GradeResult(), [], 60, cwd=wd))
         assert "pytest11" in sh("cat calc.egg-info/entry_points.txt")
         findings = asyncio.run(tamper.find(sb, patch, snap, wd, 60))
         assert [(f.path, f.kind) for f in findings] == [("calc.egg-info/entry_points.txt", "runner_hook"),
