@@ -457,7 +457,7 @@ def test_a_start_up_hook_of_the_workdir_in_package_form_is_found_by_what_was_imp
     is on the path at start-up (an editable install puts it there): the pytest channel finds it among the
     modules imported before its plugin, the unittest channel does not chain to it; both record startup_hook.
     The restore rules remove it too, in any form."""
-    from sandbatch.grading import integrity, tamper, unittest_verdict, verdict
+    from sandbatch.grading import plugin_findings, tamper, unittest_verdict, verdict
 
     assert all(tamper.classify(p) == "runner_hook" for p in (
         "sitecustomize/__init__.py", "src/usercustomize/__init__.py", "sitecustomize.cpython-311-x86_64-linux-gnu.so"))
@@ -478,13 +478,13 @@ def test_a_start_up_hook_of_the_workdir_in_package_form_is_found_by_what_was_imp
     assert ("HOOK RAN" in proc.stderr) == (runner == "pytest"), proc.stderr  # unittest's channel did not chain to it
     v = verdict.parse(rec.data)
     assert v.state == "ok", v
-    entries, intact = integrity.compare(v, [], {}, lambda seen: seen)
+    entries, intact = plugin_findings.compare(v, [], {}, lambda seen: seen)
     assert not intact and [(e["path"], e["kind"]) for e in entries] == [("python", "startup_hook")], entries
     assert "sitecustomize/__init__.py" in entries[0]["detail"]
     # the hook is a file the patch added: it stays; the same import of a file the patch did not touch
     # (the repository's own, imported at start-up by the image) is none of the patch's
-    assert integrity.of_the_patch(v.findings, {"sitecustomize/__init__.py"}) == v.findings
-    assert integrity.of_the_patch(v.findings, {"calc.py"}) == []
+    assert plugin_findings.of_the_patch(v.findings, {"sitecustomize/__init__.py"}) == v.findings
+    assert plugin_findings.of_the_patch(v.findings, {"calc.py"}) == []
 
 
 def test_a_decisive_test_of_the_tasks_files_must_answer_whatever_files_the_record_names():

@@ -1,6 +1,6 @@
 """Runners whose outcome is recorded only inside the test process (Go's test binary, Jest's
 workers): the decisive outcome is taken from outside that process (grading.go_confirm,
-grading.reports' canary). Each attack is a working exploit with the real runner: with
+grading.jest_report's canary). Each attack is a working exploit with the real runner: with
 `grading.tampering: log_only` it earns 1.0 on a task it does not solve; with the defences on it
 earns 0.0 and every decisive test it forged is flagged.
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbatch.grading import go_confirm, reports
+from sandbatch.grading import go_confirm, jest_report
 from docker_fixtures import docker_base_image, docker_engine  # noqa: F401 (fixtures)
 from test_attacks_static import defences_off, go_task, jest_modules, jest_task  # noqa: F401 (fixtures)
 from test_benchmark_grading import grade, make_cfg
@@ -128,7 +128,7 @@ module.exports = { sum };
 
 def test_jest_vacuous_expect_is_caught_by_a_canary(tmp_path, jest_task):
     cfg_path, task = jest_task
-    earns_only_without_defences(tmp_path, cfg_path, task, {"src/sum.js": JEST_VACUOUS}, reports.CANARY,
+    earns_only_without_defences(tmp_path, cfg_path, task, {"src/sum.js": JEST_VACUOUS}, jest_report.CANARY,
                                 "jest: the log says 'sum of numbers' passed; so did the test")
 
 
@@ -162,8 +162,8 @@ def test_jest_through_npm_test_gets_the_report_and_the_canary(tmp_path, jest_npm
     assert "npm test -- --json --outputFile=" in log
     patch, _ = agent_patch(tmp_path, task.repo_dir, files={"src/sum.js": JEST_VACUOUS})
     on = grade(cfg_path, task.id, patch)
-    assert not on.resolved and _flagged(on) == {"sum of nothing is 0": reports.CANARY,
-                                                "sum of numbers": reports.CANARY}, on.tampering
+    assert not on.resolved and _flagged(on) == {"sum of nothing is 0": jest_report.CANARY,
+                                                "sum of numbers": jest_report.CANARY}, on.tampering
 
 
 @pytest.mark.parametrize("line, scripts, added", [
@@ -175,7 +175,7 @@ def test_jest_through_npm_test_gets_the_report_and_the_canary(tmp_path, jest_npm
 ])
 def test_a_package_script_that_runs_jest_gets_the_report(line, scripts, added):
     script = f"cd /w\n: 'START'\n{line}\n: 'END'\n"
-    new, channel = reports.instrument(script, "START", "END", "/tmp/sb", ["test/a.test.js", "src/a.js"], scripts)
+    new, channel = jest_report.instrument(script, "START", "END", "/tmp/sb", ["test/a.test.js", "src/a.js"], scripts)
     if added is None:
         assert channel is None and new == script
         return
@@ -209,7 +209,7 @@ if (typeof global !== 'undefined' && typeof global.expect === 'function') {
 CORPUS_ATTACKS = {
     "gin-gonic__gin-3227": (f"cat > zz_forge.go <<'EOF_GO'\n{GIN_INIT_FORGERY}EOF_GO\ngit add -N zz_forge.go",
                             go_confirm.CANARY),
-    "immutable-js__immutable-js-2006": (f"cat >> src/Range.js <<'EOF_JS'\n{IMMUTABLE_VACUOUS}EOF_JS", reports.CANARY),
+    "immutable-js__immutable-js-2006": (f"cat >> src/Range.js <<'EOF_JS'\n{IMMUTABLE_VACUOUS}EOF_JS", jest_report.CANARY),
 }
 
 

@@ -599,9 +599,9 @@ HONEST_STATUS = {"tests/test_calc.py::test_add": "PASSED", "tests/test_calc.py::
     ("Tests:       4 passed, 4 total\n", {}, 0, None),
 ])
 def test_log_consistency(log, status, exit_code, why):
-    from sandbatch.grading import consistency
+    from sandbatch.grading import log_consistency
 
-    found = consistency.check(log, status, exit_code, exit_code)
+    found = log_consistency.check(log, status, exit_code, exit_code)
     if why is None:
         assert found == []
     else:
@@ -612,11 +612,11 @@ def test_log_consistency(log, status, exit_code, why):
 def test_failures_are_compared_with_pytests_own_exit_status_only():
     """`pytest ... || true` exits 0 with pytest's failures: pytest's own status (the verdict's) is 1, and
     none known is no finding; pytest itself claiming 0 with a failure counted still is one."""
-    from sandbatch.grading import consistency
+    from sandbatch.grading import log_consistency
 
-    assert consistency.check(HONEST_LOG, dict(HONEST_STATUS), 1, 0) == []
-    assert consistency.check(HONEST_LOG, dict(HONEST_STATUS), None, 0) == []
-    found = consistency.check(HONEST_LOG, dict(HONEST_STATUS), 0, 1)
+    assert log_consistency.check(HONEST_LOG, dict(HONEST_STATUS), 1, 0) == []
+    assert log_consistency.check(HONEST_LOG, dict(HONEST_STATUS), None, 0) == []
+    found = log_consistency.check(HONEST_LOG, dict(HONEST_STATUS), 0, 1)
     assert [e["detail"] for e in found] == ["pytest exited 0 with 1 failed or in error"]
 
 

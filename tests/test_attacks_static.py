@@ -5,7 +5,7 @@ Every technique below is a working exploit: graded by the real grade step (local
 swebench's grader, the real pytest, `go test`, or the real Jest 29 installed from npm) with the defences
 off it earns 1.0 on a task it does not solve, and with them on it earns 0.0 with the expected
 `tampering` entries; for Jest also a forged log, which the runner's own report outside the
-workdir outvotes (grading.reports). Then: what a patch
+workdir outvotes (grading.jest_report). Then: what a patch
 names that was the image's own (untracked build output) goes back as it was; suspicious code
 is reported (grading.suspicious: report) or fails the rollout (fail); and no gold patch of the
 repository trips any of it (the false-positive count the README states).
@@ -27,7 +27,7 @@ import pytest
 
 from sandbatch import REPO_ROOT
 from sandbatch.core import config
-from sandbatch.grading import reports, suspicion, tamper
+from sandbatch.grading import jest_report, suspicion, tamper
 from sandbatch.tasks import get_task, load_tasks
 from test_benchmark_grading import FIX, SMOKE, grade, make_cfg
 from test_tampering import FIX_DIVIDE, GIT, PASS_ALL_HOOK, PLUGIN, WRONG_DIVIDE, agent_patch, workdir_shell
@@ -245,10 +245,9 @@ def test_untracked_build_output_goes_back_as_the_image_had_it(tmp_path):
                  "diff --git a/vendor/github.com/x/y/y.go b/vendor/github.com/x/y/y.go\nnew file mode 100644\n"
                  "--- /dev/null\n+++ b/vendor/github.com/x/y/y.go\n@@ -0,0 +1 @@\n+package y\n")
         from sandbatch.grading.apply import apply_patch
-        from sandbatch.contracts.records import GradeRecord
+        from sandbatch.grading.result import GradeResult
 
-        rec = GradeRecord(log_path=str(tmp_path / "grade.log"))
-        assert asyncio.run(apply_patch(sb, patch, f"{sb.tmpdir}/p.diff", rec, [], 60, cwd=wd))
+        assert asyncio.run(apply_patch(sb, patch, f"{sb.tmpdir}/p.diff", GradeResult(), [], 60, cwd=wd))
         assert "pytest11" in sh("cat calc.egg-info/entry_points.txt")
         findings = asyncio.run(tamper.find(sb, patch, snap, wd, 60))
         assert [(f.path, f.kind) for f in findings] == [("calc.egg-info/entry_points.txt", "runner_hook"),
@@ -387,7 +386,7 @@ class Point:
 def test_a_comparison_that_ignores_its_operand_is_suspicious(tmp_path):
     """An object equal to anything passes every `assert f(x) == expected` without a fix: no runner
     internals are touched and the test really passes. The scan lists it; the verdict's probe of the
-    passing assert (verdict_checks) makes it not resolved."""
+    passing assert (run_checks) makes it not resolved."""
     hits = {(h["line"], h["reason"]) for h in suspicion.scan(_added("pkg/num.py", EQUALS_ANYTHING),
                                                               {"pkg/num.py": EQUALS_ANYTHING})}
     ignores = "compares without reading what it is compared with"
@@ -585,7 +584,7 @@ def test_jest_report_outside_the_workdir_outvotes_a_forged_log(tmp_path, jest_ta
 ])
 def test_jest_report_is_added_to_a_plain_jest_command_only(line, added):
     script = f"cd /w\n: 'START'\n{line}\n: 'END'\njest --after-the-end\n"
-    new, channel = reports.instrument(script, "START", "END", "/tmp/sb")
+    new, channel = jest_report.instrument(script, "START", "END", "/tmp/sb")
     assert (channel is not None) is added
     if added:
         assert new.splitlines()[2] == f"{line} --json --outputFile={channel.path}" and channel.path.startswith("/tmp/sb/")

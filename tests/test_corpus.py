@@ -123,20 +123,20 @@ def test_the_specs_python_is_copied_as_a_fresh_build_has_it(tmp_path):
 
 
 def test_nested_sessions_are_not_the_outer_sessions_counts():
-    from sandbatch.grading import consistency
+    from sandbatch.grading import log_consistency
 
-    assert consistency.check(NESTED_LOG, dict(NESTED_STATUS), 0, 0) == []
+    assert log_consistency.check(NESTED_LOG, dict(NESTED_STATUS), 0, 0) == []
     # the outer session cut short is still seen, nested output or not (an inner session printed no
     # fenced summary, so the last one before the cut stands in for the outer's: it counts too few)
     cut = NESTED_LOG.rsplit("=========================== 3 passed", 1)[0]
-    assert any("reported 2 of the 3" in e["detail"] for e in consistency.check(cut, dict(NESTED_STATUS), 0, 0))
+    assert any("reported 2 of the 3" in e["detail"] for e in log_consistency.check(cut, dict(NESTED_STATUS), 0, 0))
     plain_cut = HONEST_LOG.rsplit("=====", 1)[0].rsplit("\n", 2)[0]
-    assert any("without its summary" in e["detail"] for e in consistency.check(plain_cut, dict(HONEST_STATUS), 0, 0))
-    assert any("reported 2 of the 3" in e["detail"] for e in consistency.check(
+    assert any("without its summary" in e["detail"] for e in log_consistency.check(plain_cut, dict(HONEST_STATUS), 0, 0))
+    assert any("reported 2 of the 3" in e["detail"] for e in log_consistency.check(
         NESTED_LOG.replace("= 3 passed in 0.51", "= 2 passed in 0.51"), dict(NESTED_STATUS), 0, 0))
     # and pytest's old "in N seconds" summary is read: failures with exit 0 are caught
     old = HONEST_LOG.replace("in 0.64s", "in 0.64 seconds")
-    assert any("exited 0 with 1 failed" in e["detail"] for e in consistency.check(old, dict(HONEST_STATUS), 0, 0))
+    assert any("exited 0 with 1 failed" in e["detail"] for e in log_consistency.check(old, dict(HONEST_STATUS), 0, 0))
 
 
 def test_names_of_no_collected_file_are_not_the_runners_to_answer_for():

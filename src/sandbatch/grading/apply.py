@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING
 
 from ..core.errors import InfraError
 from ..core.failures import FailureClass
-from . import reads, suspicion, tamper, write_log
+from . import suspicion, tamper, workdir_reads
+from .result import Findings, GradeResult, Stop, decide, restored_error
 from .tamper import save_untracked, untracked_backup
 
 if TYPE_CHECKING:
     from typing import Mapping
 
     from . import GradeContext
-    from ..contracts.records import GradeRecord
     from ..sandbox import Sandbox
 
 # tried in order; the first that succeeds wins
@@ -61,15 +61,15 @@ class Applied:
         return self.ok
 
 
-async def apply_patch(sandbox: "Sandbox", patch: str, path: str, rec: "GradeRecord", log: list[str],
+async def apply_patch(sandbox: "Sandbox", patch: str, path: str, result: GradeResult, log: list[str],
                       timeout: float, cwd: str | None = None, label: str = "$ apply model patch",
                       also: "Mapping[str, tuple[bytes, int]] | None" = None, snapshot: str | None = None) -> Applied:
     """Upload `patch` to `path` in the sandbox (with `also`, the grade's other files, in the same
     upload) and apply it with the fallbacks, logging under `label`; snapshot: take tamper.snapshot
     first, in the same exec, `snapshot` being its fallback.
 
-    Sets rec.apply_method and rec.patch_applied. When no method applies: failure_class
-    patch_apply_failed and the log so far is written to rec.log_path; the grader returns rec.
+    Notes the method in `result`; when no method applies, its stop (patch_apply_failed): the grader
+    returns it.
     """
     await sandbox.upload_files({path: (patch.encode("utf-8", "surrogateescape"), 0o644), **(also or {})})
     save = save_untracked(patch, untracked_backup(sandbox))  # what restore puts back of the image's own files
@@ -80,51 +80,41 @@ async def apply_patch(sandbox: "Sandbox", patch: str, path: str, rec: "GradeReco
     if snapshot is not None:  # the stash line is the snapshot's, not the apply's
         out = "\n".join(ln for ln in out.split("\n") if not ln.startswith(tamper.SNAPSHOT_MARK))
     log += [label, out, applied.stderr]
-    rec.apply_method = applied_method(out)
-    rec.patch_applied = rec.apply_method is not None
-    if not rec.patch_applied and not (out.strip() or applied.stderr.strip()):
+    result.apply_method = applied_method(out)
+    result.patch_applied = result.apply_method is not None
+    if not result.patch_applied and not (out.strip() or applied.stderr.strip()):
         # every method that fails says why: a failure that printed nothing is the exec's, not the patch's
         raise InfraError(f"applying the patch printed nothing and exited {applied.exit_code}",
                          FailureClass.SANDBOX_EXEC)
-    if not rec.patch_applied:
-        rec.failure_class = FailureClass.PATCH_APPLY_FAILED
-        write_log(rec.log_path, log)
-    return Applied(rec.patch_applied, taken)
+    if not result.patch_applied:
+        result.stop = Stop(FailureClass.PATCH_APPLY_FAILED)
+    return Applied(result.patch_applied, taken)
 
 
-async def keep_code_only(g: "GradeContext", rec: "GradeRecord", log: list[str], snap: str,
-                         cwd: str | None = None, tools_only: bool = False) -> bool:
+async def keep_code_only(g: "GradeContext", result: GradeResult, snap: str, cwd: str | None = None,
+                         tools_only: bool = False) -> bool:
     """After the patch is applied: put back what it may not change as `snap` (tamper.snapshot, taken
-    before) has it, listed in rec.tampering, and list the code that reaches into the test runner in
-    rec.suspicious; False when grading stops here (grading.tampering or grading.suspicious: fail, rec
-    is then final). tools_only: only what stands in for the test tools (Terminal-Bench), no scan."""
+    before) has it (the restore's findings), and list the code that reaches into the test runner in
+    result.suspicious; False when grading stops here (the findings decide a tampered grade: result is
+    then final). tools_only: only what stands in for the test tools (Terminal-Bench), no scan."""
     if g.cfg.grading.tampering == "log_only":  # graded as the benchmark's own harness would
         return True
     cwd = cwd or g.sandbox.workdir
     test_files = tamper.task_test_files(g.task)
-    known = reads.Reads(g.sandbox, cwd, g.timeout)  # what both checks read, in one exec
+    known = workdir_reads.Reads(g.sandbox, cwd, g.timeout)  # what both checks read, in one exec
     await known.prefetch([*tamper.reads_wanted(g.patch, snap),
                           *([] if tools_only else suspicion.reads_wanted(g.patch, test_files))])
     findings = await tamper.find(g.sandbox, g.patch, snap, cwd, g.timeout, test_files, tools_only=tools_only,
                                  known=known)
-    await tamper.restore(g.sandbox, findings, snap, cwd, g.timeout, log)
-    rec.tampering = [f.as_dict() for f in findings]
-    if rec.tampering and g.cfg.grading.tampering == "fail":
-        rec.status, rec.failure_class = "tampered", FailureClass.TAMPERING
-        rec.error = f"the patch changes what grades it: {', '.join(t['path'] for t in rec.tampering[:5])}"
-        write_log(rec.log_path, log)
+    await tamper.restore(g.sandbox, findings, snap, cwd, g.timeout, g.log)
+    entries = tuple(f.as_dict() for f in findings)
+    result.found(Findings(entries=entries, tampered=restored_error(entries)))
+    if decide(result, g.cfg.grading).status == "tampered":
         return False
     if tools_only:  # Terminal-Bench: the workdir is the answer, whatever its code does
         return True
-    rec.suspicious = await suspicion.find(known, g.patch, test_files, frozenset(f.path for f in findings))
-    if rec.suspicious:
-        log += ["$ suspicious lines of the patch", *(f"{s['path']}:{s['line']}: {s['reason']}: {s['text']}"
-                                                   for s in rec.suspicious)]
-    if rec.suspicious and g.cfg.grading.suspicious == "fail":
-        rec.status, rec.failure_class = "tampered", FailureClass.SUSPICIOUS
-        first = rec.suspicious[0]
-        rec.error = (f"the patch's code reaches into the test runner ({len(rec.suspicious)} lines), first "
-                     f"{first['path']}:{first['line']}: {first['reason']}")
-        write_log(rec.log_path, log)
-        return False
-    return True
+    result.suspicious = await suspicion.find(known, g.patch, test_files, frozenset(f.path for f in findings))
+    if result.suspicious:
+        g.log += ["$ suspicious lines of the patch", *(f"{s['path']}:{s['line']}: {s['reason']}: {s['text']}"
+                                                     for s in result.suspicious)]
+    return decide(result, g.cfg.grading).status != "tampered"

@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import re
 import shlex
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 
-from . import tamper
+from . import in_sandbox, tamper
 from .verdict import FD, entry
 
-PROBE_SOURCE = Path(__file__).with_name("startup_probe.py")
+PROBE_SOURCE = in_sandbox.HERE / "startup_probe.py"
 PROBE = "_sbv_startup.py"
 POINTS = ("placed", "built", "ran")  # when the protected files are hashed
 PROBED = ("placed", "built")  # when what runs at start-up is listed

@@ -32,10 +32,10 @@ import shlex
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from .result import Findings, failed_since
 from .verdict import UID_BASE, UID_SPAN
 
 if TYPE_CHECKING:
-    from ..contracts.records import GradeRecord
     from ..sandbox import Sandbox
 
 CANARY, UNCONFIRMED = "canary_passed", "outcome_unconfirmed"
@@ -155,12 +155,11 @@ def _block(check: Check, packages: list[str], build: list[str], uid: int, users:
     ])
 
 
-async def confirm(sandbox: "Sandbox", check: Check | None, status: dict[str, str], rec: "GradeRecord",
-                  log: list[str]) -> dict[str, str]:
-    """`status` with every decisive test the log read as passed that its own process did not confirm
-    counted failed, each with a `tampering` entry."""
+async def confirm(sandbox: "Sandbox", check: Check | None, status: dict[str, str]) -> Findings:
+    """Every decisive test `status` has passed that its own process did not confirm, counted failed,
+    each with a `tampering` entry."""
     if check is None:
-        return status
+        return Findings()
     try:
         text = (await sandbox.download(f"{check.dir}/status")).decode("utf-8", "replace")
     except Exception:  # noqa: BLE001 - nothing recorded: nothing is confirmed
@@ -180,7 +179,7 @@ async def confirm(sandbox: "Sandbox", check: Check | None, status: dict[str, str
             ran.add(name)
             if rc == "0":
                 passed.setdefault(name, n)
-    out, confirmed = dict(status), 0
+    out, confirmed, entries, log = dict(status), 0, [], []
     for name in check.tests:
         if status.get(name) != "PASSED":
             continue
@@ -195,7 +194,7 @@ async def confirm(sandbox: "Sandbox", check: Check | None, status: dict[str, str
             said = ("its own process failed" if name in ran else
                     "no package of the command declares it, or its test binary did not build")
         out[name] = "FAILED"
-        rec.tampering.append({"path": name, "kind": kind, "action": "counted_failed", "detail": said})
+        entries.append({"path": name, "kind": kind, "action": "counted_failed", "detail": said})
         log.append(f"go test: the log says {name!r} passed; {said}")
     try:
         separated = (await sandbox.download(f"{check.dir}/isolation")).strip() == b"separated"
@@ -203,4 +202,4 @@ async def confirm(sandbox: "Sandbox", check: Check | None, status: dict[str, str
         separated = False
     log.append(f"go test: {confirmed} decisive tests confirmed, each by a process of its own, "
                f"{'as a test user of its own' if separated else 'as the grading exec user (no test user here)'}")
-    return out
+    return Findings(entries=tuple(entries), failed=failed_since(status, out), log=tuple(log))

@@ -34,8 +34,9 @@ import re
 import shlex
 from typing import TYPE_CHECKING
 
+from .result import Findings, failed_since
+
 if TYPE_CHECKING:
-    from ..contracts.records import GradeRecord
     from ..sandbox import Sandbox
 
 PARSER = "parse_log_googletest"
@@ -73,18 +74,21 @@ def _entry(path: str, kind: str, detail: str) -> dict[str, str]:
 
 
 async def confirm(sandbox: "Sandbox", test_command: str, status: dict[str, str], decisive: set[str],
-                  rec: "GradeRecord", log: list[str], timeout: float) -> dict[str, str]:
-    """`status` with every decisive test the log read as passed and its own process did not confirm
-    counted failed, each recorded in rec.tampering."""
+                  timeout: float) -> Findings:
+    """Every decisive test `status` has passed that its own process did not confirm, counted failed,
+    each with a `tampering` entry."""
     claimed = sorted(t for t in decisive if status.get(t) == "PASSED")
     if not claimed:
-        return status
-    out = dict(status)
+        return Findings()
+    out, entries, log = dict(status), [], []
 
     def fail(test: str, kind: str, detail: str) -> None:
         out[test] = "FAILED"
-        rec.tampering.append(_entry(test, kind, detail))
+        entries.append(_entry(test, kind, detail))
         log.append(f"googletest: {test}: {detail}")
+
+    def found() -> Findings:
+        return Findings(entries=tuple(entries), failed=failed_since(status, out), log=tuple(log))
 
     line = _VERBOSE.sub("", ctest_line(test_command) or "")
     listed = await sandbox.exec(f"{line} --show-only=json-v1", cwd=sandbox.workdir, timeout=min(timeout, 300))
@@ -95,7 +99,7 @@ async def confirm(sandbox: "Sandbox", test_command: str, status: dict[str, str],
     if not cmds:
         for t in claimed:
             fail(t, UNCONFIRMED, f"ctest listed no test command to run it by ({line!r} exited {listed.exit_code})")
-        return out
+        return found()
     per_test = min(timeout, 600)
     # which command holds which test: with one command, every test; with several, each one's own
     # listing (printed by the binary: a wrong answer only sends a test where it fails or does not run)
@@ -139,7 +143,7 @@ async def confirm(sandbox: "Sandbox", test_command: str, status: dict[str, str],
     confirmed = sum(out.get(t) == "PASSED" for t in claimed)
     log.append(f"googletest: {confirmed} of the {len(claimed)} decisive tests the log read as passed confirmed "
                f"by their own processes ({len(cmds)} test binary(ies), each refusing the shard canary)")
-    return out
+    return found()
 
 
 def _listed(text: str) -> set[str]:

@@ -23,7 +23,7 @@ import re
 from pathlib import PurePosixPath
 from typing import Any
 
-from . import reads, tamper
+from . import tamper, workdir_reads
 
 # --- the added lines of a patch ---------------------------------------------------------------
 
@@ -325,13 +325,13 @@ def scan(patch: str, sources: dict[str, str | None], task_test_files: frozenset[
 
 def reads_wanted(patch: str, task_test_files: frozenset[str]) -> list[str]:
     """What find reads (the patched Python files), to be read together with tamper's."""
-    return [reads.cat(p) for p in code_files(patch, task_test_files) if p.endswith(".py")]
+    return [workdir_reads.cat(p) for p in code_files(patch, task_test_files) if p.endswith(".py")]
 
 
-async def find(known: reads.Reads, patch: str, task_test_files: frozenset[str],
+async def find(known: workdir_reads.Reads, patch: str, task_test_files: frozenset[str],
                neutralised: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
     """scan() with the patched Python files read from the sandbox (unreadable: checked line by line);
     `neutralised`: the paths restore put back."""
-    sources = {path: await known.text(reads.cat(path))
+    sources = {path: await known.text(workdir_reads.cat(path))
                for path in code_files(patch, task_test_files, neutralised) if path.endswith(".py")}
     return scan(patch, sources, task_test_files, neutralised)

@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..core.failures import FailureClass
-from ..contracts.records import GradeRecord
 from ..contracts.tasks import SweBenchTask
 from .. import trace
-from . import (GradeContext, build_phase, defences, go_confirm, googletest, reports, tamper, unittest_verdict, verdict,
-               write_log)
+from . import (GradeContext, build_phase, defences, go_confirm, googletest, jest_report, tamper, unittest_verdict,
+               verdict)
 from .apply import apply_patch, keep_code_only
+from .result import GradeResult, Stop
 
 EXIT_VAR = "SANDBATCH_TEST_EXIT_CODE"
 _EXIT_RE = re.compile(rf"^{EXIT_VAR}: (-?\d+)\s*$", re.M)
@@ -207,19 +207,17 @@ def report(status: dict[str, str], p: EvalPlan) -> tuple[dict[str, dict[str, lis
     return tests_status, get_resolution_status(tests_status) == ResolvedStatus.FULL.value
 
 
-async def grade(g: GradeContext) -> GradeRecord:
-    sandbox, task = g.sandbox, g.task
-    rec = GradeRecord(log_path=g.log_path)
-    rec.report = {"patch_is_None": False, "patch_exists": True, "patch_successfully_applied": False,
-                  "resolved": False}
+async def grade(g: GradeContext) -> GradeResult:
+    sandbox, task, log = g.sandbox, g.task, g.log
+    result = GradeResult(log_path=g.log_path, report={"patch_is_None": False, "patch_exists": True,
+                                                      "patch_successfully_applied": False, "resolved": False})
     try:
         p = plan(task, sandbox.workdir, g.base_ref)
     except Unsupported as exc:
-        rec.status, rec.failure_class, rec.error = "infra_error", FailureClass.GRADING_UNSUPPORTED, str(exc)
-        return rec
+        result.stop = Stop(FailureClass.GRADING_UNSUPPORTED, str(exc))
+        return result
     from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT
 
-    log: list[str] = []
     kind = unittest_verdict.for_parser(p.parser.__name__)  # pytest's channel, or unittest's
     defended = g.cfg.grading.tampering != "log_only"
     channel = kind.new(sandbox.tmpdir, tamper.touched_paths(task.test_patch or "")) if defended else None
@@ -239,22 +237,22 @@ async def grade(g: GradeContext) -> GradeRecord:
         # runners' tests run as before (their toolchains' caches are the image user's)
         script = with_channel(script, channel, sandbox.workdir, p.parser.__module__.endswith(".python"),
                               sandbox.separate_users)
-        script, runner_report = reports.instrument(script, START_TEST_OUTPUT, END_TEST_OUTPUT, sandbox.tmpdir,
-                                                   tamper.touched_paths(task.test_patch or ""),
-                                                   await reports.package_scripts(sandbox, test_command(script)))
+        script, runner_report = jest_report.instrument(script, START_TEST_OUTPUT, END_TEST_OUTPUT, sandbox.tmpdir,
+                                                       tamper.touched_paths(task.test_patch or ""),
+                                                       await jest_report.package_scripts(sandbox, test_command(script)))
         script, go_check = go_confirm.instrument(script, END_TEST_OUTPUT, EXIT_VAR, sandbox.tmpdir, decisive,
                                                  sandbox.separate_users)
     # every file of the grade goes up with the patch, the snapshot is taken in the patch's exec
     files = {eval_path: (script.encode("utf-8"), 0o755), **(channel.uploads(sandbox) if channel else {}),
              **(build_phase.uploads(channel.dir) if channel else {})}
     with trace.span("grade.apply"):
-        applied = await apply_patch(sandbox, g.patch, f"{sandbox.tmpdir}/model.patch", rec, log, g.timeout,
+        applied = await apply_patch(sandbox, g.patch, f"{sandbox.tmpdir}/model.patch", result, log, g.timeout,
                                     also=files, snapshot=g.base_ref if defended else None)
     if not applied:
-        return rec
-    rec.report["patch_successfully_applied"] = True
-    if not await keep_code_only(g, rec, log, applied.snap):
-        return rec
+        return result
+    result.report["patch_successfully_applied"] = True
+    if not await keep_code_only(g, result, applied.snap):
+        return result
     after, marker = channel.after_run() if channel is not None else ("", "")  # the verdict, in the same exec
     with trace.span("grade.tests"):
         run = await sandbox.exec(f"bash {shlex.quote(eval_path)} 2>&1{after}", timeout=g.timeout)
@@ -262,48 +260,49 @@ async def grade(g: GradeContext) -> GradeRecord:
     out, placed = verdict.placed_from(out, channel.placed_marker) if channel is not None else (out, None)
     out += f"\n{run.stderr}" if run.stderr else ""
     log += ["$ bash eval.sh", out]
-    write_log(g.log_path, log)
     if TEST_PATCH_FAILED in out:
-        rec.status, rec.failure_class = "infra_error", FailureClass.TEST_PATCH_APPLY_FAILED
-        rec.error = "the task's test_patch did not apply after resetting the test files"
-        return rec
+        result.stop = Stop(FailureClass.TEST_PATCH_APPLY_FAILED,
+                           "the task's test_patch did not apply after resetting the test files")
+        return result
     m = _EXIT_RE.findall(out)
-    rec.test_exit_code = int(m[-1]) if m else (None if run.timed_out else run.exit_code)
+    result.test_exit_code = int(m[-1]) if m else (None if run.timed_out else run.exit_code)
     if run.timed_out:
-        rec.failure_class = FailureClass.TESTS_TIMEOUT
-        return rec
+        result.stop = Stop(FailureClass.TESTS_TIMEOUT)
+        return result
     status, found = parse_log(out, p)
-    rec.test_results = dict(status)
+    result.test_results = dict(status)
     lines = unittest_verdict.as_log if kind is unittest_verdict.UnittestChannel else (
         lambda seen: "\n".join(f"{s} {t}" for t, s in seen.items()))
     checked = await defences.settle(
-        channel, sandbox, test_output(out), status, rec.test_exit_code, decisive,
+        channel, sandbox, test_output(out), status, result.test_exit_code, decisive,
         kind is unittest_verdict.UnittestChannel or verdict.runs_pytest(test_command(p.script)),
         lambda seen: p.parser(lines(seen), p.test_spec) if seen else {}, printed, placed, placed_first,
         frozenset(tamper.touched_paths(g.patch)))
-    status = await reports.reconcile(sandbox, runner_report, status, rec, log)
+    status = checked.recount(status)
+    # the runners' outcomes confirmed outside the test process, each counting failed what it does not confirm
+    confirmations = [await jest_report.reconcile(sandbox, runner_report, status)]
+    status = confirmations[-1].recount(status)
     if defended and googletest.applies(p.parser.__name__, test_command(p.script)):
         # googletest prints from the process of the code under test: its tests' own exit statuses decide
-        status = await googletest.confirm(sandbox, test_command(p.script), status, decisive, rec, log, g.timeout)
-    status = await go_confirm.confirm(sandbox, go_check, status, rec, log)
+        confirmations.append(await googletest.confirm(sandbox, test_command(p.script), status, decisive, g.timeout))
+        status = confirmations[-1].recount(status)
+    confirmations.append(await go_confirm.confirm(sandbox, go_check, status))
+    status = confirmations[-1].recount(status)
+    for f in confirmations:
+        result.found(f, log)
     if defended and (runner := CONFIRMED_RUNNERS.get(p.parser.__name__)):
         # a command the confirmation cannot be added to: its passes are the test process's word alone
-        rec.report["outcomes_confirmed"] = (runner_report if runner == "jest" else go_check) is not None
-        if not rec.report["outcomes_confirmed"]:
+        result.report["outcomes_confirmed"] = (runner_report if runner == "jest" else go_check) is not None
+        if not result.report["outcomes_confirmed"]:
             log.append(f"{runner}: no confirmation outside the test process could be added to this test command "
                        "(report.outcomes_confirmed: false)")
-    write_log(g.log_path, log)
-    rec.tests_ran = found and bool(status)
-    if rec.tests_ran and rec.test_exit_code not in (None, 0) and not any(
-            s in ("FAILED", "ERROR") for s in rec.test_results.values()):
+    result.tests_ran = found and bool(status)
+    if result.tests_ran and result.test_exit_code not in (None, 0) and not any(
+            s in ("FAILED", "ERROR") for s in result.test_results.values()):
         # the log claims no failure while the test command failed: it is not this run's log
-        rec.tests_ran = False
-        rec.failure_class = FailureClass.TEST_LOG_INCONSISTENT
-    if rec.tests_ran:
-        rec.tests_status, rec.resolved = report(status, p)
-    else:
-        rec.failure_class = rec.failure_class or FailureClass.TESTS_DID_NOT_RUN
-    defences.apply(g, rec, checked)
-    if rec.tests_ran:
-        rec.report.update(resolved=rec.resolved, tests_status=rec.tests_status)
-    return rec
+        result.tests_ran = False
+        result.failure_class = FailureClass.TEST_LOG_INCONSISTENT
+    if result.tests_ran:
+        result.tests_status, result.passed = report(status, p)
+    result.found(checked, log)
+    return result

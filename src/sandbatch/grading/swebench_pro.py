@@ -14,9 +14,9 @@ import json
 import shlex
 
 from ..core.failures import FailureClass
-from ..contracts.records import GradeRecord
-from . import GradeContext, defences, tamper, verdict, write_log
+from . import GradeContext, defences, tamper, verdict
 from .apply import apply_patch, keep_code_only
+from .result import GradeResult, Stop
 
 
 def last_command(before_repo_set_cmd: str) -> str:
@@ -48,32 +48,30 @@ def compare(status: dict[str, str], f2p: list[str], p2p: list[str]) -> dict[str,
     return {"FAIL_TO_PASS": split(f2p), "PASS_TO_PASS": split(p2p)}
 
 
-async def grade(g: GradeContext) -> GradeRecord:
-    sandbox, task = g.sandbox, g.task
-    rec = GradeRecord(log_path=g.log_path)
+async def grade(g: GradeContext) -> GradeResult:
+    sandbox, task, log = g.sandbox, g.task, g.log
+    result = GradeResult(log_path=g.log_path)
     wd, tmp = sandbox.workdir, f"{sandbox.tmpdir}/swe_pro"
-    log: list[str] = []
     base = shlex.quote(g.base_ref)
     reset = await sandbox.exec(f"git reset -q --hard {base} && git checkout -q {base}", timeout=g.timeout, cwd=wd)
     log += ["$ reset to base", reset.stdout, reset.stderr]
-    if not await apply_patch(sandbox, g.patch, f"{tmp}/patch.diff", rec, log, g.timeout, cwd=wd):
-        return rec
-    if not await keep_code_only(g, rec, log, g.base_ref, cwd=wd):  # reset above: the snapshot is the base
-        return rec
+    if not await apply_patch(sandbox, g.patch, f"{tmp}/patch.diff", result, log, g.timeout, cwd=wd):
+        return result
+    if not await keep_code_only(g, result, g.base_ref, cwd=wd):  # reset above: the snapshot is the base
+        return result
 
     setup = last_command(task.before_repo_set_cmd or "")
     if setup:
         res = await sandbox.exec(setup, timeout=g.timeout, cwd=wd)
         log += [f"$ {setup}", res.stdout, res.stderr]
         if not res.ok:
-            rec.status, rec.failure_class = "infra_error", FailureClass.TEST_SETUP_FAILED
-            rec.error = f"the last line of before_repo_set_cmd failed (exit {res.exit_code}): {res.stderr.strip()[-200:]}"
-            write_log(g.log_path, log)
-            return rec
+            result.stop = Stop(FailureClass.TEST_SETUP_FAILED, f"the last line of before_repo_set_cmd failed "
+                                                               f"(exit {res.exit_code}): {res.stderr.strip()[-200:]}")
+            return result
     await sandbox.upload_files({f"{tmp}/run_script.sh": ((task.run_script or "").encode("utf-8"), 0o755),
                                 f"{tmp}/parser.py": ((task.parser_script or "").encode("utf-8"), 0o755)})
     files = shlex.quote(",".join(task.selected_test_files))
-    out, err, result = f"{tmp}/stdout.log", f"{tmp}/stderr.log", f"{tmp}/output.json"
+    out, err, output_json = f"{tmp}/stdout.log", f"{tmp}/stderr.log", f"{tmp}/output.json"
     status: dict[str, str] | None = None
     conclusive = False
     channel: verdict.Channel | None = None
@@ -88,13 +86,13 @@ async def grade(g: GradeContext) -> GradeRecord:
             else:
                 command = f"{channel.exports()}\n{command}"
         run = await sandbox.exec(command, timeout=g.timeout, cwd=wd)
-        rec.test_exit_code = None if run.timed_out else run.exit_code
-        parsed = await sandbox.exec(f"rm -f {result}; python {tmp}/parser.py {out} {err} {result}",
+        result.test_exit_code = None if run.timed_out else run.exit_code
+        parsed = await sandbox.exec(f"rm -f {output_json}; python {tmp}/parser.py {out} {err} {output_json}",
                                     timeout=g.timeout, cwd=wd)
         log += [f"$ run_script.sh (attempt {attempt + 1}): exit {run.exit_code}{' (timed out)' if run.timed_out else ''}",
                 f"$ parser.py: exit {parsed.exit_code}", parsed.stdout, parsed.stderr]
         try:
-            status = parse_output(await sandbox.download(result))
+            status = parse_output(await sandbox.download(output_json))
         except Exception:  # noqa: BLE001 - a missing output.json is an inconclusive run
             status = None
         conclusive = bool(status) and not run.timed_out
@@ -107,20 +105,17 @@ async def grade(g: GradeContext) -> GradeRecord:
         except Exception:  # noqa: BLE001
             continue
         log += [f"--- {name.rsplit('/', 1)[-1]}", output[-1]]
-    write_log(g.log_path, log)
     if not conclusive or not status:
-        rec.failure_class = FailureClass.TESTS_INCONCLUSIVE
-        return rec
-    rec.tests_ran = True
-    rec.test_results = dict(status)
+        result.stop = Stop(FailureClass.TESTS_INCONCLUSIVE)
+        return result
+    result.tests_ran = True
+    result.test_results = dict(status)
     # run_script's exit status is the instance script's, not a runner's (it may end `|| true`)
-    checked = await defences.settle(channel, sandbox, "\n".join(output), status, None,
-                                    {*task.fail_to_pass, *task.pass_to_pass},
-                                    verdict.runs_pytest(task.run_script or ""), lambda seen: seen,
-                                    touched=frozenset(tamper.touched_paths(g.patch)))
-    rec.tests_status = compare(status, task.fail_to_pass, task.pass_to_pass)
-    rec.resolved = not rec.tests_status["FAIL_TO_PASS"]["failure"] and not rec.tests_status["PASS_TO_PASS"]["failure"]
-    rec.report = {"resolved": rec.resolved, "tests_status": rec.tests_status}
-    defences.apply(g, rec, checked)
-    rec.report["resolved"] = rec.resolved
-    return rec
+    checked = result.found(await defences.settle(channel, sandbox, "\n".join(output), status, None,
+                                                 {*task.fail_to_pass, *task.pass_to_pass},
+                                                 verdict.runs_pytest(task.run_script or ""), lambda seen: seen,
+                                                 touched=frozenset(tamper.touched_paths(g.patch))), log)
+    result.tests_status = compare(checked.recount(status), task.fail_to_pass, task.pass_to_pass)
+    result.passed = not result.tests_status["FAIL_TO_PASS"]["failure"] and \
+        not result.tests_status["PASS_TO_PASS"]["failure"]
+    return result

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Callable
 from ..contracts.tasks import SweBenchProTask, SweTask, Task
 from ..core.errors import InfraError
 from ..core.failures import FailureClass
-from . import reads
+from . import workdir_reads
 
 if TYPE_CHECKING:
     from ..sandbox import Sandbox
@@ -358,16 +358,16 @@ def show_command(snap: str, path: str) -> str:
 def reads_wanted(patch: str, snap: str) -> list[str]:
     """What find reads for the paths the patch's headers name (those the diff adds it reads alone)."""
     mixed = [p for p in touched_paths(patch) if PurePosixPath(p).name in MIXED]
-    return [diff_command(snap), *(c for p in mixed for c in (show_command(snap, p), reads.cat(p)))]
+    return [diff_command(snap), *(c for p in mixed for c in (show_command(snap, p), workdir_reads.cat(p)))]
 
 
 async def find(sandbox: "Sandbox", patch: str, snap: str, cwd: str, timeout: float,
                task_test_files: frozenset[str] = frozenset(), tools_only: bool = False,
-               known: "reads.Reads | None" = None) -> list[Finding]:
+               known: "workdir_reads.Reads | None" = None) -> list[Finding]:
     """What of the applied patch is not the agent's to change: the paths its headers name, and the
     tracked files that differ from `snap` (a write through a symlink, a fuzzy apply elsewhere).
     known: the reads made so far (reads_wanted, prefetched)."""
-    known = known or reads.Reads(sandbox, cwd, timeout)
+    known = known or workdir_reads.Reads(sandbox, cwd, timeout)
     _read = known.text
     changed = await _read(diff_command(snap))
     paths = dict.fromkeys([*touched_paths(patch), *(_unquote(p) for p in (changed or "").splitlines() if p)])
@@ -381,7 +381,7 @@ async def find(sandbox: "Sandbox", patch: str, snap: str, cwd: str, timeout: flo
         kind = classify(path, task_test_files)
         name = PurePosixPath(path).name
         if kind is None and name in MIXED:
-            before, after = await _read(show_command(snap, path)), await _read(reads.cat(path))
+            before, after = await _read(show_command(snap, path)), await _read(workdir_reads.cat(path))
             if runner_parts_differ(name, before, after):
                 kind = "runner_config"
         root = _dependency_dir(path)

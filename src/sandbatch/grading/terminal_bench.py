@@ -24,10 +24,10 @@ from pathlib import Path
 
 from ..core.errors import InfraError
 from ..core.failures import FailureClass
-from ..contracts.records import GradeRecord
 from ..sandbox import Sandbox
-from . import GradeContext, tamper, tb_verifier, write_log
+from . import GradeContext, tamper, tb_verifier
 from .apply import apply_patch, keep_code_only
+from .result import Findings, GradeResult
 
 TESTS, LOGS = "/tests", "/logs/verifier"
 
@@ -98,18 +98,18 @@ async def _files(sandbox: Sandbox, *paths: str) -> list[bytes | None]:
     return [await sandbox.download(p) if str(i) in found else None for i, p in enumerate(paths)]
 
 
-async def grade(g: GradeContext) -> GradeRecord:
-    sandbox, task = g.sandbox, g.task
-    rec = GradeRecord(log_path=g.log_path)
-    log: list[str] = []
+async def grade(g: GradeContext) -> GradeResult:
+    sandbox, task, log = g.sandbox, g.task, g.log
+    # the verifier's reward is the benchmark's report, not swebench's resolution
+    result = GradeResult(log_path=g.log_path, report_resolution=False)
     wd = sandbox.workdir
     # in the agent's sandbox its changes are there already: what it may not leave goes back to the base
     snap = g.base_ref
     if not g.in_agent_sandbox and g.patch.strip():  # the snapshot in the replay's exec
-        applied = await apply_patch(sandbox, g.patch, f"{sandbox.tmpdir}/agent.patch", rec, log, g.timeout, cwd=wd,
-                                    label="$ replay the agent's workdir changes", snapshot=g.base_ref)
+        applied = await apply_patch(sandbox, g.patch, f"{sandbox.tmpdir}/agent.patch", result, log, g.timeout,
+                                    cwd=wd, label="$ replay the agent's workdir changes", snapshot=g.base_ref)
         if not applied:
-            return rec
+            return result
         snap = applied.snap
     elif not g.in_agent_sandbox:
         snap = await tamper.snapshot(sandbox, wd, g.timeout, g.base_ref)
@@ -117,9 +117,10 @@ async def grade(g: GradeContext) -> GradeRecord:
     if g.in_agent_sandbox and g.cfg.grading.tampering != "log_only":  # the agent's processes, shell, reward path
         iso = await tb_verifier.prepare(sandbox, "/logs")
         log += [f"$ isolate the verifier: {'; '.join(iso.notes)}"]
-    if not await keep_code_only(g, rec, log, snap, tools_only=True):
-        return rec
-    rec.tampering = (iso.tampering if iso else []) + rec.tampering
+        # what the agent left for the verifier's shell: put aside and listed, never a tampered grade
+        result.found(Findings(entries=tuple(iso.tampering)))
+    if not await keep_code_only(g, result, snap, tools_only=True):
+        return result
     tests, logs = sandbox.map_path(TESTS), sandbox.map_path(LOGS)
     # whatever the agent left there (a reward file, tests of its own) goes first
     made = [logs] if iso is None else [logs, sandbox.map_path(iso.logs)]  # and the verifier's own, in one command
@@ -136,15 +137,14 @@ async def grade(g: GradeContext) -> GradeRecord:
     verifier = tb_verifier.command(iso, tests + "/test.sh", wd) if iso else tamper.verifier_command(
         tests + "/test.sh", wd, g.in_agent_sandbox)
     run = await sandbox.exec(verifier, timeout=g.timeout, cwd=wd)
-    rec.test_exit_code = None if run.timed_out else run.exit_code
+    result.test_exit_code = None if run.timed_out else run.exit_code
     log += [f"$ bash {TESTS}/test.sh ({n} test files): exit {run.exit_code}"
             f"{' (timed out)' if run.timed_out else ''}", run.stdout, run.stderr]
-    write_log(g.log_path, log)
-    if run.timed_out:
-        rec.failure_class = FailureClass.TESTS_TIMEOUT
+    if run.timed_out:  # the reward it wrote before still counts
+        result.failure_class = FailureClass.TESTS_TIMEOUT
     reward, details = read_reward(*await _files(sandbox, f"{logs}/reward.json", f"{logs}/reward.txt"))
-    rec.tests_ran = True
-    rec.reward = reward
-    rec.resolved = reward >= g.cfg.grading.reward_threshold
-    rec.report = {"reward": reward, **details, "in_agent_sandbox": g.in_agent_sandbox}
-    return rec
+    result.tests_ran = True
+    result.reward = reward
+    result.passed = reward >= g.cfg.grading.reward_threshold
+    result.report = {"reward": reward, **details, "in_agent_sandbox": g.in_agent_sandbox}
+    return result

@@ -12,11 +12,10 @@ so the row's own log parser reads them (as_log).
 
 from __future__ import annotations
 
-from pathlib import Path
-
+from . import in_sandbox
 from .verdict import Channel
 
-PLUGIN_SOURCE = Path(__file__).with_name("unittest_plugin.py")
+PLUGIN_SOURCE = in_sandbox.HERE / "unittest_plugin.py"
 PARSERS = {"parse_log_django"}  # swebench's parsers of unittest's verbose output
 # a raw outcome as unittest's verbose runner prints it
 _WORDS = {"PASSED": "ok", "FAILED": "FAIL", "ERROR": "ERROR", "SKIPPED": "skipped", "XFAIL": "expected failure"}

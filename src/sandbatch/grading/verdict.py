@@ -1,7 +1,7 @@
 """The verdict channel: each pytest test's outcome as the runner's raw call result had it,
 compared with what the log parser read (docs/benchmarks.md, "The verdict channel").
 
-Per grade, a random directory outside the workdir gets the plugin (verdict_plugin.py) under
+Per grade, a random directory outside the workdir gets the plugin (pytest_plugin.py) under
 a random module name; the test command runs with PYTEST_ADDOPTS=-p <name> and that directory
 on PYTHONPATH, as a user of its own (Channel.prologue), with the writing end of a pipe whose
 reading end root's `cat` appends to verdict.jsonl there, a file the test user cannot open.
@@ -35,21 +35,20 @@ import re
 import secrets
 import shlex
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Callable
 
 from ..core.errors import InfraError
 from ..core.failures import FailureClass
-from . import integrity
+from . import in_sandbox, plugin_findings
 from .verdict_record import Verdict
 
 if TYPE_CHECKING:
     from ..sandbox import Sandbox
 
-PLUGIN_SOURCE = Path(__file__).with_name("verdict_plugin.py")
+PLUGIN_SOURCE = in_sandbox.HERE / "pytest_plugin.py"
 # uploaded beside every runner plugin as _sbv_<name>.py, loaded by it from its file
-SIBLINGS = {"channel": Path(__file__).with_name("verdict_channel.py"),
-            "checks": Path(__file__).with_name("verdict_checks.py")}
+SIBLINGS = {"channel": in_sandbox.HERE / "channel_writer.py", "checks": in_sandbox.HERE / "run_checks.py"}
 UID_BASE, UID_SPAN = 1 << 20, 1 << 30  # the test user's id: a random one no image or host account has
 _SECTION_RE = re.compile(r"^== (verdict\.jsonl|privilege|(?:files|startup)\.[a-z]+|build\.wrote)$")
 # merging the verdicts of several processes: the worst outcome of a test wins
@@ -79,7 +78,7 @@ def _process(recs: list[dict]) -> Verdict:
             v.files = {str(f) for f in rec.get("files") or []}
             v.exits = [rec["exit"] if type(rec.get("exit")) is int else None]
             break
-        elif rec.get("w") in integrity.KINDS:
+        elif rec.get("w") in plugin_findings.KINDS:
             v.findings.append(rec)
         elif "t" in rec:
             test, kind = str(rec["t"]), str(rec.get("k"))
@@ -150,7 +149,7 @@ def pytest_exit(v: Verdict | None) -> int | None:
 
 
 FD = 197  # the verdict pipe's writing end, as the test command inherits it
-FD_VAR = "SBV_VERDICT_FD"  # verdict_channel.py reads the descriptor's number from it
+FD_VAR = "SBV_VERDICT_FD"  # channel_writer.py reads the descriptor's number from it
 TESTS_EOF = "EOF_SANDBATCH_TESTS_3f1e"
 ISOLATED = "separated"  # what the prologue writes into `privilege` when the tests run as another user
 
@@ -182,7 +181,7 @@ class Channel:
         """What goes into the channel's directory: the plugin, its siblings, conf.json."""
         name, source = self.plugin()
         return {name: source, **{f"_sbv_{sib}.py": path.read_bytes() for sib, path in SIBLINGS.items()},
-                "conf.json": integrity.conf(workdir)}
+                "conf.json": plugin_findings.conf(workdir)}
 
     def uploads(self, sandbox: Sandbox) -> dict[str, tuple[bytes, int]]:
         """The channel's files, to be uploaded in one go with the grade's others: readable by the test
@@ -435,7 +434,7 @@ def compare(v: Verdict | None, expected: bool, status: dict[str, str], decisive:
             why = "no raw call result for it" if raw is None else f"its raw call result reads {raw}"
             out.append(entry(t, "report_rewritten", "counted_failed", f"the log says {status[t]}, {why}"))
             status[t] = "FAILED"
-    found, intact = integrity.compare(v, claimed, status, as_log)
+    found, intact = plugin_findings.compare(v, claimed, status, as_log)
     out += found
     out += [entry(name, "runner_patched", "not_resolved", "replaced during the test run") for name in v.changed]
     out += [entry(name, "runner_patched", "not_resolved", "a plugin registered by code the tests import")

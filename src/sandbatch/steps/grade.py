@@ -11,7 +11,7 @@ import asyncio
 from .. import trace
 from ..core.errors import InfraError
 from ..core.failures import FailureClass
-from ..grading import GradeContext, grade_task, grader_for
+from ..grading import GradeContext, grade_task, grader_for, write_log
 from ..contracts.records import (GRADE, HARNESS, PATCH, PATCH_INFO, SANDBOX, GradeRecord, HarnessRecord, PatchRecord,
                                SandboxRecord, load)
 from ..sandbox import Sandbox, SandboxGone
@@ -64,13 +64,11 @@ class GradeStep(Step):
             key = None  # a fresh sandbox grades the saved patch again, as often as it takes
             sandbox, base_ref = await create_prepared(ctx, build_spec(ctx, "grade"), self.phases, step=self.name)
         timeout = ctx.scaled(ctx.timeouts.grade)
+        g = GradeContext(cfg=ctx.cfg, sandbox=sandbox, task=ctx.task, patch=patch, base_ref=base_ref,
+                         timeout=timeout, log_path=str(ctx.path("grade.log")), in_agent_sandbox=in_agent)
         try:
             with timed(self.phases, "tests"), trace.span("grader", **{"sandbatch.grader": grader_for(ctx.task).target}):
-                rec = await asyncio.wait_for(
-                    grade_task(GradeContext(cfg=ctx.cfg, sandbox=sandbox, task=ctx.task, patch=patch,
-                                            base_ref=base_ref, timeout=timeout, log_path=str(ctx.path("grade.log")),
-                                            in_agent_sandbox=in_agent)),
-                    timeout)
+                result = await asyncio.wait_for(grade_task(g), timeout)
             await sandbox.ensure_alive("grading")
         except asyncio.TimeoutError:
             raise InfraError(f"grading took longer than {timeout:.0f} s", FailureClass.GRADE_TIMEOUT) from None
@@ -79,10 +77,11 @@ class GradeStep(Step):
         except Exception as exc:
             raise InfraError(f"the grader crashed: {exc!r}", FailureClass.GRADER_CRASH) from exc
         finally:
+            if g.log:  # what grading did so far, whatever stopped it
+                write_log(g.log_path, g.log)
             self.delete_later(sandbox)
         killpoint.reached("graded")
-        rec.patch_empty = not patch.strip()
-        rec.network = self._network(in_agent)
+        rec = result.record(ctx.cfg.grading, patch_empty=not patch.strip(), network=self._network(in_agent))
         trace.event("verdict", resolved=rec.resolved, reward=rec.reward, status=rec.status,
                     failure_class=rec.failure_class, tampering=bool(rec.tampering), suspicious=bool(rec.suspicious))
         self._save(rec, key)

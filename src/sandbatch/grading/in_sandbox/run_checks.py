@@ -1,5 +1,5 @@
 """Checks of the test run that no log shows, shared by the grader's runner plugins
-(verdict_plugin.py for pytest, unittest_plugin.py for unittest runners); docs/benchmarks.md,
+(pytest_plugin.py for pytest, unittest_plugin.py for unittest runners); docs/benchmarks.md,
 "The tests that run are the tests the grader placed" and "Vacuous assertions".
 
 Uploaded beside the plugin and loaded from its file by path before any code of the workdir

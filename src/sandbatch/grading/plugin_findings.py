@@ -1,4 +1,4 @@
-"""What the runner plugins' own checks of the test run found (verdict_checks.py, in the test
+"""What the runner plugins' own checks of the test run found (run_checks.py, in the test
 process), as tampering entries: docs/benchmarks.md, "The tests that run are the tests the
 grader placed" and "Vacuous assertions".
 

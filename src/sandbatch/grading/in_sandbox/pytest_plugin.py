@@ -6,7 +6,7 @@ and PYTHONPATH set for the test command only. pytest imports `-p` plugins before
 plugin of an installed distribution and before conftest files or the code under test,
 so at import this module still sees pytest's own machinery as pytest built it. It then
 
-- takes the verdict descriptor the test command inherited (verdict_channel.open_channel: a
+- takes the verdict descriptor the test command inherited (channel_writer.open_channel: a
   pipe root drains into a file the test user cannot open), strips its directory, option and
   descriptor from sys.path and the environment (pytest processes the tests start load
   nothing of it);
@@ -21,8 +21,8 @@ so at import this module still sees pytest's own machinery as pytest built it. I
   files this session collected (its tests are those the verdict answers for) and the
   session's exit status (pytest's own, whatever script runs it).
 
-The channel's writing end (verdict_channel.py) and the checks of the tests themselves
-(verdict_checks.py: tests replaced, vacuous assertions, the assertion machinery) are uploaded
+The channel's writing end (channel_writer.py) and the checks of the tests themselves
+(run_checks.py: tests replaced, vacuous assertions, the assertion machinery) are uploaded
 beside it as _sbv_channel.py and _sbv_checks.py and loaded from those files; each test's call
 is checked before it runs, and every comparison a rewritten assert finds true reaches the
 probe.
@@ -152,7 +152,7 @@ def _record(item, when, excinfo):
 
 def _judge(item, after=False):
     """Before a test's call: it is the code its file compiles to; before and after: no trace function
-    of the code under test is set (verdict_checks)."""
+    of the code under test is set (run_checks)."""
     test = _getattr(item, "nodeid", "?")
     try:
         if not after:

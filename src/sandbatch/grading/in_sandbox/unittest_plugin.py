@@ -6,17 +6,17 @@ _sbv_checks.py); that directory goes first on PYTHONPATH for the test command on
 (Django's tests/runtests.py, `python -m unittest`) or any code of the workdir runs, so this
 module sees unittest as the standard library built it. It then
 
-- takes the verdict descriptor (verdict_channel.open_channel), strips its directory from sys.path and
+- takes the verdict descriptor (channel_writer.open_channel), strips its directory from sys.path and
   PYTHONPATH (processes the tests start load nothing of it), and imports the image's own
   sitecustomize, if any, as the interpreter would have: one outside the workdir (the workdir's,
   in any form, is a start-up hook of the code under test: recorded, not imported); then records
-  every module of the workdir imported so far (verdict_checks.startup);
+  every module of the workdir imported so far (run_checks.startup);
 - wraps TestCase.run: for a run under a unittest TestResult it records, as each returns,
   whether setUp and the test method raised (and what), and every failure inside a subTest,
   before any result object hears of it; the test is named as unittest's runner prints it
   (str(test), and the first line of its docstring on the next line);
 - checks each test before it runs and probes the operands of its assertEqual family
-  (verdict_checks: tests_replaced, vacuous_assertion);
+  (run_checks: tests_replaced, vacuous_assertion);
 - at exit writes which of unittest's result, runner and assertion machinery are no longer
   the objects they were.
 

@@ -1,4 +1,4 @@
-"""The verdict channel's writing end, shared by the grader's runner plugins (verdict_plugin.py for
+"""The verdict channel's writing end, shared by the grader's runner plugins (pytest_plugin.py for
 pytest, unittest_plugin.py for unittest runners): records written into a descriptor the test
 command inherits (or the pipe opened by name, where a runner such as tox closes inherited
 descriptors), whose reading end is drained by a process of another user.

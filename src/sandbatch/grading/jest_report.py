@@ -35,8 +35,9 @@ import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
+from .result import Findings, failed_since
+
 if TYPE_CHECKING:
-    from ..contracts.records import GradeRecord
     from ..sandbox import Sandbox
 
 KIND, CANARY = "report_rewritten", "canary_passed"
@@ -165,18 +166,17 @@ def _canaries(runner: Runner, test_files: list[str] | tuple[str, ...]) \
     return appends, restores, tuple(names)
 
 
-async def reconcile(sandbox: "Sandbox", channel: Channel | None, status: dict[str, str], rec: "GradeRecord",
-                    log: list[str]) -> dict[str, str]:
-    """`status` (the log parser's) with every test the runner's report does not confirm as passed
-    counted failed, each recorded in rec.tampering."""
+async def reconcile(sandbox: "Sandbox", channel: Channel | None, status: dict[str, str]) -> Findings:
+    """Every test `status` (the log parser's) has passed that the runner's report does not confirm as
+    passed, counted failed, each with a `tampering` entry."""
     if channel is None:
-        return status
+        return Findings()
     try:
         report: dict[str, str] | None = channel.runner.read(
             (await sandbox.download(channel.path)).decode("utf-8", "replace"))
     except Exception:  # noqa: BLE001 - no report, or not the runner's: nothing it confirms
         report = None
-    out = dict(status)
+    out, entries, log = dict(status), [], []
     # a canary the report has passed or lacks: its assertions held whatever they asserted
     ran = (report or {}).get(FILES, "").split("\n")
     vacuous = [c for c, f in channel.canaries if report is not None and report.get(c) != "FAILED"
@@ -186,12 +186,12 @@ async def reconcile(sandbox: "Sandbox", channel: Channel | None, status: dict[st
             continue
         if (report or {}).get(name) != "PASSED":
             out[name] = "FAILED"
-            rec.tampering.append({"path": name, "kind": KIND, "action": "counted_failed"})
+            entries.append({"path": name, "kind": KIND, "action": "counted_failed"})
             said = "is missing" if report is None else f"has it {(report.get(name) or 'not at all').lower()}"
             log.append(f"{channel.runner.name}: the log says {name!r} passed; its own report {said}")
         elif vacuous:
             out[name] = "FAILED"
-            rec.tampering.append({"path": name, "kind": CANARY, "action": "counted_failed"})
+            entries.append({"path": name, "kind": CANARY, "action": "counted_failed"})
             log.append(f"{channel.runner.name}: the log says {name!r} passed; so did the test {vacuous[0]!r} "
                        "added to fail (an assertion that cannot hold): this run's assertions are not trustworthy")
-    return out
+    return Findings(entries=tuple(entries), failed=failed_since(status, out), log=tuple(log))
