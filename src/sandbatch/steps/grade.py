@@ -18,7 +18,7 @@ from ..sandbox import Sandbox, SandboxGone
 from ..contracts.sandbox import NetworkRecord
 from ..tasks.settings import grades_in_agent_sandbox
 from ..core import killpoint
-from . import kept, network
+from . import network
 from .common import Step, timed
 from .sandbox import build_spec, create_prepared
 
@@ -38,7 +38,7 @@ class GradeStep(Step):
 
     async def run(self) -> None:
         ctx = self.ctx
-        await kept.delete_noted(ctx.dir, self.name, ctx.provider)  # grading sandboxes of an interrupted attempt
+        await self.recovery.clear()  # grading sandboxes of an interrupted attempt
         info = load(PatchRecord, ctx.path(PATCH_INFO))
         if info.failed_infra:
             return self._save(GradeRecord(status="infra_error", failure_class=info.failure_class, error=info.error))
@@ -51,11 +51,8 @@ class GradeStep(Step):
                                                   "patch_successfully_applied": False, "resolved": False}))
         if in_agent:
             # graded where nothing can grade it again: a grade an interrupted attempt finished is kept
-            key = {PATCH_INFO: kept.digest(ctx.path(PATCH_INFO)), PATCH: kept.digest(ctx.path(PATCH)),
-                   "grading": ctx.cfg.grading.model_dump(mode="json")}
-            found = kept.find(ctx.dir, self.name, key)
-            if found is not None:
-                kept.restore(ctx.dir, self.name, found)
+            key = self.recovery.key(PATCH_INFO, PATCH, grading=ctx.cfg.grading.model_dump(mode="json"))
+            if await self.recovery.resume(key):
                 handle = info.kept_sandbox or load(SandboxRecord, ctx.path(SANDBOX))
                 await ctx.provider.delete(handle.sandbox_id)  # the attempt may have died before its delete
                 return
@@ -95,10 +92,8 @@ class GradeStep(Step):
         return agent.model_copy(update={"reason": f"graded in the agent's sandbox: {agent.reason}"}) if agent else None
 
     def _save(self, rec: GradeRecord, key: dict | None = None) -> None:
-        """The record; with `key` (the patch's identity) by way of a capture (steps.kept)."""
-        if key is not None:
-            return kept.publish(self.ctx.dir, self.name, key, {}, GRADE, self.stamp(rec))
-        self.stamp(rec).save(self.ctx.path(GRADE))
+        """The record; with `key` (the patch's identity) by way of a capture a rerun restores."""
+        self.recovery.write({}, GRADE, self.stamp(rec), key)
 
     def fail(self, exc: InfraError) -> None:
         self._save(GradeRecord(status="infra_error", failure_class=exc.failure_class, error=str(exc)))
