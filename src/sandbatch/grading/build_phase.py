@@ -16,7 +16,8 @@ With the defences on, the grader
   back, the conftest.py files above the test files: present or absent, and the grader's own
   files), and, before and after the build, what the test command's interpreter runs at start-up
   (startup_probe.py, which runs none of it): the records go into the channel's directory and are
-  read back with its verdict;
+  read back with its verdict (where nothing but setup lines comes between the placement and the
+  test command, the record before the build is left out: it would hold what the next one holds);
 - judges them here: a protected file that changed is kind `tests_rewritten` (its tests count as
   failed), start-up code that is new or changed after the build (a `.pth`, `sitecustomize` or
   `usercustomize` in any form, a module a `.pth` imports, a pytest11 entry point and the module
@@ -121,8 +122,9 @@ def record(directory: str, point: str, files: list[str], workdir: str) -> str:
 
 
 def instrument(script: str, directory: str, files: list[str], workdir: str, start: str, end: str) -> str:
-    """The records placed: right after the placement at the script's top, right before the start
-    marker, right after the test command's status is echoed (before the script resets the tests)."""
+    """The records placed: right after the placement at the script's top (where something other than
+    setup lines follows it), right before the start marker, right after the test command's status is
+    echoed (before the script resets the tests)."""
     lines = script.split("\n")
     at = next((i for i, ln in enumerate(lines) if start in ln), None)
     stop = next((i for i, ln in enumerate(lines) if end in ln and at is not None and i > at), None)
