@@ -79,6 +79,23 @@ def test_the_tests_are_placed_before_the_build_and_after_the_setup():
     assert out.index(": '>>>>> End Test Output'") < ran < len(out) - 1
 
 
+def test_with_nothing_built_between_the_placement_and_the_tests_one_record_stands_for_both():
+    """Only setup lines between the placement and the test command: the record before the build would
+    hold what the one before the tests holds; it is left out, and the run is judged from the other two."""
+    patch = "diff --git a/tests/test_calc.py b/tests/test_calc.py\n+x\n"
+    script = eval_script("build_first", "abc", patch).replace(BUILD + "\n", "")
+    moved, _ = build_phase.place_first(script, patch, "/testbed")
+    out = build_phase.instrument(moved, "/d", ["tests/test_calc.py"], "/testbed", ">>>>> Start Test Output",
+                                 ">>>>> End Test Output")
+    assert "/d/files.placed" not in out and "/d/startup.placed" not in out
+    assert "/d/files.built" in out and "/d/files.ran" in out
+    assert build_phase.build_lines(out.split("\n")) is None  # so no build runs as the test user either
+    rewritten = {"files.built": ["aa  tests/test_calc.py"], "files.ran": ["bb  tests/test_calc.py"],
+                 "startup.built": []}
+    found, ok = build_phase.judge(rewritten, {}, set(), True)
+    assert not ok and [e["detail"] for e in found] == ["changed during the test run"]
+
+
 def test_records_are_judged_by_what_changed_between_them():
     same = ["aa  tests/test_calc.py", "absent  tests/conftest.py"]
     hook = ["pth 11 /site/zz.pth", "module 22 /site/_m.py"]

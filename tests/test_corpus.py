@@ -139,6 +139,21 @@ def test_nested_sessions_are_not_the_outer_sessions_counts():
     assert any("exited 0 with 1 failed" in e["detail"] for e in log_consistency.check(old, dict(HONEST_STATUS), 0, 0))
 
 
+def test_parameter_ids_with_blanks_are_distinct_tests():
+    """pylint-8898's comment-only grade: two parameters whose ids hold a blank, one passing and one failing,
+    are two tests, not one test that both passed and failed; one id reported both ways still is."""
+    from sandbatch.grading import consistency
+
+    ids = ("t.py::test_csv[foo, bar-expected2]", "t.py::test_csv[foo, bar{1,3}-expected3]")
+    log = (f"collected 2 items\n\nt.py .F\n=== short test summary info ===\nPASSED {ids[0]}\n"
+           f"FAILED {ids[1]} - AssertionError\n=== 1 failed, 1 passed in 0.10s ===\n")
+    status = {"t.py::test_csv[foo,": "FAILED"}  # as swebench's parser reads both lines
+    assert consistency.check(log, status, 1, 1) == []
+    both = log.replace(f"PASSED {ids[0]}", f"PASSED {ids[1]}")
+    assert [(e["path"], e["detail"]) for e in consistency.check(both, status, 1, 1)] == [
+        (ids[1], "reported both passed and failed")]
+
+
 def test_names_of_no_collected_file_are_not_the_runners_to_answer_for():
     from sandbatch.grading import verdict
 

@@ -16,7 +16,8 @@ With the defences on, the grader
   back, the conftest.py files above the test files: present or absent, and the grader's own
   files), and, before and after the build, what the test command's interpreter runs at start-up
   (startup_probe.py, which runs none of it): the records go into the channel's directory and are
-  read back with its verdict;
+  read back with its verdict (where nothing but setup lines comes between the placement and the
+  test command, the record before the build is left out: it would hold what the next one holds);
 - judges them here: a protected file that changed is kind `tests_rewritten` (its tests count as
   failed), start-up code that is new or changed after the build (a `.pth`, `sitecustomize` or
   `usercustomize` in any form, a module a `.pth` imports, a pytest11 entry point and the module
@@ -121,8 +122,9 @@ def record(directory: str, point: str, files: list[str], workdir: str) -> str:
 
 
 def instrument(script: str, directory: str, files: list[str], workdir: str, start: str, end: str) -> str:
-    """The records placed: right after the placement at the script's top, right before the start
-    marker, right after the test command's status is echoed (before the script resets the tests)."""
+    """The records placed: right after the placement at the script's top (where something other than
+    setup lines follows it), right before the start marker, right after the test command's status is
+    echoed (before the script resets the tests)."""
     lines = script.split("\n")
     at = next((i for i, ln in enumerate(lines) if start in ln), None)
     stop = next((i for i, ln in enumerate(lines) if end in ln and at is not None and i > at), None)
@@ -130,8 +132,12 @@ def instrument(script: str, directory: str, files: list[str], workdir: str, star
         return script
     after = stop + 1 if stop + 1 < len(lines) and lines[stop + 1].startswith("echo ") else stop
     placed = _after_placement(lines)
-    return "\n".join([*lines[:placed], record(directory, "placed", files, workdir), *lines[placed:at],
-                      record(directory, "built", files, workdir), *lines[at:after + 1],
+    # where only setup lines come between the placement and the test command, nothing can change what the
+    # records hold between the two: the one before the test command is the only baseline (a record less:
+    # a probe's interpreter and a hash of every protected file)
+    builds = any(ln.strip() and not _SETUP.match(ln) for ln in lines[placed:at])
+    return "\n".join([*lines[:placed], *([record(directory, "placed", files, workdir)] if builds else []),
+                      *lines[placed:at], record(directory, "built", files, workdir), *lines[at:after + 1],
                       record(directory, "ran", files, workdir), *lines[after + 1:]])
 
 
@@ -236,10 +242,10 @@ def as_test_user(build: list[str], directory: str, uid: int, fd: int, workdir: s
         f'sbb_dirs=$([ -n "$sbb_py" ] && "$sbb_py" -I -S -c {shlex.quote(dirs)} 2>/dev/null | sort -u | '
         'while read -r p; do [ -d "$p" ] && readlink -f "$p"; done | sort -u)',
         # the directories, and the files an install rewrites in place at their top (easy-install.pth)
-        f'[ -n "$sbb_dirs" ] && {{ find $sbb_dirs -type d ! -user 0 -printf "%u:%g %p\\n"; find $sbb_dirs -maxdepth 1 '
-        f'-type f ! -user 0 -printf "%u:%g %p\\n"; }} > {d}/build.owners 2>/dev/null',
-        f'[ -n "$sbb_dirs" ] && {{ find $sbb_dirs -type d -exec chown {uid}:{uid} {{}} +; find $sbb_dirs -maxdepth 1 '
-        f'-type f -exec chown {uid}:{uid} {{}} +; }} 2>/dev/null',
+        # (listed and given in the same walk: each entry is listed when visited, before its batch's chown)
+        f'[ -n "$sbb_dirs" ] && {{ find $sbb_dirs -type d \\( ! -user 0 -printf "%u:%g %p\\n" , '
+        f'-exec chown {uid}:{uid} {{}} + \\); find $sbb_dirs -maxdepth 1 -type f \\( ! -user 0 -printf "%u:%g %p\\n" , '
+        f'-exec chown {uid}:{uid} {{}} + \\); }} > {d}/build.owners 2>/dev/null',
         # the workdir's files git does not track (the image's build output: an editable install's egg-info,
         # compiled extensions) are rewritten in place by a rebuild: the test user's too (the epilogue gives
         # back whatever of the workdir it owns)
@@ -250,9 +256,9 @@ def as_test_user(build: list[str], directory: str, uid: int, fd: int, workdir: s
         f'sbv_as_tests bash {d}/build.sh {fd}>&-',
         "{ set +x; } 2>/dev/null",
         f"for sbb_i in 1 2; do {as_user} bash -c 'kill -9 -1' 2>/dev/null; done",
-        f'if [ -n "$sbb_dirs" ]; then find $sbb_dirs -user {uid} ! -type d -cnewer {d}/build.start > {d}/build.wrote '
-        '2>/dev/null; '
-        f'chmod 600 {d}/build.wrote; find $sbb_dirs -user {uid} -exec chown 0:0 {{}} + 2>/dev/null; '
+        # (what it wrote listed and given back in one walk: an entry's ctime is read before its batch's chown)
+        f'if [ -n "$sbb_dirs" ]; then find $sbb_dirs -user {uid} \\( ! -type d -cnewer {d}/build.start -print , '
+        f'-exec chown 0:0 {{}} + \\) > {d}/build.wrote 2>/dev/null; chmod 600 {d}/build.wrote; '
         f'while read -r sbb_o sbb_p; do chown "$sbb_o" "$sbb_p"; done < {d}/build.owners; fi',
         "set -x",
         "else",

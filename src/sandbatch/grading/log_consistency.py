@@ -41,7 +41,9 @@ _PYTEST_SUMMARY = re.compile(
     r"^(=*)\s*((?:\d+ [a-z]+(?:, )?)+|no tests ran) in [\d.]+ ?s(?:econds)?(?: \([\d:]+\))?\s*=*\s*$", re.M)
 _PYTEST_HEADER = re.compile(r"^=+ test session starts =+\s*$", re.M)
 _PYTEST_COLLECTED = re.compile(r"^collected (\d+) items?(?: / (\d+) deselected)?(?: / (\d+) selected)?", re.M)
-_PYTEST_LINE = re.compile(r"^(PASSED|FAILED|ERROR|XPASS|XFAIL) (\S+)(.*)$", re.M)
+# a node id runs to its first blank, or through its parameters' brackets, which may hold blanks
+# (`test_f[foo, bar-expected2]`): cut at the blank, two tests would read as one
+_PYTEST_LINE = re.compile(r"^(PASSED|FAILED|ERROR|XPASS|XFAIL) ((?:[^\s\[]*\[[^\]\n]*\])+\S*|\S+)(.*)$", re.M)
 _GO_LINE = re.compile(r"^\s*--- (PASS|FAIL): (\S+)", re.M)
 # other runners' summaries that count failures: (pattern, group of the failure count)
 _FAILURE_SUMMARIES = (

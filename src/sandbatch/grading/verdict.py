@@ -257,8 +257,9 @@ class Channel:
             f"else",
             # the directories above the interpreters the test command finds (an image may keep them under
             # a home only root may enter) open to the test user too
+            # (each parent by the shell's own expansion: a `dirname` a level is a process a level)
             '  sbv_open=$(for b in python python3 pytest; do p=$(command -v "$b" 2>/dev/null) && '
-            'p=$(readlink -f "$p") && while [ "$p" != / ]; do p=$(dirname "$p"); echo "$p"; done; done | sort -u)',
+            'p=$(readlink -f "$p") && while [ "$p" != / ]; do p=${p%/*}; p=${p:-/}; echo "$p"; done; done | sort -u)',
             f'  stat -c "%a %u:%g %n" -- {q([*opened, *guarded])} $sbv_open > "$sbv_d/modes" 2>/dev/null',
             f"  sbv_owner=$(stat -c %u:%g {wd})",
             f"  chmod o+x -- {q(opened)} $sbv_open 2>/dev/null",
