@@ -51,7 +51,7 @@ def run_context(harness_name: str, tmp: Path, config: dict[str, Any] | None = No
     from sandbatch.harness import RunContext, get_harness
 
     cfg = parse({"model": {"name": model_name}, "timeouts": {"agent": agent_timeout}})
-    return RunContext(task=None, prompt="fix it", config=get_harness(harness_name).merge_config(config or {}),
+    return RunContext(task=None, prompt="fix it", options=get_harness(harness_name).options_of(config or {}),
                       version=None, model=cfg.model, model_url=model_url, api_key=api_key,
                       timeouts=cfg.timeouts, rollout_dir=tmp)
 
@@ -61,7 +61,7 @@ def convert_events(harness_name: str, events: list[Any]) -> Any:
     from sandbatch.harness import get_harness
 
     harness = get_harness(harness_name)
-    return harness.convert(events, harness.merge_config({}))
+    return harness.convert(events, harness.options_of({}))
 
 
 def recorded_events(path: Path) -> list[dict[str, Any]]:

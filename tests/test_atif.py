@@ -30,7 +30,7 @@ def validate(doc):
 def recorded(harness, name):
     h = get_harness(harness)
     events = [json.loads(line) for line in (FIXTURES / name).read_text().splitlines()]
-    return responses.response(h.convert(events, h.merge_config({})).items, responses.usage(100, 20), "m",
+    return responses.response(h.convert(events, h.options_of({})).items, responses.usage(100, 20), "m",
                               "completed", {})
 
 
@@ -78,7 +78,7 @@ def test_mini_swe_agent_system_prompt_task_and_feedback_are_steps():
     then each format-error message right after the reply it rejected."""
     h = get_harness("mini-swe-agent")
     conv = h.convert([json.loads(line) for line in (FIXTURES / "mini_swe_agent_2.4.1_messages.jsonl").read_text()
-                      .splitlines()], h.merge_config({}))
+                      .splitlines()], h.options_of({}))
     resp = responses.response(conv.items, responses.usage(100, 20), "m", "completed", {"feedback": conv.feedback},
                               instructions=conv.instructions, input_=conv.input)
     doc = atif.trajectory(resp, "the bare prompt", AGENT, "s")

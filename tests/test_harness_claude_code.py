@@ -124,7 +124,7 @@ def test_install_config_errors(tmp_path):
                             ({"deny": "WebFetch"}, "harness.config.deny"),
                             ({"max_turn": 3}, "unknown key 'max_turn'")]:
         with pytest.raises(UserError, match=message):
-            harness.check_config(harness.merge_config(config))
+            harness.check_config(harness.options_of(config))
 
 
 # --- a stand-in claude: crashes, errors and hangs -----------------------------------------------

@@ -189,7 +189,7 @@ def test_config_errors(tmp_path):
                             ({"forbidden_commands": ["git log"]}, "forbidden_commands"),
                             ({"approval": "never"}, "unknown key 'approval'")]:
         with pytest.raises(UserError, match=message):
-            harness.check_config(harness.merge_config(config))
+            harness.check_config(harness.options_of(config))
 
 
 # --- status mapping ------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ RECORDED = FIXTURES / "mini_swe_agent_2.4.1_messages.jsonl"  # ls, a bash call, 
 
 def convert(events):
     harness = get_harness("mini-swe-agent")
-    return harness.convert(events, harness.merge_config({}))
+    return harness.convert(events, harness.options_of({}))
 
 
 def test_convert_a_recorded_trajectory():
@@ -89,10 +89,10 @@ def test_generated_config(tmp_path):
     in_sandbox = run_context("mini-swe-agent", tmp_path, {"mode": "sandbox"})
     assert harness.mini_config(Box(), in_sandbox)["environment"]["environment_class"] == "local"
     with pytest.raises(UserError, match="install.method"):
-        harness.check_config(harness.merge_config({"mode": "sandbox", "install": {"method": "conda"}}))
-    harness.check_config(harness.merge_config({"install": {"method": "conda"}}))  # host mode installs nothing
+        harness.check_config(harness.options_of({"mode": "sandbox", "install": {"method": "conda"}}))
+    harness.check_config(harness.options_of({"install": {"method": "conda"}}))  # host mode installs nothing
     with pytest.raises(UserError, match="harness.config.mode: 'vm'"):
-        harness.check_config(harness.merge_config({"mode": "vm"}))
+        harness.check_config(harness.options_of({"mode": "vm"}))
 
 
 FAKE_MINI = """#!/usr/bin/env python3

@@ -114,7 +114,7 @@ def test_install_config_errors(tmp_path):
                              ({"method": "upload", "source": str(tmp_path / "prefix")}, "no bin/opencode"),
                              ({"method": "path"}, "install.path")]:
         with pytest.raises(UserError, match=message):
-            harness.check_config(harness.merge_config({"install": install}))
+            harness.check_config(harness.options_of({"install": install}))
 
 
 # --- real OpenCode through the workflow ------------------------------------------------------

@@ -48,7 +48,7 @@ FULL_STREAM = [
 
 def convert(events, **config):
     harness = get_harness("pool")
-    return harness.convert(events, harness.merge_config(config))
+    return harness.convert(events, harness.options_of(config))
 
 
 def test_convert_pairs_results_fifo_and_keeps_what_it_does_not_know():
@@ -192,7 +192,7 @@ def test_agent_config_needs_a_model_url(tmp_path):
 def test_install_config_errors_are_one_line_user_errors(install, message):
     harness = get_harness("pool")
     with pytest.raises(UserError, match=message) as err:
-        harness.check_config(harness.merge_config({"install": install}))
+        harness.check_config(harness.options_of({"install": install}))
     assert "\n" not in str(err.value)
 
 
@@ -374,8 +374,8 @@ def test_context_window_comes_from_the_endpoint_or_stops_the_run(tmp_path):
     from sandbatch.core.config import parse
 
     harness = get_harness("pool")
-    merged = harness.merge_config({})
-    assert merged["max_context_window"] is None  # no silent 131072
+    merged = harness.options_of({})
+    assert merged.max_context_window is None  # no silent 131072
     with scripted_model_server({"models": ["big"], "max_model_len": 200000}) as (url, _):
         model = parse({"model": {"name": "big", "base_url": url}}).model
         harness.check_model(merged, model)  # reported: fine
@@ -389,7 +389,7 @@ def test_context_window_comes_from_the_endpoint_or_stops_the_run(tmp_path):
                                             r"no max_model_len for model 'big'") as err:
             harness.check_model(merged, model)
         assert "\n" not in str(err.value)
-        harness.check_model(harness.merge_config({"max_context_window": 4096}), model)  # set: not asked
+        harness.check_model(harness.options_of({"max_context_window": 4096}), model)  # set: not asked
 
 
 def test_unreported_context_window_stops_the_workflow_before_any_job(tmp_path):

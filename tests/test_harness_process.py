@@ -89,6 +89,6 @@ def test_unknown_harness_config_keys_are_user_errors(name, config):
 
     harness = get_harness(name)
     with pytest.raises(UserError, match=f"harness.config: unknown key '{next(iter(config))}' for harness {name}"):
-        harness.check_config(harness.merge_config(config))
-    harness.check_config(harness.merge_config({"inline_think": True, "install": {"method": "path", "path": "x"}}
+        harness.check_config(harness.options_of(config))
+    harness.check_config(harness.options_of({"inline_think": True, "install": {"method": "path", "path": "x"}}
                                               if name != "oracle" else {"inline_think": True}))

@@ -315,6 +315,17 @@ def test_config_block_has_defaults_and_rejects_unknown_keys():
         validate({"sandbox": {"opensandbox": {"operations": {"nope": 1}}}})
 
 
+def test_a_partial_resources_block_keeps_the_other_defaults():
+    from sandbatch.sandbox import provider_class
+
+    given = {"create": {"resources": {"cpu": "4", "nvidia.com/gpu": "1"}}}
+    cfg = validate({"sandbox": {"provider": "opensandbox", "opensandbox": given}})  # the config's loader
+    assert cfg["sandbox"]["opensandbox"]["create"]["resources"] == {"cpu": "4", "memory": "4Gi", "nvidia.com/gpu": "1"}
+    provider = provider_class("opensandbox")({"connection": {"domain": "h:1"}, **given})  # options not loaded
+    assert provider.options["create"]["resources"] == {"cpu": "4", "memory": "4Gi", "nvidia.com/gpu": "1"}
+    assert provider.options["create"]["retries"] == 4 and provider.options["connection"]["domain"] == "h:1"
+
+
 def test_reap_refuses_empty_labels(tmp_path):
     from sandbatch.sandbox import provider_class
 

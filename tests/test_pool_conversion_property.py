@@ -33,7 +33,7 @@ events = st.one_of(
 @given(st.lists(events, max_size=30))
 def test_every_event_survives_and_every_call_has_one_output(stream):
     harness = get_harness("pool")
-    conv = harness.convert(stream, harness.merge_config({}))
+    conv = harness.convert(stream, harness.options_of({}))
     meta = conv.metadata
     calls = [i for i in conv.items if i["type"] == "function_call"]
     outputs = [i for i in conv.items if i["type"] == "function_call_output"]

@@ -131,7 +131,7 @@ def test_index_renders_rows_lazily(tmp_path):
 def test_conversation_of_a_recorded_opencode_run():
     harness = get_harness("opencode")
     items = harness.convert([json.loads(line) for line in RECORDED.read_text().splitlines()],
-                            harness.merge_config({})).items
+                            harness.options_of({})).items
     html = page.conversation("fix the bug", items)
     assert html.index("fix the bug") < html.index("reasoning") < html.index('<span class="fname">bash</span>')
     assert re.search(r'<details class="turn reasoning"><summary class="role">reasoning \(\d+ B\)</summary>', html)
@@ -176,7 +176,7 @@ def test_mini_swe_agent_trajectory_reads_as_text_in_the_browser(tmp_path):
     """A recorded mini-swe-agent run and a long failing command: outputs are the text the agent
     saw (line breaks, no JSON escapes), the exit status beside each, the long one folded."""
     harness = get_harness("mini-swe-agent")
-    conv = harness.convert([json.loads(line) for line in MINI.read_text().splitlines()], harness.merge_config({}))
+    conv = harness.convert([json.loads(line) for line in MINI.read_text().splitlines()], harness.options_of({}))
     items = conv.items
     long_out = "".join(f"tests/test_{i}.py::test_case FAILED  # got {i} > {i - 1}\n" for i in range(120))
     items += [{"type": "function_call", "call_id": "long", "name": "bash", "arguments": '{"command": "pytest -q"}'},

@@ -74,7 +74,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
           + ("; the model endpoint, the sandbox service and the images answer" if args.preflight else ""),
           file=sys.stderr)
     harness = get_harness(cfg.harness.name)
-    if harness.needs_model and cfg.model.proxy.enabled and not harness.model_on_host(cfg.harness.config):
+    if harness.needs_model and cfg.model.proxy.enabled and not harness.model_on_host(harness.options_of(cfg.harness.config)):
         from .sandbox import proxy_address
 
         advertise = proxy_address(cfg.sandbox, cfg.model.proxy)[1]

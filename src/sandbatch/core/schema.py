@@ -10,7 +10,7 @@ reads as the one-line errors the loader makes of the validator's.
 from __future__ import annotations
 
 import types
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
@@ -57,8 +57,17 @@ def _field_schema(field: FieldInfo) -> dict[str, Any]:
     return out
 
 
+def _extra_schema(model: type[BaseModel]) -> dict[str, Any] | bool:
+    """What keys beyond the fields take: nothing, or (a model allowing extras, typed by its
+    `__pydantic_extra__: dict[str, T]`) values of T."""
+    if model.model_config.get("extra") != "allow":
+        return False
+    return _value_schema(get_type_hints(model)["__pydantic_extra__"])["additionalProperties"]
+
+
 def block(model: type[BaseModel], description: str | None = None) -> dict[str, Any]:
-    """The schema block of an options model: no other keys, each with its default."""
-    return {"type": "object", "additionalProperties": False, "default": {},
+    """The schema block of an options model: its keys (and no others, unless it takes extras),
+    each with its default."""
+    return {"type": "object", "additionalProperties": _extra_schema(model), "default": {},
             "description": description if description is not None else " ".join((model.__doc__ or "").split()),
             "properties": {name: _field_schema(field) for name, field in model.model_fields.items()}}

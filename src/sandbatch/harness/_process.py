@@ -21,6 +21,7 @@ from typing import Any, Sequence
 from ..core.errors import InfraError, UserError
 from ..core.failures import FailureClass
 from ..sandbox import Sandbox, SandboxError
+from .base import InstallOptions
 
 # A provider that does not stop a command at its timeout gets this much longer before the
 # run is abandoned here (the patch step deletes the sandbox, and whatever still runs in it).
@@ -90,25 +91,22 @@ def str_env(env: dict[str, Any] | None) -> dict[str, str]:
 
 # --- installation --------------------------------------------------------------------------
 
-def install_options(harness: str, config: dict[str, Any], methods: Sequence[str]) -> dict[str, Any]:
+def install_options(harness: str, install: InstallOptions, methods: Sequence[str]) -> InstallOptions:
     """The validated `install` block; UserError for an unknown method or a missing/bad path."""
-    opts = dict(config.get("install") or {})
-    method = opts.get("method")
-    if method not in methods:
-        raise UserError(f"harness.config.install.method: {method!r} is not allowed for harness {harness}; "
+    if install.method not in methods:
+        raise UserError(f"harness.config.install.method: {install.method!r} is not allowed for harness {harness}; "
                         f"choose one of: {', '.join(methods)}")
-    source = opts.get("source")
-    if method == "upload":
-        if not source:
+    if install.method == "upload":
+        if not install.source:
             raise UserError(f"harness.config.install.source: install.method 'upload' needs the path of the "
                             f"{harness} program (file or directory) on this host")
-        if not Path(source).expanduser().exists():
-            raise UserError(f"harness.config.install.source: {source} does not exist on this host; "
+        if not Path(install.source).expanduser().exists():
+            raise UserError(f"harness.config.install.source: {install.source} does not exist on this host; "
                             f"give the path of the {harness} program to upload")
-    if method == "path" and not opts.get("path"):
+    if install.method == "path" and not install.path:
         raise UserError(f"harness.config.install.path: install.method 'path' needs the {harness} "
                         f"program's path inside the sandbox image")
-    return opts
+    return install
 
 
 async def upload_source(sandbox: Sandbox, source: str, dest: str, timeout: float) -> str:
@@ -144,12 +142,12 @@ async def sh(sandbox: Sandbox, script: str, *, timeout: float, what: str,
     return res.stdout
 
 
-async def npm_install(sandbox: Sandbox, opts: dict[str, Any], version: str | None, prefix: str, *, timeout: float,
+async def npm_install(sandbox: Sandbox, opts: Any, version: str | None, prefix: str, *, timeout: float,
                       env: dict[str, str]) -> None:
     """`npm install -g` of the install block's package at `version` under `prefix` (install.env added)."""
-    spec = f"{opts['package']}@{version}"
+    spec = f"{opts.package}@{version}"
     await sh(sandbox, f"npm install -g --no-audit --no-fund --prefix {shlex.quote(prefix)} {shlex.quote(spec)}",
-             timeout=timeout, what=f"npm install {spec}", env={**env, **str_env(opts.get("env"))})
+             timeout=timeout, what=f"npm install {spec}", env={**env, **str_env(opts.env)})
 
 
 async def check_runs(sandbox: Sandbox, binary: str, env: dict[str, str]) -> None:

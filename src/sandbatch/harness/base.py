@@ -29,7 +29,7 @@ from ..core.util import deep_merge, did_you_mean
 class RunContext:
     task: Task
     prompt: str
-    config: dict[str, Any]  # the resolved harness config (Harness.resolve_config)
+    options: Options  # the harness's resolved options, typed (Harness.options_of)
     version: str | None
     model: ModelConfig
     model_url: str | None  # OpenAI-compatible base URL the agent uses (the proxy's, or direct)
@@ -124,8 +124,10 @@ class Harness(abc.ABC):
         except ValidationError as exc:
             raise UserError(_one_line(exc)) from None
 
-    # the name the tests and older callers know; the same resolution
-    merge_config = resolve_config
+    def options_of(self, config: Mapping[str, Any]) -> Options:
+        """The typed options of a `harness.config` (a resolved config resolves to itself): what
+        every method below, and the run's context, reads as attributes."""
+        return self.options.model_validate(self.resolve_config(config))
 
     def _check_keys(self, where: str, config: Mapping[str, Any], model: type[BaseModel]) -> None:
         """Unknown keys, one line naming the first (the options' nested blocks too)."""
@@ -139,20 +141,20 @@ class Harness(abc.ABC):
             if isinstance(sub, type) and issubclass(sub, BaseModel) and isinstance(config.get(key), Mapping):
                 self._check_keys(f"{where}.{key}", config[key], sub)
 
-    def check_config(self, config: dict[str, Any]) -> None:
-        """Raise UserError for a resolved config that cannot work (called before any job starts):
+    def check_config(self, opts: Options) -> None:
+        """Raise UserError for options that cannot work (called before any job starts):
         what the options' types cannot say (an install method's own needs, files on this host)."""
 
-    def check_model(self, config: dict[str, Any], model: ModelConfig) -> None:
-        """Raise UserError when the model endpoint lacks a fact the merged config leaves to it
+    def check_model(self, opts: Options, model: ModelConfig) -> None:
+        """Raise UserError when the model endpoint lacks a fact the options leave to it
         (called once, before any job starts; default: nothing to check)."""
 
-    def model_on_host(self, config: dict[str, Any]) -> bool:
+    def model_on_host(self, opts: Options) -> bool:
         """True when the agent's model client runs on this host (not in the sandbox)."""
         return False
 
-    def host_modules(self, config: dict[str, Any]) -> tuple[str, ...]:
-        """The heavy modules the harness step imports for this merged config: the step server
+    def host_modules(self, opts: Options) -> tuple[str, ...]:
+        """The heavy modules the harness step imports with these options: the step server
         imports them once for all rollouts ("module", or "module:function" to call the
         function once after the import, e.g. a warm-up); each must leave the server safe to
         fork (no thread, no connection)."""
@@ -189,7 +191,7 @@ class Harness(abc.ABC):
                        metadata=metadata)
 
     @abc.abstractmethod
-    def convert(self, events: list[dict[str, Any]], config: dict[str, Any]) -> Conversion:
+    def convert(self, events: list[dict[str, Any]], opts: Options) -> Conversion:
         """Raw events -> Responses output items. Must never raise on unknown records."""
 
 
@@ -197,7 +199,8 @@ async def hold(sandbox: Sandbox, ctx: RunContext, since: float) -> None:
     """`hold_seconds` of the probe harnesses (none, oracle): keep the sandbox busy until that
     many seconds after `since` (time.monotonic()), with a `sleep` in it, so the agent lasts
     a fixed time; benchmarks/utilisation.py measures the orchestration around it."""
-    left = float(ctx.config.get("hold_seconds") or 0) - (time.monotonic() - since)
+    seconds = ctx.options.hold_seconds if isinstance(ctx.options, HoldOptions) else 0.0
+    left = seconds - (time.monotonic() - since)
     if left > 0:
         await sandbox.exec(f"sleep {left:.3f}", timeout=ctx.timeouts.agent)
 

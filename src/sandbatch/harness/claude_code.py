@@ -62,9 +62,9 @@ class ClaudeCodeHarness(NpmHarness):
     default_version = "2.1.332"
     options = ClaudeCodeOptions
 
-    def check_config(self, config: dict[str, Any]) -> None:
-        super().check_config(config)
-        if not isinstance(config.get("deny"), list):
+    def check_config(self, opts: ClaudeCodeOptions) -> None:
+        super().check_config(opts)
+        if not isinstance(opts.deny, list):
             raise UserError("harness.config.deny: give a list of Claude Code permission rules, e.g. [WebFetch]")
 
     def state_env(self, sandbox: Sandbox) -> dict[str, str]:
@@ -72,9 +72,9 @@ class ClaudeCodeHarness(NpmHarness):
         return {**env, "CLAUDE_CONFIG_DIR": f"{env['HOME']}/.claude"}
 
     def settings(self, ctx: RunContext) -> dict[str, Any]:
-        generated = {"permissions": {"deny": [str(rule) for rule in ctx.config["deny"]]},
+        generated = {"permissions": {"deny": [str(rule) for rule in ctx.options.deny]},
                      "includeCoAuthoredBy": False, "cleanupPeriodDays": 1}
-        return native_config(generated, ctx.config["settings"])
+        return native_config(generated, ctx.options.settings)
 
     def env(self, sandbox: Sandbox, ctx: RunContext) -> dict[str, str]:
         base = model_endpoint(ctx, self.name).rstrip("/")
@@ -86,16 +86,16 @@ class ClaudeCodeHarness(NpmHarness):
                 **dict.fromkeys(("ANTHROPIC_MODEL", "ANTHROPIC_SMALL_FAST_MODEL", "ANTHROPIC_DEFAULT_OPUS_MODEL",
                                  "ANTHROPIC_DEFAULT_SONNET_MODEL", "ANTHROPIC_DEFAULT_HAIKU_MODEL",
                                  "CLAUDE_CODE_SUBAGENT_MODEL"), model),
-                "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(int(ctx.config["max_output_tokens"])),
-                **str_env(ctx.config["env"])}
+                "CLAUDE_CODE_MAX_OUTPUT_TOKENS": str(int(ctx.options.max_output_tokens)),
+                **str_env(ctx.options.env)}
 
     async def run(self, sandbox: Sandbox, ctx: RunContext) -> Outcome:
-        cfg = ctx.config
-        argv = [self._binary(sandbox, cfg), "-p", "--output-format", "stream-json", "--verbose",
+        opts = ctx.options
+        argv = [self._binary(sandbox, opts), "-p", "--output-format", "stream-json", "--verbose",
                 "--model", ctx.model.name or "", "--dangerously-skip-permissions",
                 "--disallowedTools", "WebFetch,WebSearch", "--settings", json.dumps(self.settings(ctx))]
-        argv += ["--max-turns", str(int(cfg["max_turns"]))] if cfg["max_turns"] else []
-        argv += [str(a) for a in cfg["extra_args"]]
+        argv += ["--max-turns", str(int(opts.max_turns))] if opts.max_turns else []
+        argv += [str(a) for a in opts.extra_args]
         run = await run_command(sandbox, argv, timeout=ctx.timeouts.agent, env=self.env(sandbox, ctx),
                                 stdin=ctx.prompt.encode("utf-8"))
         events = json_events(run.stdout)
@@ -109,7 +109,7 @@ class ClaudeCodeHarness(NpmHarness):
             outcome.metadata["gave_up"] = True  # stopped at --max-turns without finishing
         return outcome
 
-    def convert(self, events, config) -> Conversion:
+    def convert(self, events, opts) -> Conversion:
         conv = Conversion(items=[])
         failed = 0
         for ev in events:

@@ -76,15 +76,15 @@ class CodexHarness(Harness):
     default_version = "0.171.0"
     options = CodexOptions
 
-    def check_config(self, config: dict[str, Any]) -> None:
-        super().check_config(config)
-        opts = install_options(self.name, config, INSTALL_METHODS)
-        if opts["method"] == "upload":
-            native_binary(opts["source"])
-        if config.get("wire_api") not in WIRE_APIS:
-            raise UserError(f"harness.config.wire_api: {config.get('wire_api')!r} is not a wire API of Codex; "
+    def check_config(self, opts: CodexOptions) -> None:
+        super().check_config(opts)
+        install = install_options(self.name, opts.install, INSTALL_METHODS)
+        if install.method == "upload":
+            native_binary(install.source)
+        if opts.wire_api not in WIRE_APIS:
+            raise UserError(f"harness.config.wire_api: {opts.wire_api!r} is not a wire API of Codex; "
                             f"choose one of: {', '.join(WIRE_APIS)}")
-        rules = config.get("forbidden_commands")
+        rules = opts.forbidden_commands
         if not isinstance(rules, list) or not all(
                 isinstance(r, list) and r and all(isinstance(w, str) and w for w in r) for r in rules):
             raise UserError("harness.config.forbidden_commands: give a list of command prefixes, each a list "
@@ -96,11 +96,11 @@ class CodexHarness(Harness):
     def codex_home(self, sandbox: Sandbox) -> str:
         return f"{sandbox.tmpdir}/codex-home"
 
-    def _binary(self, sandbox: Sandbox, config: dict[str, Any]) -> str:
-        opts = config["install"]
-        if opts["method"] == "path":
-            return opts["path"]
-        if opts["method"] == "upload":
+    def _binary(self, sandbox: Sandbox, opts: CodexOptions) -> str:
+        install = opts.install
+        if install.method == "path":
+            return install.path
+        if install.method == "upload":
             return f"{self._prefix(sandbox)}/codex"
         return f"{self._prefix(sandbox)}/bin/codex"
 
@@ -108,22 +108,22 @@ class CodexHarness(Harness):
         return {**self.state_env(sandbox), "CODEX_HOME": self.codex_home(sandbox)}
 
     async def install(self, sandbox: Sandbox, ctx: RunContext) -> None:
-        self.check_config(ctx.config)
-        opts, prefix, binary = ctx.config["install"], self._prefix(sandbox), self._binary(sandbox, ctx.config)
+        self.check_config(ctx.options)
+        install, prefix, binary = ctx.options.install, self._prefix(sandbox), self._binary(sandbox, ctx.options)
         timeout = ctx.timeouts.install
-        if opts["method"] == "upload":
-            await upload_source(sandbox, str(native_binary(opts["source"])), binary, timeout)
-        elif opts["method"] == "npm":
-            await npm_install(sandbox, opts, self.version(ctx), prefix, timeout=timeout, env=self.state_env(sandbox))
+        if install.method == "upload":
+            await upload_source(sandbox, str(native_binary(install.source)), binary, timeout)
+        elif install.method == "npm":
+            await npm_install(sandbox, install, self.version(ctx), prefix, timeout=timeout, env=self.state_env(sandbox))
         await check_runs(sandbox, binary, self._env(sandbox))
 
     def codex_config(self, ctx: RunContext) -> dict[str, Any]:
         """The whole config.toml (as a mapping): Codex reads no other config."""
-        cfg, pid = ctx.config, ctx.config["provider_id"]
+        opts, pid = ctx.options, ctx.options.provider_id
         generated: dict[str, Any] = {
             "model": ctx.model.name,
             "model_provider": pid,
-            "model_context_window": int(cfg["context_window"]),
+            "model_context_window": int(opts.context_window),
             # never ask (no one answers) and no sandbox of Codex's own: ours is the boundary
             "approval_policy": "never",
             "sandbox_mode": "danger-full-access",
@@ -132,23 +132,23 @@ class CodexHarness(Harness):
             "show_raw_agent_reasoning": True,  # the model's reasoning in the stream, not hidden
             "analytics": {"enabled": False},
             "model_providers": {pid: {"name": pid, "base_url": model_endpoint(ctx, self.name),
-                                      "env_key": KEY_ENV, "wire_api": cfg["wire_api"]}},
+                                      "env_key": KEY_ENV, "wire_api": opts.wire_api}},
         }
-        if cfg["reasoning_effort"]:
-            generated["model_reasoning_effort"] = str(cfg["reasoning_effort"])
-        if not cfg["agents_md"]:
+        if opts.reasoning_effort:
+            generated["model_reasoning_effort"] = str(opts.reasoning_effort)
+        if not opts.agents_md:
             generated["project_doc_max_bytes"] = 0  # Codex reads no AGENTS.md
-        return native_config(generated, cfg["codex_config"])
+        return native_config(generated, opts.codex_config)
 
     async def run(self, sandbox: Sandbox, ctx: RunContext) -> Outcome:
-        cfg = ctx.config
-        argv = [self._binary(sandbox, cfg), "exec", "--json", "--skip-git-repo-check", "--color", "never"]
-        argv += [str(a) for a in cfg["extra_args"]]
+        opts = ctx.options
+        argv = [self._binary(sandbox, opts), "exec", "--json", "--skip-git-repo-check", "--color", "never"]
+        argv += [str(a) for a in opts.extra_args]
         argv += ["-"]  # the prompt from stdin
         home = self.codex_home(sandbox)  # written now: the model URL is the proxy's, started after the install
         await sandbox.upload(f"{home}/config.toml", tomli_w.dumps(self.codex_config(ctx)).encode())
-        await sandbox.upload(f"{home}/rules/sandbatch.rules", exec_policy(cfg["forbidden_commands"]).encode())
-        env = {**self._env(sandbox), KEY_ENV: ctx.api_key or "unused", **str_env(cfg["env"])}
+        await sandbox.upload(f"{home}/rules/sandbatch.rules", exec_policy(opts.forbidden_commands).encode())
+        env = {**self._env(sandbox), KEY_ENV: ctx.api_key or "unused", **str_env(opts.env)}
         run = await run_command(sandbox, argv, timeout=ctx.timeouts.agent, env=env, stdin=ctx.prompt.encode("utf-8"))
         return self.outcome(run, json_events(run.stdout) + await self._session_records(sandbox))
 
@@ -166,7 +166,7 @@ class CodexHarness(Harness):
                                  f"xargs -r cat || true", timeout=120)
         return [ev for ev in json_events(res.stdout) if ev.get("type") != "sandbatch.text"] if res.ok else []
 
-    def convert(self, events, config) -> Conversion:
+    def convert(self, events, opts) -> Conversion:
         conv = Conversion(items=[])
         session = [ev for ev in events if isinstance(ev, dict) and ev.get("type") == "response_item"]
         usage = dict.fromkeys(("input_tokens", "cached_input_tokens", "output_tokens", "reasoning_output_tokens"), 0)

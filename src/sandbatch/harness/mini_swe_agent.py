@@ -96,85 +96,85 @@ class MiniSweAgentHarness(Harness):
     default_version = "2.4.6"
     options = MiniOptions
 
-    def check_config(self, config: dict[str, Any]) -> None:
-        super().check_config(config)
-        if config.get("mode") not in MODES:
-            raise UserError(f"harness.config.mode: {config.get('mode')!r} is not a mini-swe-agent mode; "
+    def check_config(self, opts: MiniOptions) -> None:
+        super().check_config(opts)
+        if opts.mode not in MODES:
+            raise UserError(f"harness.config.mode: {opts.mode!r} is not a mini-swe-agent mode; "
                             f"choose one of: {', '.join(MODES)}")
-        if config["mode"] == "sandbox":
-            install_options(self.name, config, INSTALL_METHODS)
+        if opts.mode == "sandbox":
+            install_options(self.name, opts.install, INSTALL_METHODS)
 
-    def model_on_host(self, config: dict[str, Any]) -> bool:
-        return config.get("mode") == "host"
+    def model_on_host(self, opts: MiniOptions) -> bool:
+        return opts.mode == "host"
 
-    def host_modules(self, config: dict[str, Any]) -> tuple[str, ...]:
-        return ("sandbatch.harness.mini_env:warm_up",) if config.get("mode") == "host" else ()
+    def host_modules(self, opts: MiniOptions) -> tuple[str, ...]:
+        return ("sandbatch.harness.mini_env:warm_up",) if opts.mode == "host" else ()
 
     def _home(self, sandbox: Sandbox) -> str:
         return f"{sandbox.tmpdir}/mini-swe-agent"
 
-    def _binary(self, sandbox: Sandbox, config: dict[str, Any]) -> str:
-        opts = config["install"]
-        return opts["path"] if opts["method"] == "path" else f"{self._home(sandbox)}/venv/bin/mini"
+    def _binary(self, sandbox: Sandbox, install: MiniInstall) -> str:
+        return install.path if install.method == "path" else f"{self._home(sandbox)}/venv/bin/mini"
 
     async def install(self, sandbox: Sandbox, ctx: RunContext) -> None:
-        self.check_config(ctx.config)
-        if ctx.config["mode"] == "host":  # mini runs here; the sandbox only needs bash, and a HOME
+        self.check_config(ctx.options)
+        if ctx.options.mode == "host":  # mini runs here; the sandbox only needs bash, and a HOME
             await sh(sandbox, f"mkdir -p {shlex.quote(self.state_env(sandbox)['HOME'])}", timeout=60,
                      what="making the commands' HOME")
             return
-        opts, home, q = ctx.config["install"], self._home(sandbox), shlex.quote
+        install, home, q = ctx.options.install, self._home(sandbox), shlex.quote
         timeout = ctx.timeouts.install
-        if opts["method"] in ("pip", "upload"):
-            py = await sandbox.exec(f"command -v {q(opts['python'])}", timeout=60)
+        if install.method in ("pip", "upload"):
+            py = await sandbox.exec(f"command -v {q(install.python)}", timeout=60)
             if not py.ok:
-                raise InfraError(f"installing mini-swe-agent in the sandbox needs {opts['python']}, which the "
+                raise InfraError(f"installing mini-swe-agent in the sandbox needs {install.python}, which the "
                                  f"image lacks; set harness.config.mode: host to run mini-swe-agent on this "
                                  f"host with its commands in the sandbox", FailureClass.HARNESS_INSTALL)
             index = ""
-            if opts["method"] == "upload":
-                wheels = await upload_source(sandbox, opts["source"], f"{home}/wheels", timeout)
+            if install.method == "upload":
+                wheels = await upload_source(sandbox, install.source, f"{home}/wheels", timeout)
                 index = f"--no-index --find-links {q(wheels)} "
-            spec = f"{opts['package']}=={self.version(ctx)}"
+            spec = f"{install.package}=={self.version(ctx)}"
             env = {**self.state_env(sandbox), "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_ROOT_USER_ACTION": "ignore"}
             try:
-                await sh(sandbox, "set -e\n" + _install_script(opts, home, spec, index), timeout=timeout,
-                         what=f"installing {spec}", env={**env, **str_env(opts["env"])})
+                await sh(sandbox, "set -e\n" + _install_script(install, home, spec, index), timeout=timeout,
+                         what=f"installing {spec}", env={**env, **str_env(install.env)})
             except InfraError as exc:  # one line: the output's last line, and the way out
                 last = (str(exc).strip().splitlines() or [""])[-1]
                 raise InfraError(f"installing {spec} in the sandbox failed: {last[-300:]}; set "
                                  f"harness.config.mode: host to run mini-swe-agent on this host",
                                  FailureClass.HARNESS_INSTALL) from None
-        await sh(sandbox, f"test -x {q(self._binary(sandbox, ctx.config))}", timeout=60,
+        await sh(sandbox, f"test -x {q(self._binary(sandbox, install))}", timeout=60,
                  what="finding the mini executable")
 
     def mini_config(self, sandbox: Sandbox, ctx: RunContext) -> dict[str, Any]:
-        cfg = ctx.config
-        wall = cfg["wall_time_limit_seconds"]
+        opts = ctx.options
+        wall = opts.wall_time_limit_seconds
         generated = {
-            "agent": {"mode": "yolo", "confirm_exit": False, "step_limit": int(cfg["step_limit"]),
-                      "cost_limit": float(cfg["cost_limit"]),
+            "agent": {"mode": "yolo", "confirm_exit": False, "step_limit": int(opts.step_limit),
+                      "cost_limit": float(opts.cost_limit),
                       "wall_time_limit_seconds": int(wall if wall is not None else 0.95 * ctx.timeouts.agent)},
-            "environment": {"environment_class": "local" if cfg["mode"] == "sandbox" else _ENV_CLASS,
-                            "cwd": sandbox.workdir, "timeout": int(cfg["command_timeout"])},
+            "environment": {"environment_class": "local" if opts.mode == "sandbox" else _ENV_CLASS,
+                            "cwd": sandbox.workdir, "timeout": int(opts.command_timeout)},
             "model": {"model_name": f"openai/{ctx.model.name}", "cost_tracking": "ignore_errors",
                       "model_kwargs": {"api_base": model_endpoint(ctx, self.name)}},
             "run": {"task": ctx.prompt},
         }
-        return native_config(generated, cfg["mini_config"])
+        return native_config(generated, opts.mini_config)
 
     async def run(self, sandbox: Sandbox, ctx: RunContext) -> Outcome:
-        if ctx.config["mode"] == "host":
+        opts = ctx.options
+        if opts.mode == "host":
             return await self._run_on_host(sandbox, ctx)
         home = self._home(sandbox)
         run_yaml, traj = f"{home}/run.yaml", f"{home}/out.traj.json"
         await sandbox.upload(run_yaml, yaml.safe_dump(self.mini_config(sandbox, ctx), sort_keys=False).encode())
-        argv = [self._binary(sandbox, ctx.config), "-c", str(ctx.config["config_file"]), "-c", run_yaml,
-                "--yolo", "--exit-immediately", "-o", traj, *map(str, ctx.config["extra_args"])]
+        argv = [self._binary(sandbox, opts.install), "-c", str(opts.config_file), "-c", run_yaml,
+                "--yolo", "--exit-immediately", "-o", traj, *map(str, opts.extra_args)]
         env = {**self.state_env(sandbox), "MSWEA_CONFIGURED": "1", "MSWEA_COST_TRACKING": "ignore_errors",
                "LITELLM_LOCAL_MODEL_COST_MAP": "True", "MSWEA_SILENT_STARTUP": "1",
                "MSWEA_GLOBAL_CONFIG_DIR": f"{home}/global", "OPENAI_API_KEY": ctx.api_key or "unused",
-               **str_env(ctx.config["env"])}
+               **str_env(opts.env)}
         run = await run_command(sandbox, argv, timeout=ctx.timeouts.agent, env=env)
         return self._outcome(run, await _trajectory(sandbox, traj))
 
@@ -197,9 +197,9 @@ class MiniSweAgentHarness(Harness):
         from .mini_env import Stopped, host_agent, sandbox_uname
 
         loop = asyncio.get_running_loop()
-        agent, env = host_agent(self.mini_config(sandbox, ctx), str(ctx.config["config_file"]), ctx.api_key,
+        agent, env = host_agent(self.mini_config(sandbox, ctx), str(ctx.options.config_file), ctx.api_key,
                                 sandbox, loop, uname=await sandbox_uname(sandbox),
-                                base_env={**self.state_env(sandbox), **str_env(ctx.config["env"])})
+                                base_env={**self.state_env(sandbox), **str_env(ctx.options.env)})
         traj = ctx.rollout_dir / HOST_TRAJECTORY
         traj.unlink(missing_ok=True)  # an earlier attempt's
         t0 = loop.time()
@@ -227,7 +227,7 @@ class MiniSweAgentHarness(Harness):
                        timed_out=timed_out, duration_s=loop.time() - t0)
         return self._outcome(run, _read_json(traj))
 
-    def convert(self, events, config) -> Conversion:
+    def convert(self, events, opts) -> Conversion:
         conv = Conversion(items=[])
         for msg in events:
             role = msg.get("role") if isinstance(msg, dict) else None
@@ -292,12 +292,12 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _install_script(opts: dict[str, Any], home: str, spec: str, index: str) -> str:
+def _install_script(install: MiniInstall, home: str, spec: str, index: str) -> str:
     """Shell lines that make {home}/venv holding `spec`."""
-    q, py, venv = shlex.quote, shlex.quote(opts["python"]), shlex.quote(f"{home}/venv")
-    if opts["installer"] != "uv":
+    q, py, venv = shlex.quote, shlex.quote(install.python), shlex.quote(f"{home}/venv")
+    if install.installer != "uv":
         return f"{py} -m venv {venv}\n{venv}/bin/python -m pip install -q {index}{q(spec)}"
-    get_uv = f"-m pip install -q --target {q(home)}/uv {index}{q('uv==' + str(opts['uv_version']))}"
+    get_uv = f"-m pip install -q --target {q(home)}/uv {index}{q('uv==' + str(install.uv_version))}"
     return "\n".join([
         'UV="$(command -v uv || true)"',
         # no uv in the sandbox: pip-install one beside the venv (from a venv of its own if the

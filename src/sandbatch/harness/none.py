@@ -19,6 +19,6 @@ class NoneHarness(Harness):
         await hold(sandbox, ctx, start)
         return Outcome(events=[{"type": "noop"}], exit_code=0, status="ok", agent_s=time.monotonic() - start)
 
-    def convert(self, events, config) -> Conversion:
+    def convert(self, events, opts) -> Conversion:
         unknown = sum(1 for ev in events if ev.get("type") != "noop")
         return Conversion(items=[responses.message("No changes made.")], unknown=unknown)

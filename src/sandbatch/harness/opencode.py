@@ -61,7 +61,7 @@ class OpenCodeHarness(NpmHarness):
     options = OpenCodeOptions
 
     def opencode_config(self, ctx: RunContext) -> dict[str, Any]:
-        cfg, pid, model = ctx.config, ctx.config["provider_id"], ctx.model.name
+        opts, pid, model = ctx.options, ctx.options.provider_id, ctx.model.name
         generated = {
             "$schema": "https://opencode.ai/config.json",
             "model": f"{pid}/{model}",
@@ -73,24 +73,24 @@ class OpenCodeHarness(NpmHarness):
                 "npm": "@ai-sdk/openai-compatible",
                 "name": pid,
                 "options": {"baseURL": model_endpoint(ctx, self.name), "apiKey": f"{{env:{KEY_ENV}}}"},
-                "models": {model: {"name": model, "limit": {"context": int(cfg["context_window"]),
-                                                            "output": int(cfg["max_output_tokens"])}}},
+                "models": {model: {"name": model, "limit": {"context": int(opts.context_window),
+                                                            "output": int(opts.max_output_tokens)}}},
             }},
-            "permission": cfg["permission"],
+            "permission": opts.permission,
         }
-        return native_config(generated, cfg["opencode_config"])
+        return native_config(generated, opts.opencode_config)
 
     async def run(self, sandbox: Sandbox, ctx: RunContext) -> Outcome:
-        cfg = ctx.config
-        argv = [self._binary(sandbox, cfg), "run", "--format", "json", "--auto"]
-        argv += ["--thinking"] if cfg["thinking"] else []
-        argv += ["--pure"] if cfg["pure"] else []
-        argv += ["--agent", str(cfg["agent"])] if cfg["agent"] else []
-        argv += [str(a) for a in cfg["extra_args"]]
+        opts = ctx.options
+        argv = [self._binary(sandbox, opts), "run", "--format", "json", "--auto"]
+        argv += ["--thinking"] if opts.thinking else []
+        argv += ["--pure"] if opts.pure else []
+        argv += ["--agent", str(opts.agent)] if opts.agent else []
+        argv += [str(a) for a in opts.extra_args]
         env = {**self.state_env(sandbox),
                "OPENCODE_CONFIG_CONTENT": json.dumps(self.opencode_config(ctx)),
                "OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_AUTOUPDATE": "1",
-               "OPENCODE_DISABLE_PROJECT_CONFIG": "1", KEY_ENV: ctx.api_key or "unused", **str_env(cfg["env"])}
+               "OPENCODE_DISABLE_PROJECT_CONFIG": "1", KEY_ENV: ctx.api_key or "unused", **str_env(opts.env)}
         run = await run_command(sandbox, argv, timeout=ctx.timeouts.agent, env=env, stdin=ctx.prompt.encode("utf-8"))
         events = json_events(run.stdout)
         outcome = self.outcome(run, events)
@@ -98,7 +98,7 @@ class OpenCodeHarness(NpmHarness):
             outcome.status, outcome.failure_class = "agent_error", FailureClass.AGENT_ERROR_EVENT
         return outcome
 
-    def convert(self, events, config) -> Conversion:
+    def convert(self, events, opts) -> Conversion:
         conv = Conversion(items=[])
         errors: list[Any] = []
         usage = dict.fromkeys(("input", "output", "reasoning", "cache_read", "cache_write"), 0)

@@ -65,7 +65,7 @@ class OracleHarness(Harness):
                        timed_out=result.timed_out, stderr_tail=tail(result.stderr),
                        agent_s=time.monotonic() - start)
 
-    def convert(self, events, config) -> Conversion:
+    def convert(self, events, opts) -> Conversion:
         items, unknown = [], 0
         for i, ev in enumerate(events):
             kind = ev.get("type")

@@ -97,33 +97,32 @@ class PoolHarness(Harness):
     options = PoolOptions
 
     @staticmethod
-    def install_settings(config: dict[str, Any]) -> dict[str, Any]:
+    def install_settings(opts: PoolOptions) -> PoolInstall:
         """`install` with the environment applied: $SANDBATCH_POOL_BINARY replaces the installer
         by an upload of that file; $SANDBATCH_POOL_ACCEPT_EULA=1 accepts the EULA."""
-        opts = dict(config.get("install") or {})
+        install = opts.install
         binary = os.environ.get(BINARY_ENV, "").strip()
-        if opts.get("method") == "installer" and binary:
-            opts.update(method="upload", source=binary)
-        elif opts.get("method") == "installer" and os.environ.get(EULA_ENV, "").strip().lower() in ("1", "true", "yes"):
-            opts["accept_eula"] = True
-        return opts
+        if install.method == "installer" and binary:
+            return install.model_copy(update={"method": "upload", "source": binary})
+        if install.method == "installer" and os.environ.get(EULA_ENV, "").strip().lower() in ("1", "true", "yes"):
+            return install.model_copy(update={"accept_eula": True})
+        return install
 
-    def check_config(self, config: dict[str, Any]) -> None:
-        super().check_config(config)
-        settings = self.install_settings(config)
-        from_env = settings.get("source") != (config.get("install") or {}).get("source")
-        if from_env and not Path(settings["source"]).expanduser().is_file():
-            raise UserError(f"${BINARY_ENV}: {settings['source']} is not a file; give the pool binary, or unset it")
-        opts = install_options(self.name, {**config, "install": settings}, INSTALL_METHODS)
-        if opts["method"] == "installer" and opts.get("accept_eula") is not True:
+    def check_config(self, opts: PoolOptions) -> None:
+        super().check_config(opts)
+        settings = self.install_settings(opts)
+        if settings.source != opts.install.source and not Path(settings.source).expanduser().is_file():
+            raise UserError(f"${BINARY_ENV}: {settings.source} is not a file; give the pool binary, or unset it")
+        install = install_options(self.name, settings, INSTALL_METHODS)
+        if install.method == "installer" and install.accept_eula is not True:
             raise UserError(f"harness.config.install.accept_eula: the pool installer needs Poolside's EULA accepted; "
                             f"export {EULA_ENV}=1 (or set accept_eula: true), or export {BINARY_ENV}=/path/to/pool "
                             f"to upload your own binary")
-        if opts["method"] == "upload" and not Path(opts["source"]).expanduser().is_file():
-            raise UserError(f"harness.config.install.source: {opts['source']} is not a file; give the pool binary")
+        if install.method == "upload" and not Path(install.source).expanduser().is_file():
+            raise UserError(f"harness.config.install.source: {install.source} is not a file; give the pool binary")
 
-    def check_model(self, config: dict[str, Any], model: ModelConfig) -> None:
-        if config.get("max_context_window") is None:
+    def check_model(self, opts: PoolOptions, model: ModelConfig) -> None:
+        if opts.max_context_window is None:
             window, why = served_context_window(model)
             if window is None:
                 raise UserError(f"harness.config.max_context_window: not set, and {why}; set it to the "
@@ -132,25 +131,25 @@ class PoolHarness(Harness):
     def _home(self, sandbox: Sandbox) -> str:
         return f"{sandbox.tmpdir}/pool"
 
-    def _binary(self, sandbox: Sandbox, opts: dict[str, Any]) -> str:
-        return opts["path"] if opts["method"] == "path" else f"{self._home(sandbox)}/bin/pool"
+    def _binary(self, sandbox: Sandbox, install: PoolInstall) -> str:
+        return install.path if install.method == "path" else f"{self._home(sandbox)}/bin/pool"
 
     async def install(self, sandbox: Sandbox, ctx: RunContext) -> None:
-        self.check_config(ctx.config)
-        opts = self.install_settings(ctx.config)
-        binary = self._binary(sandbox, opts)
+        self.check_config(ctx.options)
+        install = self.install_settings(ctx.options)
+        binary = self._binary(sandbox, install)
         timeout = ctx.timeouts.install
-        if opts["method"] == "upload":
-            await upload_source(sandbox, opts["source"], binary, timeout)
-        elif opts["method"] == "installer":
+        if install.method == "upload":
+            await upload_source(sandbox, install.source, binary, timeout)
+        elif install.method == "installer":
             bindir = shlex.quote(str(Path(binary).parent))
             await sh(sandbox, (
-                f"set -e; mkdir -p {bindir}; curl -fsSL {shlex.quote(opts['installer_url'])} | "
+                f"set -e; mkdir -p {bindir}; curl -fsSL {shlex.quote(install.installer_url)} | "
                 f"POOL_INSTALL_ACCEPT_EULA=1 POOL_INSTALL_DIR={bindir} sh -s -- {shlex.quote(self.version(ctx))}; "
                 # wherever under the install dir the installer put it, bin/pool is the binary
                 f"[ -x {bindir}/pool ] || ln -sf \"$(find {bindir} -type f -name pool | head -n1)\" {bindir}/pool; "
                 f"{bindir}/pool --version"),
-                timeout=timeout, what="the pool installer", env=str_env(opts["env"]))
+                timeout=timeout, what="the pool installer", env=str_env(install.env))
         await sh(sandbox, f"test -x {shlex.quote(binary)} || command -v {shlex.quote(binary)}",
                  timeout=60, what=f"finding the pool binary {binary}")
 
@@ -158,9 +157,10 @@ class PoolHarness(Harness):
         """The whole agent config file: defaults, then per-run values where the user set none.
 
         `window` is the model's context length when the config leaves it to the endpoint."""
-        cfg = copy.deepcopy(ctx.config["agent_config"])
+        opts = ctx.options
+        cfg = copy.deepcopy(opts.agent_config)
         endpoint = model_endpoint(ctx, self.name)
-        window = int(ctx.config["max_context_window"] or window or 0)
+        window = int(opts.max_context_window or window or 0)
         if window <= 0:
             raise UserError("harness.config.max_context_window: not set; set it to the model's context "
                             "length in tokens")
@@ -180,19 +180,19 @@ class PoolHarness(Harness):
     async def run(self, sandbox: Sandbox, ctx: RunContext) -> Outcome:
         home = self._home(sandbox)
         cfg_path, prompt_path = f"{home}/agent-config.json", f"{home}/prompt.txt"
-        window = None
-        if ctx.config["max_context_window"] is None:  # checked before the run; the endpoint may be down now
+        opts, window = ctx.options, None
+        if opts.max_context_window is None:  # checked before the run; the endpoint may be down now
             window, why = await asyncio.to_thread(served_context_window, ctx.model)
             if window is None:
                 raise InfraError(f"the model's context window: {why}", FailureClass.MODEL_CONTEXT_WINDOW)
         await sandbox.upload_files({cfg_path: (json.dumps(self.agent_config(ctx, window), indent=2).encode(), 0o600),
                                     prompt_path: (ctx.prompt.encode("utf-8"), 0o644)})
-        argv = [self._binary(sandbox, self.install_settings(ctx.config)), "exec", "-o", "json", "--sandbox", "disabled",
+        argv = [self._binary(sandbox, self.install_settings(opts)), "exec", "-o", "json", "--sandbox", "disabled",
                 "--unsafe-auto-allow", "--agent-config-file", cfg_path, "-f", prompt_path,
-                *map(str, ctx.config["extra_args"])]
+                *map(str, opts.extra_args)]
         # any POOLSIDE_API_KEY skips pool's login; the model key lives in the agent config
         env = {**self.state_env(sandbox), "POOLSIDE_API_KEY": "unused",
-               **str_env(ctx.config["env"])}
+               **str_env(opts.env)}
         run = await run_command(sandbox, argv, timeout=ctx.timeouts.agent, env=env)
         return self.outcome(run, json_events(run.stdout),
                             **({"gave_up": True} if run.exit_code == GAVE_UP_EXIT else {}))
@@ -202,7 +202,7 @@ class PoolHarness(Harness):
             return "ok", None
         return super().status_for_exit(exit_code, timed_out)
 
-    def convert(self, events, config) -> Conversion:
+    def convert(self, events, opts) -> Conversion:
         """Every event survives: as an item, in metadata (errors, unknown), or counted (skipped).
 
         len(events) == len(items) - unanswered_calls + sum(skipped) + len(errors) + unknown.

@@ -94,18 +94,18 @@ def check_registries(cfg: Config, errors: Collector | None = None) -> Config:
     harness = get_harness(cfg.harness.name)
     raise_here = errors is None
     errors = errors or Collector()
-    resolved = False
+    opts = None
     with errors.check():
         cfg = cfg.model_copy(update={"harness": cfg.harness.model_copy(
             update={"config": harness.resolve_config(cfg.harness.config)})})
-        resolved = True
-        harness.check_config(cfg.harness.config)  # e.g. pool's EULA switch
+        opts = harness.options_of(cfg.harness.config)
+        harness.check_config(opts)  # e.g. pool's EULA switch
     if cfg.sandbox.provider not in PROVIDERS:
         raise UserError(f"sandbox.provider: {cfg.sandbox.provider!r} is not known; choose one of: {', '.join(PROVIDERS)}")
     with errors.check():
         provider_class(cfg.sandbox.provider).check_options(cfg.sandbox.options())  # e.g. a service's address
     if harness.needs_model:
-        _check_model(cfg, errors, on_host=resolved and harness.model_on_host(cfg.harness.config))
+        _check_model(cfg, errors, on_host=opts is not None and harness.model_on_host(opts))
     if raise_here:
         errors.raise_any()
     return cfg
@@ -188,7 +188,7 @@ def preflight(cfg: Config, tasks: Iterable[Task], sources: Sequence[tuple[str, M
             from ..proxy.served import check_served
 
             check_served(cfg.model)
-            harness.check_model(cfg.harness.config, cfg.model)
+            harness.check_model(harness.options_of(cfg.harness.config), cfg.model)
         origin: dict[str, str] = {}  # image -> the setting that names it
         for task in tasks:
             named = task.image or cfg.sandbox.default_image

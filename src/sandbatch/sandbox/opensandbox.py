@@ -88,14 +88,14 @@ from opensandbox.models.filesystem import WriteEntry  # noqa: E402
 from opensandbox.models.sandboxes import NetworkPolicy, NetworkRule, SandboxFilter, SandboxImageSpec  # noqa: E402
 from opensandbox.transport import RetryAsyncTransport, RetryPolicy  # noqa: E402
 
-from pydantic import Field  # noqa: E402
+from pydantic import ConfigDict, Field  # noqa: E402
 
 from .. import trace  # noqa: E402
 
 from ..core.errors import Collector, UserError  # noqa: E402
 from ..core.failures import FailureClass
 from ..core.ids import LABEL_MAX, label_value  # noqa: E402
-from ..core.util import backoff_delay, deep_merge  # noqa: E402
+from ..core.util import backoff_delay  # noqa: E402
 from .base import (  # noqa: E402
     KILLED_EXIT_CODES,
     ExecResult,
@@ -140,11 +140,6 @@ _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9
 
 # --- options ------------------------------------------------------------------------------
 
-def default_options() -> dict[str, Any]:
-    """The `sandbox.opensandbox` defaults (OpenSandboxOptions, below: their one home)."""
-    return OpenSandboxOptions().model_dump(mode="json")
-
-
 class OpenSandboxConnectionOptions(ProviderOptions):
     """How to reach the OpenSandbox server."""
 
@@ -167,13 +162,24 @@ class OpenSandboxConnectionOptions(ProviderOptions):
         "Reach execd through the server's proxy, for clients that cannot reach sandboxes directly."))
 
 
+class OpenSandboxResources(ProviderOptions):
+    """Resource limits; the spec's cpu and memory override these keys. A model, not a mapping,
+    so that a block giving only some keys keeps the defaults of the others."""
+
+    model_config = ConfigDict(extra="allow")
+    __pydantic_extra__: dict[str, str] = Field(init=False)  # other limits, passed to the server as given
+
+    cpu: str = Field('2', description="CPUs of each sandbox.")
+    memory: str = Field('4Gi', description="Memory of each sandbox.")
+
+
 class OpenSandboxCreateOptions(ProviderOptions):
     """How sandboxes are created."""
 
     ready_timeout: float = Field(120, gt=0, description=(
         "Seconds for the server to publish the sandbox's endpoints after the create call."))
-    resources: dict[str, str] = Field(default_factory=lambda: {'cpu': '2', 'memory': '4Gi'}, description=(
-        "Resource limits; the spec's cpu and memory override these keys."))
+    resources: OpenSandboxResources = Field(default_factory=OpenSandboxResources, description=(
+        "Resource limits; the spec's cpu and memory override these keys; other keys go to the server as given."))
     resource_requests: dict[str, str] | None = Field(None, description=(
         "Resource requests (Kubernetes runtime); null = the server's default."))
     execd_grace: str | None = Field('50ms', pattern='^[0-9]+(\\.[0-9]+)?(ns|us|ms|s|m)$', description=(
@@ -515,7 +521,8 @@ class OpenSandboxProvider(Provider):
     def __init__(self, options: dict[str, Any] | None = None):
         super().__init__(options)
         check_sdk(_installed("opensandbox"))
-        self.options = deep_merge(default_options(), self.options)
+        # the model fills what the block leaves out (a partial create.resources keeps the default memory)
+        self.options = self.options_model.model_validate(self.options).model_dump(mode="json")
         conn = self.options["connection"]
         self.ops = self.options["operations"]
         key_env = conn.get("api_key_env")
@@ -787,5 +794,5 @@ class OpenSandboxProvider(Provider):
         self._manager = None
 
 
-__all__ = ["OpenSandboxProvider", "OpenSandboxSandbox", "SDK_VERSIONS", "check_sdk", "default_options",
+__all__ = ["OpenSandboxProvider", "OpenSandboxSandbox", "SDK_VERSIONS", "check_sdk",
            "metadata_for"]

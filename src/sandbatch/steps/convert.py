@@ -23,15 +23,15 @@ class ConvertStep(Step):
         harness = get_harness(cfg.harness.name)
         rec = load(HarnessRecord, ctx.path(HARNESS))
         events = list(iter_jsonl(ctx.path(EVENTS)))
-        config = cfg.harness.config
+        opts = harness.options_of(cfg.harness.config)
         try:
-            conv = harness.convert(events, config)
+            conv = harness.convert(events, opts)
         except Exception as exc:  # a converter bug must not block the aggregate; it is reported
             conv = Conversion(items=[], unknown=len(events), metadata={"conversion_error": repr(exc)})
         calls = [c for c in usage.iter_calls(ctx.path(MODEL_CALLS)) if usage.is_model_call(c)]
         # joined before inline_think, which changes the messages' text
         joined, turns = token_join.attach(conv.items, calls)
-        items = responses.inline_think(conv.items) if config.get("inline_think") else conv.items
+        items = responses.inline_think(conv.items) if opts.inline_think else conv.items
         totals = usage.summarize_usage(ctx.path(MODEL_CALLS))
         run = {"run": cfg.run, "harness": harness.name, "status": rec.status, "failure_class": rec.failure_class,
                "task_id": ctx.task_id, "instance_id": ctx.task.instance_id, "repeat": ctx.repeat,

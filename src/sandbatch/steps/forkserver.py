@@ -78,7 +78,7 @@ def preload_modules(cfg) -> list[str]:
     modules += [loader, THEN]
     modules.append(HARNESSES[cfg.harness.name].partition(":")[0])
     harness = get_harness(cfg.harness.name)  # mini-swe-agent on this host: mini and litellm
-    modules += harness.host_modules(cfg.harness.config)
+    modules += harness.host_modules(harness.options_of(cfg.harness.config))
     if cfg.model.proxy.enabled:
         modules.append("sandbatch.proxy")  # with aiohttp: ~0.25 CPU-s each harness step would pay
     family = getattr(importlib.import_module(loader), "FAMILY", None)

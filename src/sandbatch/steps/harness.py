@@ -130,7 +130,7 @@ class HarnessStep(Step):
             from ..proxy import ModelProxy
             from ..sandbox import proxy_address
 
-            on_host = self.harness.model_on_host(cfg.harness.config)
+            on_host = self.harness.model_on_host(self.harness.options_of(cfg.harness.config))
             if on_host:
                 # the agent's client runs here: the proxy needs no address the sandboxes reach
                 bind = cfg.model.proxy.bind_host or "127.0.0.1"
@@ -192,7 +192,7 @@ class HarnessStep(Step):
         ctx, cfg = self.ctx, self.ctx.cfg
         run_ctx = RunContext(
             task=ctx.task, prompt=prompt_for(ctx.task, cfg.benchmark),
-            config=cfg.harness.config, version=cfg.harness.version,
+            options=self.harness.options_of(cfg.harness.config), version=cfg.harness.version,
             model=cfg.model, model_url=None, api_key=endpoint.api_key, timeouts=ctx.timeouts, rollout_dir=ctx.dir)
         t0 = time.monotonic()
         try:
