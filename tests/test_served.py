@@ -7,7 +7,15 @@ import pytest
 from harness_support import scripted_model_server
 from sandbatch.core.config import parse
 from sandbatch.core.errors import UserError
+from sandbatch.proxy import served
 from sandbatch.proxy.served import resolve_model_name
+
+
+@pytest.fixture(autouse=True)
+def _fresh_answers():
+    """Each test asks its own endpoint: a port a closed server of an earlier test freed can be
+    handed out again, and the process keeps each URL's model list for the process's life."""
+    served._served.clear()
 
 
 def unset_name(url: str, **model):
