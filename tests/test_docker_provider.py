@@ -40,6 +40,31 @@ def spec(docker_base_image, docker_run_label):
 
 # --- without an engine ------------------------------------------------------------------
 
+def test_output_that_arrived_with_the_upgrade_headers_is_read():
+    """The engine may send a quick command's frames in the same read as its upgrade response:
+    http.client then holds them in its buffer, and the raw socket has nothing more to give."""
+    import http.client
+    import socket
+    import struct
+    from types import SimpleNamespace
+
+    from sandbatch.sandbox.docker.engine import ExecStream
+
+    ours, engine_side = socket.socketpair()
+    frames = struct.pack(">BxxxI", 1, 6) + b"hello\n" + struct.pack(">BxxxI", 2, 4) + b"oops"
+    engine_side.sendall(b"HTTP/1.1 101 UPGRADED\r\nContent-Type: application/vnd.docker.raw-stream\r\n"
+                        b"Connection: Upgrade\r\nUpgrade: tcp\r\n\r\n" + frames)
+    engine_side.close()
+    response = http.client.HTTPResponse(ours)
+    response.begin()  # as docker-py's exec_start(socket=True) does, through requests and urllib3
+    sock = response.fp.raw  # what docker-py hands back: the socket file under the buffer
+    sock._response = SimpleNamespace(raw=SimpleNamespace(_fp=response))
+    out, err = bytearray(), bytearray()
+    ExecStream(None, "x", sock).communicate(None, out, err)
+    assert (bytes(out), bytes(err)) == (b"hello\n", b"oops")
+    ours.close()
+
+
 def test_registry_and_schema_defaults():
     cfg = config.parse({"sandbox": {"provider": "docker"}})
     assert provider_class("docker") is DockerProvider

@@ -107,9 +107,10 @@ class ExecStream:
 
     def __init__(self, engine: Engine, exec_id: str, sock: Any):
         self.engine, self.id = engine, exec_id
-        self._io = sock  # docker-py's socket file; its raw socket does the reading and writing
+        self._io = sock  # docker-py's socket file; its raw socket does the writing
         self._sock: socket.socket = getattr(sock, "_sock", sock)
         self._sock.settimeout(None)  # commands run for as long as their own timeout says
+        self._read = _stream_reader(sock, self._sock)
 
     def communicate(self, data: bytes | None, out: bytearray, err: bytearray) -> None:
         """Blocking: send `data` (then end the command's stdin), read stdout and stderr to the end."""
@@ -123,7 +124,7 @@ class ExecStream:
             header = bytearray()
             while True:  # the engine's frames: 1 byte stream, 3 padding, 4 bytes length
                 while len(header) < 8:
-                    chunk = self._sock.recv(8 - len(header))
+                    chunk = self._read(8 - len(header))
                     if not chunk:
                         return
                     header += chunk
@@ -131,7 +132,7 @@ class ExecStream:
                 header.clear()
                 target = err if kind == 2 else out
                 while size:
-                    chunk = self._sock.recv(min(size, 1 << 16))
+                    chunk = self._read(min(size, 1 << 16))
                     if not chunk:
                         return
                     target += chunk
@@ -161,6 +162,20 @@ class ExecStream:
         except NotFound:
             return None
         return None if info.get("Running") else info.get("ExitCode")
+
+
+def _stream_reader(sock: Any, raw: socket.socket) -> Any:
+    """How to read the exec's stream: through the buffered reader http.client parsed the
+    engine's upgrade response with, when docker-py kept it. That reader reads ahead past the
+    headers, so the first frames of the stream (a quick command's whole output) can already
+    sit in its buffer, where a read of the raw socket never sees them: about 1 exec in 150
+    came back empty that way. The Docker CLI reads a hijacked connection through its bufio
+    reader for the same reason."""
+    response = getattr(sock, "_response", None)  # docker-py keeps the response on the socket it returns
+    reader = getattr(getattr(getattr(response, "raw", None), "_fp", None), "fp", None)
+    if reader is not None and getattr(reader, "raw", None) is sock and hasattr(reader, "read1"):
+        return reader.read1  # the buffer first, then at most one read of the socket
+    return raw.recv
 
 
 def _short(exc: BaseException, n: int = 300) -> str:
