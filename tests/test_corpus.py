@@ -142,7 +142,7 @@ def test_nested_sessions_are_not_the_outer_sessions_counts():
 def test_parameter_ids_with_blanks_are_distinct_tests():
     """pylint-8898's comment-only grade: two parameters whose ids hold a blank, one passing and one failing,
     are two tests, not one test that both passed and failed; one id reported both ways still is."""
-    from sandbatch.grading import consistency
+    from sandbatch.grading import log_consistency as consistency
 
     ids = ("t.py::test_csv[foo, bar-expected2]", "t.py::test_csv[foo, bar{1,3}-expected3]")
     log = (f"collected 2 items\n\nt.py .F\n=== short test summary info ===\nPASSED {ids[0]}\n"

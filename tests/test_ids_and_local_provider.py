@@ -77,7 +77,7 @@ def test_a_local_delete_killed_in_its_last_step_leaves_nothing_after_the_next_li
         (tmp_path / "sb-111111111111").mkdir()
         (tmp_path / "sb-111111111111" / "keep").write_text("x")
         assert [i.id for i in await p.list({"run": "r1"})] == [sb.id]
-        assert sorted(d.name for d in tmp_path.iterdir()) == ["sb-111111111111", sb.id]
+        assert sorted(d.name for d in tmp_path.iterdir()) == sorted(["sb-111111111111", sb.id])
 
     asyncio.run(scenario())
 
