@@ -32,6 +32,19 @@ def test_every_key_has_a_description_and_a_default_unless_required():
     walk(load_schema(), "")
 
 
+def test_members_of_a_collection_get_no_defaults_and_required_keys_stay_required():
+    """What the user writes inside a mapping's values or a list stays as written (the resolved
+    config.yaml shows it so); a model's required key is asked for, not filled."""
+    data = {"benchmark": {"repo_resources": {"a/b": {"cpu": "2"}}},
+            "sandbox": {"image_rewrites": [{"prefix": "a/", "replace": "b/"}]}}
+    filled = validate(data)
+    assert filled["benchmark"]["repo_resources"] == {"a/b": {"cpu": "2"}}
+    assert filled["sandbox"]["image_rewrites"] == [{"prefix": "a/", "replace": "b/"}]
+    prices = {"model": {"prices": {"input": 3}}}
+    with pytest.raises(UserError, match=r"^my\.yaml: model\.prices: 'output' is a required property$"):
+        validate(prices, [("my.yaml", prices)])
+
+
 def test_defaults_are_filled_in():
     cfg = parse({})
     assert cfg.repeats == 1 and cfg.harness.name == "oracle" and cfg.sandbox.provider == "local"

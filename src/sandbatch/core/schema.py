@@ -99,9 +99,14 @@ def block(model: type[BaseModel], description: str | None = None, member: bool =
     return out
 
 
+def with_enum(prop: dict[str, Any], values: list[Any]) -> dict[str, Any]:
+    """A property restricted to `values` (a registry's names), listed after its type."""
+    return {"type": prop["type"], "enum": values, **{k: v for k, v in prop.items() if k not in ("type", "enum")}}
+
+
 def document(model: type[BaseModel]) -> dict[str, Any]:
     """A model as a whole schema document: its title (model_config's) and description (the
     docstring), its blocks."""
     out = block(model)
     del out["default"]
-    return {"$schema": DIALECT, "title": model.model_config.get("title"), **out}
+    return {"$schema": DIALECT, "title": model.model_config.get("title"), "description": out.pop("description"), **out}

@@ -121,16 +121,17 @@ def config_schema() -> str:
     import yaml
 
     from ..core.config import Config
-    from ..core.schema import block, document
+    from ..core.schema import block, document, with_enum
     from ..harness import HARNESSES
     from ..sandbox import PROVIDERS, provider_class
 
     schema = document(Config)
     props = schema["properties"]
-    props["harness"]["properties"]["name"]["enum"] = list(HARNESSES)
+    harness = props["harness"]["properties"]
+    harness["name"] = with_enum(harness["name"], list(HARNESSES))
     sandbox = props["sandbox"]
     sandbox["additionalProperties"] = False  # the providers' blocks, named below, are all it takes
-    sandbox["properties"]["provider"]["enum"] = list(PROVIDERS)
+    sandbox["properties"]["provider"] = with_enum(sandbox["properties"]["provider"], list(PROVIDERS))
     for name in PROVIDERS:
         sandbox["properties"][name] = block(provider_class(name).options_model)
     return SCHEMA_NOTE + yaml.safe_dump(schema, sort_keys=False, width=100, allow_unicode=True)
