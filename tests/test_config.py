@@ -1,41 +1,48 @@
+import json
+
 import pytest
 
 from sandbatch import REPO_ROOT
-from sandbatch.core.config import Config, coerce_strings, load, load_schema, parse, validate
+from sandbatch.core.config import Config, SandboxConfig, coerce_strings, load, load_schema, parse, validate
 from sandbatch.core.errors import UserError
 
 DEFAULT = REPO_ROOT / "config" / "default.yaml"
 
 
-def _schema_keys(schema):
-    return set(schema.get("properties", {}))
+def test_the_schema_fills_the_defaults_the_models_declare(monkeypatch):
+    """The validator fills defaults from the schema written from the models: a config built
+    from nothing is the models' own defaults, key for key and type for type."""
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    filled = Config.model_validate(validate({})).model_dump(mode="json")
+    providers = set(filled["sandbox"]) - set(SandboxConfig.model_fields)  # which only the schema names
+    assert providers
+    for name in providers:
+        del filled["sandbox"][name]
+    assert json.dumps(filled, sort_keys=True) == json.dumps(Config().model_dump(mode="json"), sort_keys=True)
 
 
-def test_pydantic_models_name_exactly_the_schema_keys():
-    """The schema holds the defaults, the models the types: they must describe the same keys."""
-    schema = load_schema()
-    assert set(Config.model_fields) == _schema_keys(schema)
-    for name, field in Config.model_fields.items():
-        sub = schema["properties"][name]
-        model = field.annotation
-        if sub.get("type") == "object" and hasattr(model, "model_fields"):
-            declared = set(model.model_fields)
-            # the sandbox block carries one options block per provider besides its own fields
-            allowed = _schema_keys(sub)
-            assert declared <= allowed, name
-            if name != "sandbox":
-                assert declared == allowed, name
-
-
-def test_every_key_has_a_description_and_a_default():
-    def walk(props, path):
-        for key, sub in props.items():
+def test_every_key_has_a_description_and_a_default_unless_required():
+    def walk(node, path):
+        for key, sub in node.get("properties", {}).items():
             where = f"{path}.{key}".lstrip(".")
             assert "description" in sub, f"{where} has no description"
-            assert "default" in sub, f"{where} has no default"
-            walk(sub.get("properties", {}), where)
+            assert ("default" in sub) != (key in node.get("required", ())), f"{where}: a default or required"
+            walk(sub, where)
 
-    walk(load_schema()["properties"], "")
+    walk(load_schema(), "")
+
+
+def test_members_of_a_collection_get_no_defaults_and_required_keys_stay_required():
+    """What the user writes inside a mapping's values or a list stays as written (the resolved
+    config.yaml shows it so); a model's required key is asked for, not filled."""
+    data = {"benchmark": {"repo_resources": {"a/b": {"cpu": "2"}}},
+            "sandbox": {"image_rewrites": [{"prefix": "a/", "replace": "b/"}]}}
+    filled = validate(data)
+    assert filled["benchmark"]["repo_resources"] == {"a/b": {"cpu": "2"}}
+    assert filled["sandbox"]["image_rewrites"] == [{"prefix": "a/", "replace": "b/"}]
+    prices = {"model": {"prices": {"input": 3}}}
+    with pytest.raises(UserError, match=r"^my\.yaml: model\.prices: 'output' is a required property$"):
+        validate(prices, [("my.yaml", prices)])
 
 
 def test_defaults_are_filled_in():

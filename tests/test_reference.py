@@ -1,5 +1,6 @@
-"""The documented defaults (docs/config-reference.md, docs/harness-options.md) and the config
-schema's provider blocks are generated from the option models: the committed files are what they give (python -m sandbatch.ops.reference
+"""The config schema (schemas/config.schema.yaml) and the documented defaults
+(docs/config-reference.md, docs/harness-options.md) are generated from the config's models and
+the option models: the committed files are what they give (python -m sandbatch.ops.reference
 rewrites them)."""
 
 from sandbatch.harness import HARNESSES, get_harness
@@ -18,14 +19,16 @@ def test_every_key_of_the_schema_is_in_the_reference_with_its_default():
 
     page = config_reference_page(config_schema())
 
-    def walk(props, prefix):
-        for key, node in props.items():
+    def walk(block, prefix):
+        for key, node in block["properties"].items():
             if "properties" in node:
-                walk(node["properties"], f"{prefix}{key}.")
+                walk(node, f"{prefix}{key}.")
+            elif key in block.get("required", ()):
+                assert f"| `{prefix}{key}` | (required) |" in page
             elif len(json.dumps(node["default"])) <= 60:
                 assert f"| `{prefix}{key}` | `{json.dumps(node['default'])}` |" in page
 
-    walk(load_schema()["properties"], "")
+    walk(load_schema(), "")
 
 
 def test_a_provider_block_of_the_schema_is_its_options_model():

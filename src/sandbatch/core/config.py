@@ -1,10 +1,11 @@
-"""Run configuration: the JSON Schema in schemas/ holds keys and defaults, pydantic the types.
+"""Run configuration: the pydantic models below hold every key, its type, default and meaning.
 
-The schema is the single source of defaults (filled in by validation); the pydantic
-models declare no defaults of their own, so the two cannot drift apart silently
-(tests/test_config.py checks that they name the same keys). The schema's provider blocks
-are generated from the providers' option models (sandbatch.ops.reference); a harness's
-options are resolved over its own model where the run is checked (ops.workflow.check_run).
+The JSON Schema in schemas/ is written from them (with each provider's options model and the
+registries' names: sandbatch.ops.reference; tests/test_reference.py keeps it so). The schema
+validates a merged config, fills in its defaults and gives the one-line errors (jsonschema's
+errors name the key and what it takes, and editors read the same file); the models then read
+the filled config as typed attributes. A harness's options are resolved over its own model
+where the run is checked (ops.workflow.check_run).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import string
 from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from . import resources
 from .errors import UserError
@@ -24,75 +25,173 @@ from .util import deep_merge, did_you_mean
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # validate_default: a default written as the schema shows it (30 for a number) is read as
+    # the field's type (30.0), as the same value given in a config file is
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
 
 
 class Resources(_Model):
-    cpu: str | None = None
-    memory: str | None = None
-    disk: str | None = None
+    """Sandbox resources of every task unless the task (task.toml) or repo_resources says otherwise."""
+
+    cpu: str | None = Field(None, description='CPUs, e.g. "2".')
+    memory: str | None = Field(None, description='Memory, e.g. "4Gi".')
+    disk: str | None = Field(None, description='Disk, e.g. "20Gi".')
 
 
 class BenchmarkConfig(_Model):
-    kind: str
-    tasks: str
-    limit: int | None
-    instance_ids: list[str]
-    filter: str | None
-    prompt_template: str | None
-    resources: Resources
-    repo_resources: dict[str, Resources]
-    task_timeouts: bool
+    kind: Literal['smoke', 'swebench', 'swebench_multilingual', 'swebench_pro', 'terminal_bench'] = Field(
+        'smoke', description=(
+            'Task format and grader family. smoke - the bundled tasks; swebench - SWE-bench Verified rows '
+            '(classic or self-describing); swebench_multilingual - the same row format over 9 languages; '
+            'swebench_pro - SWE-bench Pro rows; terminal_bench - a directory of Terminal-Bench 2.x task '
+            'directories.'))
+    tasks: str = Field('data/smoke/tasks.jsonl', description=(
+        'Path of the task file (JSONL) or, for terminal_bench, of the directory of task directories; '
+        'relative to the working directory.'))
+    prompt_template: str | None = Field(None, description=(
+        "What the agent is asked, with {placeholders} - prompt (the family's default: problem_statement; "
+        'Pro adds requirements and interface; Terminal-Bench is instruction.md), problem_statement, '
+        'requirements, interface, instance_id, repo, workdir. Literal braces are doubled. null = '
+        '{prompt}.'))
+    resources: Resources = Field(default_factory=Resources, description=(
+        'Sandbox resources of every task unless the task (task.toml) or repo_resources says otherwise.'))
+    repo_resources: dict[str, Resources] = Field(default_factory=dict, description=(
+        'Per-repo resource overrides (repo as in the rows, e.g. "apache/druid"); they win over everything '
+        'else.'))
+    task_timeouts: bool = Field(True, description=(
+        "Use the task's own agent and verifier timeouts (Terminal-Bench task.toml) instead of "
+        'timeouts.agent and timeouts.grade for that task.'))
+    limit: int | None = Field(None, ge=1, description='Keep only the first N tasks after filtering.')
+    instance_ids: list[str] = Field(default_factory=list, description='Keep only these instance ids (empty = all).')
+    filter: str | None = Field(None, description='Keep only instance ids matching this regular expression.')
 
 
 class HarnessConfig(_Model):
-    name: str
-    version: str | None
-    config: dict[str, Any]
+    # the names come from the registry (sandbatch.harness.HARNESSES), which the schema lists
+    name: str = Field('oracle', description='Harness name.')
+    version: str | None = Field(None, description=(
+        "Harness version to install (null = the harness's pinned default)."))
+    # the harness's own options model (Harness.options) takes it where the run is checked
+    config: dict[str, Any] = Field(default_factory=dict, description=(
+        "Deep-merged over the harness's full default config."))
 
 
 class ProxyConfig(_Model):
-    enabled: bool
-    bind_host: str | None
-    advertise_host: str | None
-    port: int
-    retries: int
-    backoff: float
-    backoff_max: float
-    retry_budget: float
-    connect_timeout: float
-    read_timeout: float | None
-    stop_after_failures: int
-    max_calls: int | None
-    max_tokens: int | None
-    cap_status: int
-    force_model_name: bool
-    stream_usage: bool
-    require_agent_key: bool
-    drop_cache_control: bool
-    messages: str
-    responses: str
-    tokenize_url: str | None
-    extra_body: dict[str, Any]
+    enabled: bool = Field(True, description=(
+        'Run the proxy; false points the agent straight at base_url (no usage records, overrides or caps) '
+        "for sandboxes that cannot reach the job's host."))
+    bind_host: str | None = Field(None, description=(
+        "Address the proxy listens on; null = the sandbox provider's default (127.0.0.1 for local, "
+        '0.0.0.0 for providers whose sandboxes are other hosts).'))
+    advertise_host: str | None = Field(None, description=(
+        "Host name or address the sandbox uses to reach the proxy; null = the provider's default "
+        "(127.0.0.1 for local, host.docker.internal for docker; for opensandbox, this host's source "
+        'address on its route toward the OpenSandbox server).'))
+    port: int = Field(0, ge=0, le=65535, description='TCP port of the proxy; 0 picks a free one per rollout.')
+    retries: int = Field(6, ge=0, description=(
+        'Extra attempts for an upstream connect error, dropped connection, 429, 502 or 503; other '
+        'statuses go back to the agent at once.'))
+    backoff: float = Field(1.0, ge=0, description=(
+        'Seconds before the first retry; doubles per retry (jittered), up to backoff_max.'))
+    backoff_max: float = Field(30, ge=0, description='Longest pause between two attempts, in seconds.')
+    retry_budget: float = Field(120, ge=0, description=(
+        'Seconds one call may spend in retries; no attempt starts after it (a Retry-After beyond it '
+        'returns the 429). An unreachable upstream answers the agent within about retry_budget + '
+        'connect_timeout.'))
+    connect_timeout: float = Field(10, gt=0, description='Seconds to open a connection to the upstream.')
+    read_timeout: float | None = Field(1800, gt=0, description=(
+        'Seconds the upstream may stay silent (before its answer or between stream chunks); null waits '
+        'forever. A timeout is not retried (the call may be running).'))
+    stop_after_failures: int = Field(3, ge=0, description=(
+        "Model calls in a row that failed for the endpoint's reasons (unreachable, 5xx or 429 after the "
+        'retries above, 401/403, 404) after which the harness step stops the agent and records the '
+        'rollout as an infra_error of that class, instead of letting the agent wait out its timeout; 0 '
+        'never stops it early (docs/proxy.md).'))
+    max_calls: int | None = Field(None, ge=0, description=(
+        'Per-rollout cap on model calls; further calls are answered with an error naming this cap instead '
+        'of being forwarded (null = no cap).'))
+    max_tokens: int | None = Field(None, ge=0, description=(
+        'Per-rollout cap on total tokens (prompt + completion, summed over calls); once reached, further '
+        'calls are refused like max_calls (null = no cap).'))
+    cap_status: Literal[400, 429] = Field(400, description=(
+        'HTTP status of a refused call: 400 makes agents stop; 429 makes most agents retry (and be '
+        'refused again) until their own retry limit.'))
+    force_model_name: bool = Field(False, description='Replace the model the agent asks for with model.name.')
+    stream_usage: bool = Field(True, description=(
+        'Add stream_options.include_usage to streamed Chat calls so they report usage (an extra final '
+        'chunk with empty choices).'))
+    require_agent_key: bool = Field(True, description=(
+        "Answer only requests carrying the proxy's per-rollout agent key (which the harness gives the "
+        'agent as its API key), so a proxy bound to 0.0.0.0 does not lend the upstream key to other '
+        'hosts.'))
+    drop_cache_control: bool = Field(True, description=(
+        'Remove cache_control at messages[].content[] and tools[] (strict OpenAI servers reject it); '
+        "never inside a tool's parameter schema."))
+    messages: Literal['translate', 'passthrough'] = Field('translate', description=(
+        'What the proxy does with Anthropic Messages calls (POST /v1/messages, as Claude Code makes '
+        'them): translate (each becomes one Chat Completions call to base_url, token ids recorded as for '
+        "Chat; docs/proxy.md) or passthrough (sent to base_url's /messages as they are, for an upstream "
+        'that serves Messages; usage is recorded, token ids are not).'))
+    responses: Literal['passthrough', 'translate'] = Field('passthrough', description=(
+        'What the proxy does with Responses calls (POST /v1/responses, as Codex makes them): passthrough '
+        "(sent to base_url's /responses as they are; vLLM's answers carry token ids for the message text "
+        'only) or translate (each becomes one Chat Completions call to base_url and its answer a '
+        'Responses answer, so the ids of the reasoning and tool calls a turn generated are recorded too; '
+        'docs/proxy.md).'))
+    tokenize_url: str | None = Field(None, pattern='^https?://', description=(
+        "A tokenizer endpoint of the upstream (vLLM's /tokenize, e.g. http://host:8000/tokenize) that "
+        "counts a chat's tokens with the served model's own chat template; the proxy answers Messages "
+        'count_tokens calls with it. null - an estimate (about four characters a token), as also when the '
+        'endpoint fails (the record says which).'))
+    extra_body: dict[str, Any] = Field(default_factory=dict, description=(
+        'Fields set on every model call body after sampling (same merge rules), for backend-specific '
+        'switches.'))
 
 
 class Prices(_Model):
     """model.prices: per million tokens."""
 
-    input: float
-    output: float
+    input: float = Field(ge=0, description='Price per million input tokens.')
+    output: float = Field(ge=0, description='Price per million output tokens.')
 
 
 class ModelConfig(_Model):
-    base_url: str | None
-    base_url_env: str | None
-    name: str | None
-    name_env: str | None
-    api_key_env: str | None
-    sampling: dict[str, Any]
-    tokens: Literal["auto", "on", "off"]
-    proxy: ProxyConfig
-    prices: "Prices | None"
+    base_url: str | None = Field(None, description=(
+        'Base URL of the OpenAI-compatible API, ending in /v1. null: OPENAI_BASE_URL when base_url_env is '
+        'not set either (docs/running.md, "The model endpoint").'))
+    base_url_env: str | None = Field(None, description=(
+        'Name of an environment variable that, when set and non-empty, replaces base_url (one config file '
+        'serves several sites).'))
+    name: str | None = Field(None, description=(
+        'Model id sent to the endpoint; also model_name_or_path in predictions. null: the one model the '
+        "endpoint's /models lists, asked once when the run is planned (several, or none, or no answer: an "
+        'error before anything starts); a harness without a model records "none". The run\'s settings and '
+        'manifest.json hold the name used.'))
+    name_env: str | None = Field(None, description=(
+        'Name of an environment variable that, when set and non-empty, replaces name.'))
+    api_key_env: str | None = Field(None, description=(
+        'Name of the environment variable holding the upstream API key (never stored), sent as '
+        'Authorization: Bearer. null: OPENAI_API_KEY when set.'))
+    sampling: dict[str, Any] = Field(default_factory=dict, description=(
+        'Sampling parameters the proxy sets on every model call, winning over what the agent sent '
+        '(temperature, top_p, max_tokens, chat_template_kwargs: {enable_thinking: false}, ...). The '
+        'output-token limit may be given as max_tokens, max_completion_tokens or max_output_tokens and is '
+        'sent under the name the endpoint uses; mappings merge key by key; null removes the key.'))
+    tokens: Literal['auto', 'on', 'off'] = Field('auto', description=(
+        'Token ids and logprobs of every model call, for training. on - the proxy asks the upstream for '
+        'them (Chat Completions: logprobs, return_token_ids; Responses: the output_text logprobs include '
+        'and return_token_ids; a streamed call whose stream carries none - Responses, or Chat once a '
+        'stream came without them - is made unstreamed upstream and streamed back) and records them; auto '
+        '- records them when the upstream sends them; off - records none. Recorded tokens go to '
+        'model_calls.jsonl (prompts as deltas) and onto the output items of response.json. on needs '
+        'model.proxy.enabled.'))
+    prices: Prices | None = Field(None, description=(
+        "What the model's tokens cost, per million input (cached ones included) and per million output "
+        'tokens, e.g. {input: 3, output: 15} in US dollars; metrics.json and the report then show the '
+        "run's cost. null - no cost is reported."))
+    proxy: ProxyConfig = Field(default_factory=ProxyConfig, description=(
+        'The per-rollout model proxy the harness job runs: the agent talks to it, it talks to base_url '
+        '(retries, sampling overrides, usage records in model_calls.jsonl).'))
 
     def upstream_key(self) -> str | None:
         """The endpoint's API key, read when needed and never stored: the variable api_key_env
@@ -101,19 +200,33 @@ class ModelConfig(_Model):
 
 
 class ImageRewrite(_Model):
-    prefix: str
-    replace: str
+    prefix: str = Field(description='What an image name starts with.')
+    replace: str = Field(description='What that start is replaced by.')
 
 
 class SandboxConfig(_Model):
-    model_config = ConfigDict(extra="allow", frozen=True)  # one options block per provider
-    provider: str
-    ttl_seconds: int
-    default_image: str | None
-    owner: str | None
-    image_rewrites: list[ImageRewrite]
-    create_rate: float
-    history: Literal["strip", "keep"]
+    # one options block per provider besides these fields: the schema names them from the
+    # registry (sandbatch.sandbox.PROVIDERS), each provider's options model gives its keys
+    model_config = ConfigDict(extra="allow", frozen=True, validate_default=True)
+    __pydantic_extra__: dict[str, dict[str, Any]]
+
+    # the names come from the registry, which the schema lists
+    provider: str = Field('local', description='Sandbox provider.')
+    ttl_seconds: int = Field(7200, ge=60, description='Lifetime after which a provider may delete a forgotten sandbox.')
+    default_image: str | None = Field(None, description=(
+        'Image for tasks that name none (the bundled smoke tasks); ignored by the local provider.'))
+    owner: str | None = Field(None, description='Owner label put on every sandbox (null = the current user name).')
+    create_rate: float = Field(5, gt=0, description=(
+        'Sandbox creates per second across the whole run (every step process, locally and on Slurm, draws '
+        'from one bucket in the run directory); 429/503 answers slow it down.'))
+    history: Literal['strip', 'keep'] = Field('strip', description=(
+        "strip = before the agent starts, its sandbox's repository (when it comes with the task image, "
+        'submodules included) keeps only what HEAD reaches: no other branch, tag, remote, reflog, stash, '
+        'note or object from after the base commit (what was removed is recorded in sandbox.json, '
+        "history). keep = leave the image's repository as it is (for images known to be clean). The "
+        'grading sandbox always keeps it.'))
+    image_rewrites: list[ImageRewrite] = Field(default_factory=list, description=(
+        'Image name prefix rewrites; the first matching prefix wins.'))
 
     def options(self, provider: str | None = None) -> dict[str, Any]:
         """The options block of `provider` (default: the selected one)."""
@@ -121,53 +234,111 @@ class SandboxConfig(_Model):
 
 
 class Timeouts(_Model):
-    sandbox: float
-    install: float
-    agent: float
-    patch: float
-    grade: float
+    sandbox: float = Field(600, gt=0, description='Create and prepare a sandbox.')
+    install: float = Field(600, gt=0, description='Install the harness.')
+    agent: float = Field(1800, gt=0, description='Run the agent.')
+    patch: float = Field(300, gt=0, description='Extract the patch.')
+    grade: float = Field(1800, gt=0, description='Grade in a fresh sandbox.')
 
 
 class GradingConfig(_Model):
-    reward_threshold: float
-    in_agent_sandbox: bool | list[str]
-    inconclusive_retries: int
-    tampering: Literal["neutralise", "fail", "log_only"]
-    suspicious: Literal["report", "fail"]
-
-
-class PatchConfig(_Model):
-    exclude: list[str]
+    reward_threshold: float = Field(1.0, description=(
+        'A rollout counts as correct for pass@k when reward >= this value.'))
+    in_agent_sandbox: bool | list[str] = Field(False, description=(
+        "Terminal-Bench only. Grade in the agent's own sandbox (its full state, not only the replayed "
+        'workdir diff) - true for every task, or a list of instance ids. Every reward file is deleted '
+        'before tests/ is uploaded.'))
+    inconclusive_retries: int = Field(1, ge=0, description=(
+        'SWE-bench Pro. Reruns of run_script + parser when a run is inconclusive (no parsable '
+        'output.json, no tests, timed out) before it counts as unresolved.'))
+    tampering: Literal['neutralise', 'fail', 'log_only'] = Field('neutralise', description=(
+        'What grading does with the parts of a patch that change how tests are collected, run or reported '
+        '(test files, conftest.py, runner configs, .pth files, shims; see docs/benchmarks.md), and with a '
+        'test run whose verdict the code under test altered (a pytest report contradicting the raw call '
+        "result, the runner's machinery replaced, a log that contradicts itself): neutralise = restore "
+        'those paths to the base commit, grade the code change alone and count altered results as failed; '
+        'fail = reward 0 and status tampered. Either way grade.json lists them under tampering. log_only '
+        "= none of these defences: the log alone decides, as in the benchmarks' own harnesses (to measure "
+        'what the defences change; never for rewards used in training).'))
+    suspicious: Literal['report', 'fail'] = Field('report', description=(
+        'What grading does with a patch whose code outside the tests reaches into the test runner '
+        "(imports _pytest or pluggy, defines pytest hooks, looks up the runner's sys.modules entry, "
+        'patches builtins, exits at import, and the equivalents for the other languages; see '
+        'docs/benchmarks.md): report = grade it as usual and list the lines under suspicious in '
+        'grade.json (counted in the report and the viewer); fail = reward 0 and status tampered (failure '
+        'class suspicious), the tests not run.'))
 
 
 class AggregateConfig(_Model):
-    report_title: str | None
-    compare_to: str | None
-    exports: list[Literal["gym"]]
+    report_title: str | None = Field(None, description='Title of report.md (null = the run name).')
+    compare_to: str | None = Field(None, description=(
+        'Name of an earlier run under the same results_dir (its aggregate done) that the report compares '
+        'this run with, as `sandbatch compare <compare_to> <run>` does: resolved rate and pass@k with '
+        'bootstrap intervals, paired difference, McNemar test, flipped and flaky tasks '
+        '(report/compare.html). null = no comparison.'))
+    exports: list[Literal['gym']] = Field(default_factory=list, json_schema_extra={"uniqueItems": True}, description=(
+        'Layouts of the finished run that the workflow writes after the aggregate, as `sandbatch export '
+        "--format <name>` does. gym = NeMo Gym's: results/<run>/gym/ holds rollouts.jsonl, "
+        'rollouts_materialized_inputs.jsonl and rollouts_failures.jsonl as `gym eval run` writes them, '
+        'read unchanged by `gym eval profile`.'))
+
+
+class PatchConfig(_Model):
+    exclude: list[str] = Field(default_factory=lambda: ['**/__pycache__/**', '**/*.pyc', '.pytest_cache/**'],
+                               description='Git pathspec globs left out of the patch (build and harness state).')
 
 
 class TracesConfig(_Model):
-    exporters: list[Literal["file", "otlp_http", "otlp_grpc"]]
-    endpoint: str | None
-    export_timeout: float
+    exporters: list[Literal['file', 'otlp_http', 'otlp_grpc']] = Field(
+        default_factory=list, json_schema_extra={"uniqueItems": True}, description=(
+            'Where spans go: `file` appends OTLP-JSON lines to results/<run>/<task>/<repeat>/trace.jsonl; '
+            '`otlp_http` / `otlp_grpc` send them to a collector (Phoenix, Jaeger, an OpenTelemetry '
+            'Collector) named by `endpoint` or the standard OTEL_EXPORTER_OTLP_* variables.'))
+    endpoint: str | None = Field(None, description=(
+        "The collector's URL (e.g. http://127.0.0.1:6006/v1/traces for HTTP, http://127.0.0.1:4317 for "
+        'gRPC); null reads OTEL_EXPORTER_OTLP_TRACES_ENDPOINT / OTEL_EXPORTER_OTLP_ENDPOINT.'))
+    export_timeout: float = Field(2, gt=0, description=(
+        'Seconds one export to a collector may take, and the most a step waits at its end for its last '
+        'spans to go; past it they are dropped (counted in metrics.json) and the rollout goes on. A '
+        'collector that is down costs each step at most this once.'))
 
 
 class Config(_Model):
-    run: str
-    results_dir: str
-    repeats: int
-    retries: int
-    concurrency: int
-    nodes: int
-    benchmark: BenchmarkConfig
-    harness: HarnessConfig
-    model: ModelConfig
-    sandbox: SandboxConfig
-    timeouts: Timeouts
-    patch: PatchConfig
-    grading: GradingConfig
-    aggregate: AggregateConfig
-    traces: TracesConfig
+    """One run = one benchmark x one harness x one model. Every key has a default, so a config
+    file only names what it changes. Unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, title="sandbatch run configuration")
+
+    run: str = Field('default', pattern='^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$', description=(
+        'Name of the run; results go to results/<run>/. Put what defines an experiment here.'))
+    results_dir: str = Field('results', description=(
+        'Directory (relative to the working directory) that holds results/<run>/.'))
+    repeats: int = Field(1, ge=1, description=(
+        'Rollouts per task; pass@k is reported for every k = 1, 2, 3, ... up to repeats.'))
+    retries: int = Field(2, ge=0, description=(
+        'Extra attempts for a step that failed on infrastructure (sandbox, image, network, grader crash); '
+        'after the last one the failure is recorded as infra_error.'))
+    concurrency: int = Field(4, ge=1, description=(
+        "Rollouts that may hold a sandbox at the same time, per node's worth of sandbox capacity: the "
+        "run's cap (Snakemake resource `sandboxes`) is concurrency x nodes."))
+    nodes: int = Field(1, ge=1, description=(
+        'A multiplier of the sandbox cap, nothing more: at most concurrency x nodes rollouts hold a '
+        'sandbox at once. It starts no jobs and places none; the executor (local or Slurm) decides where '
+        'steps run.'))
+    benchmark: BenchmarkConfig = Field(default_factory=BenchmarkConfig, description='Which tasks to run.')
+    harness: HarnessConfig = Field(default_factory=HarnessConfig, description=(
+        'The agent harness that runs in the sandbox.'))
+    model: ModelConfig = Field(default_factory=ModelConfig, description=(
+        'The OpenAI-compatible model endpoint the agent talks to.'))
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description='Where rollouts run.')
+    timeouts: Timeouts = Field(default_factory=Timeouts, description='Wall-clock limits in seconds per phase.')
+    grading: GradingConfig = Field(default_factory=GradingConfig, description='How patches are graded.')
+    aggregate: AggregateConfig = Field(default_factory=AggregateConfig, description='What the aggregate reports.')
+    patch: PatchConfig = Field(default_factory=PatchConfig, description=(
+        "How the agent's patch is extracted from the workdir."))
+    traces: TracesConfig = Field(default_factory=TracesConfig, description=(
+        'OpenTelemetry traces: one trace per rollout (its steps, sandbox operations, model calls). Off '
+        'unless `exporters` names one; off costs nothing.'))
 
     @property
     def run_dir(self) -> Path:
@@ -419,6 +590,15 @@ def nest_dotted(flat: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def merge(sources: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any]:
+    """The config its sources give together, lowest precedence first: mappings merge key by
+    key, anything else is replaced (as Snakemake merges its config files and --config)."""
+    merged: dict[str, Any] = {}
+    for _, raw in sources:
+        merged = deep_merge(merged, raw)
+    return merged
+
+
 def merged_sources(
     configfiles: Sequence[str | os.PathLike],
     overrides: Mapping[str, Any] | None = None,
@@ -427,16 +607,11 @@ def merged_sources(
 ) -> tuple[dict[str, Any], list[tuple[str, Mapping[str, Any]]]]:
     """Merge like Snakemake does (default file, then each --configfile, then --config):
     the merged config and its sources, lowest precedence first."""
-    sources: list[tuple[str, Mapping[str, Any]]] = []
-    merged: dict[str, Any] = {}
-    for path in ([default] if default else []) + list(configfiles):
-        raw = read_yaml(path)
-        sources.append((str(path), raw))
-        merged = deep_merge(merged, raw)
+    sources: list[tuple[str, Mapping[str, Any]]] = [
+        (str(path), read_yaml(path)) for path in ([default] if default else []) + list(configfiles)]
     if overrides:
         sources.append((overrides_label, overrides))
-        merged = deep_merge(merged, overrides)
-    return merged, sources
+    return merge(sources), sources
 
 
 def load(

@@ -3,8 +3,9 @@
 
 - docs/harness-options.md: every key of every harness's `harness.config` (the harness's
   `options` model) with its default and meaning;
-- in schemas/config.schema.yaml, the blocks `sandbox.<provider>` (each provider's
-  `options_model`) and the names `harness.name` and `sandbox.provider` take (the registries);
+- schemas/config.schema.yaml: the run config's models (sandbatch.core.config), with the blocks
+  `sandbox.<provider>` (each provider's `options_model`) and the names `harness.name` and
+  `sandbox.provider` take (the registries);
 - docs/config-reference.md: every key of the run config with its default and meaning, from
   that schema.
 
@@ -26,9 +27,9 @@ from .. import REPO_ROOT
 PAGE = "docs/harness-options.md"
 REFERENCE = "docs/config-reference.md"
 SCHEMA = "schemas/config.schema.yaml"
-SCHEMA_NOTE = ("# Written by `python -m sandbatch.ops.reference`: sandbox.<provider> comes from each provider's\n"
-               "# options model, the names of harness.name and sandbox.provider from the registries; edit\n"
-               "# those there, the rest here, then run it again (tests/test_reference.py checks).\n")
+SCHEMA_NOTE = ("# Written by `python -m sandbatch.ops.reference` from the config's models (sandbatch.core.config),\n"
+               "# each provider's options model and the registries' names; do not edit by hand: edit those\n"
+               "# and run it again (tests/test_reference.py checks).\n")
 
 HEADER = """# Harness options
 
@@ -92,7 +93,8 @@ def _schema_rows(props: dict[str, Any], prefix: str = "") -> Iterator[str]:
             yield from _schema_rows(node["properties"], f"{prefix}{key}.")
             continue
         text = json.dumps(node.get("default"))
-        default = f"`{text}`" if len(text) <= 60 else "(long: see the schema)"
+        default = ("(required)" if "default" not in node else
+                   f"`{text}`" if len(text) <= 60 else "(long: see the schema)")
         yield f"| `{prefix}{key}` | {default} | {description} |"
 
 
@@ -114,22 +116,24 @@ def config_reference_page(schema_text: str) -> str:
 
 
 def config_schema() -> str:
-    """The config schema with its generated parts made anew from the models and registries
-    (the rest of it is as committed)."""
+    """The config schema, made from the config's models (sandbatch.core.config), the providers'
+    options models and the registries' names."""
     import yaml
 
-    from ..core.schema import block
+    from ..core.config import Config
+    from ..core.schema import block, document, with_enum
     from ..harness import HARNESSES
     from ..sandbox import PROVIDERS, provider_class
 
-    with open(REPO_ROOT / SCHEMA, encoding="utf-8") as fh:
-        schema = yaml.safe_load(fh)
+    schema = document(Config)
     props = schema["properties"]
-    props["harness"]["properties"]["name"]["enum"] = list(HARNESSES)
-    sandbox = props["sandbox"]["properties"]
-    sandbox["provider"]["enum"] = list(PROVIDERS)
+    harness = props["harness"]["properties"]
+    harness["name"] = with_enum(harness["name"], list(HARNESSES))
+    sandbox = props["sandbox"]
+    sandbox["additionalProperties"] = False  # the providers' blocks, named below, are all it takes
+    sandbox["properties"]["provider"] = with_enum(sandbox["properties"]["provider"], list(PROVIDERS))
     for name in PROVIDERS:
-        sandbox[name] = block(provider_class(name).options_model)
+        sandbox["properties"][name] = block(provider_class(name).options_model)
     return SCHEMA_NOTE + yaml.safe_dump(schema, sort_keys=False, width=100, allow_unicode=True)
 
 

@@ -19,9 +19,9 @@ from typing import Any
 import yaml
 
 from ..core import resources
-from ..core.config import merged_sources, nest_dotted, parse, validate
+from ..core.config import merge, merged_sources, nest_dotted, parse, validate
 from ..core.errors import UserError
-from ..core.util import deep_merge, write_if_changed
+from ..core.util import write_if_changed
 from .workflow import SUMMARY_BY_CALLER, check_run, end_summary
 
 RESOLVED = "config.yaml"  # the run's merged config, in results/<run>/
@@ -72,10 +72,9 @@ def resolve(req: RunRequest) -> tuple[dict[str, Any], Any]:
     a mistake is one UserError naming the file or flag and the key."""
     merged, sources = merged_sources([resources.config_file(c) for c in req.configfiles],
                                      default=resources.default_config())
-    for label, layer in (("flags", _flag_overrides(req.flags, merged)), ("--set", req.sets)):
-        if layer:
-            merged = deep_merge(merged, layer)
-            sources.append((label, layer))
+    layers = (("flags", _flag_overrides(req.flags, merged)), ("--set", req.sets))
+    sources += [(label, layer) for label, layer in layers if layer]
+    merged = merge(sources)
     cfg, _ = check_run(parse(merged, sources))
     return validate(merged, sources), cfg
 

@@ -1,4 +1,4 @@
-"""What the model proxy is set to and what a request asks for: `model.proxy` with the schema's
+"""What the model proxy is set to and what a request asks for: `model.proxy` with its
 defaults, and which endpoint a request path names. The host it binds and the address the
 sandboxes reach it at depend on the sandbox provider: sandbox.proxy_address.
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from ..core.config import ProxyConfig, load_schema
+from ..core.config import ProxyConfig
 from ..core.errors import UserError
 
 _ENDPOINTS = {"/chat/completions": "chat", "/responses": "responses", "/completions": "completions",
@@ -15,16 +15,14 @@ _ENDPOINTS = {"/chat/completions": "chat", "/responses": "responses", "/completi
 
 
 def proxy_settings(values: ProxyConfig | Mapping[str, Any] | None = None) -> ProxyConfig:
-    """A ProxyConfig from a partial mapping; missing keys take the schema's defaults."""
+    """A ProxyConfig from a partial mapping; missing keys take the model's defaults."""
     if isinstance(values, ProxyConfig):
         return values
-    schema = load_schema()["properties"]["model"]["properties"]["proxy"]["properties"]
-    merged = {key: sub["default"] for key, sub in schema.items()}
-    unknown = set(values or {}) - set(merged)
+    allowed = ProxyConfig.model_fields
+    unknown = set(values or {}) - set(allowed)
     if unknown:
-        raise UserError(f"model.proxy: unknown key '{sorted(unknown)[0]}'; allowed keys: {', '.join(sorted(merged))}")
-    merged.update(values or {})
-    return ProxyConfig.model_validate(merged)
+        raise UserError(f"model.proxy: unknown key '{sorted(unknown)[0]}'; allowed keys: {', '.join(sorted(allowed))}")
+    return ProxyConfig.model_validate(values or {})
 
 
 def split_path(path: str) -> tuple[str, str]:
