@@ -425,6 +425,7 @@ def test_other_languages_scan_added_lines(path, line, flagged):
 
 
 def test_suspicious_rollouts_in_metrics_report_and_viewer(tmp_path):
+    from sandbatch.contracts.records import GradeRecord
     from sandbatch.contracts.row import RolloutRow
     from sandbatch.reporting import metrics, report
     from sandbatch.reporting.view import flagged_html, page
@@ -441,7 +442,7 @@ def test_suspicious_rollouts_in_metrics_report_and_viewer(tmp_path):
     assert "Suspicious (1, their code reaches into the test runner; grade.json lists the lines): b#0" in \
         report.markdown(cfg, m, rows)
     assert flagged_html(rows) == '<p id="suspicious">Suspicious code in 1 rollouts: <a href="rollouts/b/0.html">b#0</a></p>'
-    html = page.flags_html({"suspicious": [hit]})  # shown at the top of the rollout's page
+    html = page.flags_html(GradeRecord(suspicious=[hit]))  # shown at the top of the rollout's page
     assert 'id="suspicious"' in html and "calc.py:15" in html and "names the test runner" in html
 
 

@@ -6,6 +6,7 @@ import math
 from collections import Counter, defaultdict
 from typing import Any, Iterable, Mapping
 
+from ..contracts.response import TokenJoin
 from ..contracts.row import RolloutRow
 
 
@@ -63,8 +64,8 @@ def compute(rollouts: Iterable[RolloutRow], threshold: float, prices: Any = None
     graded = len(rows) - len(infra)
     durations = {p: [v for r in rows if (v := getattr(r.durations, p)) is not None] for p in PHASES}
     tokens = [r.total_tokens for r in rows]
-    joins = [r.token_join for r in rows]
-    io_tokens = {k: sum(r.usage.get(f"{k}_tokens", 0) for r in rows) for k in ("input", "output")}
+    joins = [r.token_join for r in rows if r.token_join]
+    io_tokens = {"input": sum(r.usage.input_tokens for r in rows), "output": sum(r.usage.output_tokens for r in rows)}
     return {
         "tasks": len(by_task),
         "rollouts": len(rows),
@@ -106,7 +107,7 @@ def time_by_kind(rows: list[RolloutRow]) -> dict[str, Any]:
     traced = [r.time_by_kind for r in rows if r.time_by_kind]
     if not traced:
         return time_from_records(rows)
-    total = {k: round(sum(t.get(k, 0.0) for t in traced), 3) for k in ("model", "sandbox", "tests", "orchestration")}
+    total = {k: round(sum(getattr(t, k) for t in traced), 3) for k in ("model", "sandbox", "tests", "orchestration")}
     return {"source": "traces", "rollouts": len(traced), **total}
 
 
@@ -142,17 +143,15 @@ def cost(tokens: Mapping[str, Any], prices: Any, rollouts: int) -> dict[str, Any
             "per_rollout": round((inp + out) / rollouts, 6) if rollouts else None}
 
 
-def token_data(joins: list[Mapping[str, Any]]) -> dict[str, Any]:
+def token_data(joins: list[TokenJoin]) -> dict[str, Any]:
     """Token ids and logprobs over the rollouts' token_join counts (response.json): how many
     turns carry them, how well calls joined items, and the re-tokenisation drift (the share
     of turns continuing a conversation whose prompt does not extend the previous turn's
     prompt + generation token for token)."""
-    total = {k: sum(int(j.get(k) or 0) for j in joins) for k in (
-        "calls", "matched_calls", "unmatched_calls", "items", "matched_items", "unmatched_items",
-        "turns_with_tokens", "continuing_turns", "drifted_turns", "segments", "rewritten_turns", "untrusted_turns")}
-    return {**total, "rollouts_with_tokens": sum(1 for j in joins if j.get("turns_with_tokens")),
+    total = {k: sum(getattr(j, k) or 0 for j in joins) for k in TokenJoin.model_fields}  # its counts, in its order
+    return {**total, "rollouts_with_tokens": sum(1 for j in joins if j.turns_with_tokens),
             # rollouts whose history was rewritten (a compaction): more than one segment
-            "rollouts_rewritten": sum(1 for j in joins if j.get("rewritten_turns")),
+            "rollouts_rewritten": sum(1 for j in joins if j.rewritten_turns),
             "drift_rate": _rate(total["drifted_turns"], total["continuing_turns"]),
             # the share of joined turns a trainer masks (their ids left off)
             "untrusted_rate": _rate(total["untrusted_turns"], total["matched_calls"])}

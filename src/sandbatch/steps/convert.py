@@ -37,7 +37,7 @@ class ConvertStep(Step):
                "task_id": ctx.task_id, "instance_id": ctx.task.instance_id, "repeat": ctx.repeat,
                "events": len(events), "unknown_events": conv.unknown,
                "model_s": totals["latency_s"],  # the model calls' latencies summed (metrics.json time_s)
-               **({"token_join": joined} if joined else {}), **({"feedback": conv.feedback} if conv.feedback else {}),
+               **({"token_join": joined.model_dump()} if joined else {}), **({"feedback": conv.feedback} if conv.feedback else {}),
                **conv.metadata}
         prompt = prompt_for(ctx.task, cfg.benchmark)
         resp = responses.response(items, usage.summarize(totals), cfg.model.name,
