@@ -23,8 +23,7 @@ def rollout_row(cfg: Config, task: TaskRef, repeat: int) -> RolloutRow:
     gr = load(GradeRecord, d / GRADE)
     resp = read_json(d / RESPONSE)
     run = RunData.of(resp)
-    final = final_status({phase: rec.model_dump(include={"status", "failure_class", "error"})
-                          for phase, rec in zip(PHASES, (sb, hr, pr, gr))})
+    final = final_status(dict(zip(PHASES, (sb, hr, pr, gr))))
     durations = Durations(sandbox=sb.duration_s, install=hr.install_s, agent=hr.agent_s, harness=hr.duration_s,
                           patch=pr.duration_s, grade=gr.duration_s, tests=gr.phases.get("tests"),
                           model=run.model_s)
