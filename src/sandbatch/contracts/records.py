@@ -256,3 +256,16 @@ class GradeRecord(Record):
     suspicious: list[dict[str, Any]] = Field(default_factory=list)
     network: NetworkRecord | None = None  # what the grading sandbox reached
     log_path: str | None = None
+
+
+class Manifest(BaseModel):
+    """results/<run>/manifest.json (contracts/files.py's MANIFEST): the aggregate's last file."""
+
+    run: str
+    config: dict[str, Any]  # the run's config as the workflow handed it to the aggregate
+    started_at: str | None = None  # the first rollout's sandbox step
+    finished_at: str
+    sandboxes_reaped: int | None = None  # None: the provider could not be asked (`sandbatch stop` reaps too)
+    python: str
+    platform: str
+    versions: dict[str, str] = Field(default_factory=dict)  # of the packages a run depends on
