@@ -26,10 +26,9 @@ from .sandbox import NetworkRecord, SandboxSpec
 Status = Literal["ok", "agent_error", "timeout", "infra_error", "tampered"]
 
 
-
 class IndexLine(BaseModel):
     """A record's status fields, as its line in the rollout's INDEX (contracts/files.py) holds
-    them: what `sandbatch status` and `sandbatch rerun` read instead of the record."""
+    them: what `sandbatch status` and `sandbatch rerun-errors` read instead of the record."""
 
     status: Status = "ok"
     failure_class: str | None = None

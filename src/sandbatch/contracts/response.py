@@ -70,7 +70,6 @@ class RunData(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    events: int = 0
     unknown_events: int = 0  # events the converter did not recognise
     conversion_error: str | None = None  # the converter failed: no items
     model_s: float | None = None  # the model calls' latencies summed (metrics.json time_s)

@@ -37,5 +37,5 @@ def rollout_row(cfg: Config, task: TaskRef, repeat: int) -> RolloutRow:
         tampering=gr.tampering, suspicious=gr.suspicious,
         token_join=run.token_join,
         traces_dropped=trace.dropped_spans(d),
-        time_by_kind=trace.time_by_kind(trace.read_spans(d / trace.TRACE_FILE)) or None,  # None without a trace file
+        time_by_kind=trace.time_by_kind(trace.read_spans(d / trace.TRACE_FILE)),  # {} (None) without a trace file
         started_at=sb.started_at, finished_at=gr.finished_at, dir=str(d))
