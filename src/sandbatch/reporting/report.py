@@ -82,8 +82,8 @@ TASK_HEADER = ("task", "resolved", "status or failure class", "tokens", "time s"
 
 def task_cells(rows: list[RolloutRow]) -> list[tuple[str, ...]]:
     """The per-task table's cells (outcomes.task_rows): resolved as k/n over the repeats."""
-    return [(t["task"], f"{t['resolved']}/{t['repeats']}", t["outcome"], str(t["tokens"]),
-             "" if t["time_s"] is None else f"{t['time_s']:.1f}") for t in outcomes.task_rows(rows)]
+    return [(t.task, f"{t.resolved}/{t.repeats}", t.outcome, str(t.tokens),
+             "" if t.time_s is None else f"{t.time_s:.1f}") for t in outcomes.task_rows(rows)]
 
 
 RERUN = "`sandbatch rerun-errors <run>`, then the same run command, redoes them"
@@ -92,7 +92,7 @@ INFRA_HEADER = ("class", "rollouts", "example", "step", "error")
 
 def infra_cells(rows: list[RolloutRow]) -> list[tuple[str, ...]]:
     """The infrastructure errors by class, one example each (outcomes.infra_errors)."""
-    return [(e["class"], str(e["rollouts"]), e["example"], e["phase"] or "", e["error"])
+    return [(e.failure_class, str(e.rollouts), e.example, e.phase or "", e.error)
             for e in outcomes.infra_errors(rows)]
 
 
