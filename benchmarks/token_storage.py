@@ -104,9 +104,9 @@ def measure(args: argparse.Namespace, rng: random.Random, tool: int, tmp: Path) 
     json.loads(resp_path.read_bytes())
     print(f"response.json: {resp_path.stat().st_size / 1e6:.2f} MB ({token_bytes / 1e6:.2f} MB training fields: "
           f"each turn's whole prompt, as NeMo Gym's items carry it), parsed in {time.perf_counter() - t0:.2f} s; "
-          f"join {joined['matched_calls']}/{joined['calls']} calls, "
-          f"drifted {joined['drifted_turns']}/{joined['continuing_turns']} turns, "
-          f"{joined['segments']} segment(s), {joined['untrusted_turns']} untrusted turns")
+          f"join {joined.matched_calls}/{joined.calls} calls, "
+          f"drifted {joined.drifted_turns}/{joined.continuing_turns} turns, "
+          f"{joined.segments} segment(s), {joined.untrusted_turns} untrusted turns")
     return 0
 
 

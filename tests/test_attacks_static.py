@@ -425,6 +425,8 @@ def test_other_languages_scan_added_lines(path, line, flagged):
 
 
 def test_suspicious_rollouts_in_metrics_report_and_viewer(tmp_path):
+    from sandbatch.contracts.metrics import Rate
+    from sandbatch.contracts.records import GradeRecord
     from sandbatch.contracts.row import RolloutRow
     from sandbatch.reporting import metrics, report
     from sandbatch.reporting.view import flagged_html, page
@@ -434,14 +436,14 @@ def test_suspicious_rollouts_in_metrics_report_and_viewer(tmp_path):
     hit = {"path": "calc.py", "line": 15, "text": 'if "_pytest" in sys.modules:', "reason": "names the test runner"}
     rows = [row, row.model_copy(update={"instance_id": "b", "task_id": "b", "suspicious": [hit]})]
     m = metrics.compute(rows, 1.0)
-    assert m["suspicious_rate"] == {"value": 0.5, "numerator": 1, "denominator": 2}
-    assert m["suspicious_rollouts"] == ["b#0"]
+    assert m.suspicious_rate == Rate(value=0.5, numerator=1, denominator=2)
+    assert m.suspicious_rollouts == ["b#0"]
     assert ("patches whose code reaches into the test runner", "50.0% (1/2)") in report.metric_rows(m)
     cfg = config.load([], {"run": "r"}, default=REPO_ROOT / "config" / "default.yaml")
     assert "Suspicious (1, their code reaches into the test runner; grade.json lists the lines): b#0" in \
         report.markdown(cfg, m, rows)
     assert flagged_html(rows) == '<p id="suspicious">Suspicious code in 1 rollouts: <a href="rollouts/b/0.html">b#0</a></p>'
-    html = page.flags_html({"suspicious": [hit]})  # shown at the top of the rollout's page
+    html = page.flags_html(GradeRecord(suspicious=[hit]))  # shown at the top of the rollout's page
     assert 'id="suspicious"' in html and "calc.py:15" in html and "names the test runner" in html
 
 

@@ -33,7 +33,7 @@ def _published(tmp_path):
 def test_a_capture_counts_only_with_the_same_inputs_and_intact_files(tmp_path):
     rollout = _published(tmp_path)
     assert (rollout / PATCH).read_bytes() == b"diff\n" and load(PatchRecord, rollout / PATCH_INFO).bytes == 5
-    assert read_index(rollout)[PATCH_INFO]["status"] == "ok"
+    assert read_index(rollout)[PATCH_INFO].status == "ok"
     assert kept.find(rollout, "patch", {"harness.json": "other"}) is None
     found = kept.find(rollout, "patch", {"harness.json": "abc"})
     assert found is not None
@@ -195,7 +195,7 @@ def test_recovery_without_a_key_writes_the_outputs_and_leaves_its_sandboxes_to_t
     kept.note_sandbox(ctx.dir, "harness", sandbox.id)
     recovery.write({"events.jsonl": "{}\n", "model_calls.jsonl": None}, PATCH_INFO, PatchRecord(bytes=0))
     assert ctx.path("events.jsonl").read_text() == "{}\n" and ctx.path("model_calls.jsonl").read_text() == ""
-    assert read_index(ctx.dir)[PATCH_INFO]["status"] == "ok" and kept.find(ctx.dir, "harness", {}) is None
+    assert read_index(ctx.dir)[PATCH_INFO].status == "ok" and kept.find(ctx.dir, "harness", {}) is None
     asyncio.run(recovery.clear())  # the rerun of a step killed after that write
     assert asyncio.run(ctx.provider.list({"run": "recovery-test"})) == []
     kept.note_sandbox(ctx.dir, "harness", "sb-2")

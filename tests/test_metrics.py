@@ -2,6 +2,7 @@ import math
 
 import pytest
 
+from sandbatch.contracts.metrics import Rate
 from sandbatch.contracts.row import RolloutRow
 from sandbatch.reporting.metrics import compute, ks_for, pass_at_k, percentile
 
@@ -53,9 +54,9 @@ def test_compute_separates_infra_errors_and_states_denominators():
     rows = [_row("a", 1), _row("a", 0), _row("b", 0, "infra_error", "sandbox_create"), _row("b", 1)]
     m = compute(rows, 1.0)
     # the infra error is no sample: b has one (resolved), a two (one resolved)
-    assert m["pass_at_k"] == {"1": 75.0} and m["samples_per_task_min"] == 1
-    assert m["mean_reward"] == pytest.approx(2 / 3)  # over the graded three
-    assert m["resolved_rate"] == {"value": 0.5, "numerator": 2, "denominator": 4}
-    assert m["resolved_rate_excluding_infra_errors"]["denominator"] == 3
-    assert m["failure_classes"] == {"sandbox_create": 1}
-    assert m["tokens"]["total"] == 40
+    assert m.pass_at_k == {"1": 75.0} and m.samples_per_task_min == 1
+    assert m.mean_reward == pytest.approx(2 / 3)  # over the graded three
+    assert m.resolved_rate == Rate(value=0.5, numerator=2, denominator=4)
+    assert m.resolved_rate_excluding_infra_errors.denominator == 3
+    assert m.failure_classes == {"sandbox_create": 1}
+    assert m.tokens.total == 40

@@ -295,7 +295,7 @@ def test_unreachable_upstream_errors_within_the_bound(out):
     assert 0.5 < elapsed < 8
     row = calls(out)[0]
     assert row["status"] == 502 and row["attempts"] > 3 and "ClientConnectorError" in row["error"]
-    assert summarize_usage(out / "model_calls.jsonl")["failed_calls"] == 1
+    assert summarize_usage(out / "model_calls.jsonl").failed_calls == 1
 
 
 def test_read_timeout_is_not_retried(upstream, out):
@@ -492,12 +492,12 @@ def test_summarize_usage_sums_the_records(scripted, out):
     total = summarize_usage(path)
     model_rows = [r for r in rows if r["endpoint"] != "models"]
     for key in ("prompt_tokens", "completion_tokens", "reasoning_tokens", "total_tokens"):
-        assert total[key] == sum((r.get("usage") or {}).get(key, 0) for r in model_rows) > 0
-    assert total["calls"] == 5 and total["refused_calls"] == 1 and total["failed_calls"] == 1
-    assert total["other_requests"] == 1 and total["calls_without_usage"] == 0
+        assert getattr(total, key) == sum((r.get("usage") or {}).get(key, 0) for r in model_rows) > 0
+    assert total.calls == 5 and total.refused_calls == 1 and total.failed_calls == 1
+    assert total.other_requests == 1 and total.calls_without_usage == 0
     shaped = summarize(total)
-    assert shaped["input_tokens"] == total["prompt_tokens"] and shaped["model_calls"] == 5
-    assert summarize_usage(out / "missing.jsonl")["calls"] == 0
+    assert shaped.input_tokens == total.prompt_tokens and shaped.model_calls == 5
+    assert summarize_usage(out / "missing.jsonl").calls == 0
 
 
 def test_normalize_usage_both_shapes():

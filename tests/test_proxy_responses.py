@@ -91,8 +91,8 @@ def test_translated_turns_carry_the_whole_generations_ids_and_stay_trusted(scrip
         assert row["tokens"]["generation"] == [i for _, i in scripted.reply(request["body"]).generated()]
     assert [r["tokens"]["extends"] for r in rows] == [None, True, True]
     counts, _ = attach(items, rows)
-    assert (counts["matched_items"], counts["unmatched_items"], counts["turns_with_tokens"]) == (5, 0, 3), counts
-    assert (counts["segments"], counts["drifted_turns"], counts["untrusted_turns"]) == (1, 0, 0), counts
+    assert (counts.matched_items, counts.unmatched_items, counts.turns_with_tokens) == (5, 0, 3), counts
+    assert (counts.segments, counts.drifted_turns, counts.untrusted_turns) == (1, 0, 0), counts
     assert [i["trusted"] for i in items if "trusted" in i] == [True] * 3
 
 

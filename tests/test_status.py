@@ -5,7 +5,7 @@ import json
 import pytest
 
 from ops_util import run, sandbatch
-from sandbatch.contracts.records import INDEX, GradeRecord, final_status, read_index, summary
+from sandbatch.contracts.records import INDEX, GradeRecord, IndexLine, Record, final_status, read_index, summary
 
 
 def test_saved_records_are_indexed_and_the_last_line_wins(tmp_path):
@@ -14,23 +14,26 @@ def test_saved_records_are_indexed_and_the_last_line_wins(tmp_path):
         tmp_path / "grade.json")
     index = read_index(tmp_path)
     assert len((tmp_path / INDEX).read_text().splitlines()) == 2
-    assert index == {"grade.json": {"status": "ok", "failure_class": None, "duration_s": 1.5, "resolved": True}}
+    assert index == {"grade.json": IndexLine(status="ok", failure_class=None, duration_s=1.5, resolved=True)}
     assert summary(tmp_path, "grade.json", index) == index["grade.json"]
 
 
 def test_the_final_status_is_the_first_infra_error_else_the_agents_and_a_tampered_grade_over_all():
-    ok = {"status": "ok"}
-    agent = {"status": "timeout", "failure_class": "agent_timeout", "error": "ran long"}
-    assert final_status({"sandbox": ok, "harness": agent, "patch": ok, "grade": {"failure_class": "empty_patch"}}) \
+    ok = Record(status="ok")
+    agent = Record(status="timeout", failure_class="agent_timeout", error="ran long")
+    assert final_status({"sandbox": ok, "harness": agent, "patch": ok, "grade": Record(failure_class="empty_patch")}) \
         == ("timeout", "agent_timeout", None, "ran long")
-    assert final_status({"harness": {"status": "ok"}, "grade": {"failure_class": "tests_timeout", "error": "e"}}) \
+    assert final_status({"harness": Record(status="ok"), "grade": Record(failure_class="tests_timeout", error="e")}) \
         == ("ok", "tests_timeout", None, "e")
-    infra = {"sandbox": ok, "harness": agent, "patch": {"status": "infra_error", "failure_class": "patch_extract",
-                                                        "error": "git diff failed"},
-             "grade": {"status": "infra_error", "failure_class": "grader_crash"}}
+    infra = {"sandbox": ok, "harness": agent, "patch": Record(status="infra_error", failure_class="patch_extract",
+                                                              error="git diff failed"),
+             "grade": Record(status="infra_error", failure_class="grader_crash")}
     assert final_status(infra) == ("infra_error", "patch_extract", "patch", "git diff failed")
-    tampered = {"harness": ok, "grade": {"status": "tampered", "failure_class": "tampering"}}
+    tampered = {"harness": ok, "grade": Record(status="tampered", failure_class="tampering")}
     assert final_status(tampered) == ("tampered", "tampering", "grade", None)
+    # index lines, as `sandbatch status` reads them: no error indexed
+    assert final_status({"harness": IndexLine(), "patch": IndexLine(status="infra_error", failure_class="patch_extract")}) \
+        == ("infra_error", "patch_extract", "patch", None)
 
 
 def test_a_record_missing_from_the_index_is_read_itself(tmp_path):
@@ -38,9 +41,9 @@ def test_a_record_missing_from_the_index_is_read_itself(tmp_path):
                                                        "error": "x" * 10_000, "duration_s": 9.0}))
     (tmp_path / INDEX).write_text('{"record": "grade.json", "status": "ok"}\n{"record": "harn')  # cut short
     index = read_index(tmp_path)
-    assert index == {"grade.json": {"status": "ok"}}
-    assert summary(tmp_path, "harness.json", index) == {"status": "timeout", "failure_class": "harness_timeout",
-                                                        "duration_s": 9.0}
+    assert index == {"grade.json": IndexLine(status="ok")}
+    assert summary(tmp_path, "harness.json", index) == IndexLine(status="timeout", failure_class="harness_timeout",
+                                                                 duration_s=9.0)
     (tmp_path / "patch.json").write_text('{"status": ')
     with pytest.raises(ValueError):
         summary(tmp_path, "patch.json", index)

@@ -344,6 +344,7 @@ def test_touched_paths_reads_every_header():
 
 
 def test_tampering_rate_in_metrics_and_report():
+    from sandbatch.contracts.metrics import Rate
     from sandbatch.contracts.row import RolloutRow
     from sandbatch.reporting import metrics, report
 
@@ -353,8 +354,8 @@ def test_tampering_rate_in_metrics_and_report():
             RolloutRow(**{**row, "tampering": [{"path": "conftest.py", "kind": "runner_hook", "action": "removed"}]}),
             RolloutRow(**{**row, "status": "tampered", "failure_class": "tampering", "tampering": [{"path": "x"}]})]
     m = metrics.compute(rows, 1.0)
-    assert m["tampering_rate"] == {"value": round(2 / 3, 6), "numerator": 2, "denominator": 3}
-    assert m["status_counts"]["tampered"] == 1
+    assert m.tampering_rate == Rate(value=round(2 / 3, 6), numerator=2, denominator=3)
+    assert m.status_counts["tampered"] == 1
     assert ("patches that changed tests or test config", "66.7% (2/3)") in report.metric_rows(m)
 
 

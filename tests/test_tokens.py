@@ -280,7 +280,7 @@ def test_join_by_content_not_position():
     for row, history in zip(rows[:3] + rows[4:], ([10, 11], [20], [10, 11, 12, 13], [10, 11, 12, 13, 14, 15])):
         row["history"] = {"base": None, "keep": 0, "ids": history}
     counts, turns = token_join.attach(items, rows)
-    assert counts == {"calls": 4, "matched_calls": 3, "unmatched_calls": 1, "items": 5, "matched_items": 5,
+    assert counts.model_dump() == {"calls": 4, "matched_calls": 3, "unmatched_calls": 1, "items": 5, "matched_items": 5,
                       "unmatched_items": 0, "turns_with_tokens": 2, "continuing_turns": 2, "drifted_turns": 1,
                       "segments": 2, "rewritten_turns": 0, "untrusted_turns": 1}
     carrying = [i["type"] for i in items if "segment" in i]
@@ -312,8 +312,8 @@ def test_a_rewritten_history_starts_a_trusted_segment():
     for a, b in ((0, 1), (2, 3)):
         head = items[a]["prompt_token_ids"] + items[a]["generation_token_ids"]
         assert items[b]["prompt_token_ids"][:len(head)] == head
-    assert (counts["segments"], counts["rewritten_turns"], counts["untrusted_turns"], counts["turns_with_tokens"],
-            counts["drifted_turns"], counts["unmatched_calls"]) == (2, 1, 0, 4, 0, 1)
+    assert (counts.segments, counts.rewritten_turns, counts.untrusted_turns, counts.turns_with_tokens,
+            counts.drifted_turns, counts.unmatched_calls) == (2, 1, 0, 4, 0, 1)
 
 
 def test_turns_that_cannot_be_checked_fail_closed():
@@ -329,7 +329,7 @@ def test_turns_that_cannot_be_checked_fail_closed():
     assert [t.start for t in turns] == ["first", None, "unverified", None, None]
     assert [(i["segment"], i["trusted"]) for i in items] == [(0, True), (0, False), (1, False), (1, True), (1, True)]
     assert [("prompt_token_ids" in i) for i in items] == [True, False, False, True, True]
-    assert (counts["segments"], counts["untrusted_turns"], counts["turns_with_tokens"]) == (2, 2, 3)
+    assert (counts.segments, counts.untrusted_turns, counts.turns_with_tokens) == (2, 2, 3)
     # a prompt that does not extend the previous one, whose messages cannot be compared: unverified
     items = [responses.message(t) for t in ("one", "two")]
     _, turns = token_join.attach(items, [call_row(1, "one", prompt=(1, 2)), call_row(2, "two", prompt=(4, 4))])
@@ -351,7 +351,7 @@ def test_proxy_records_each_requests_messages_for_the_segments(served, tmp_path)
     counts, turns = token_join.attach(played(model), rows)
     assert [(t.segment, t.start, t.trusted) for t in turns] == [(0, "first", True), (0, None, True),
                                                                  (1, "rewritten", True)]
-    assert (counts["segments"], counts["drifted_turns"], counts["untrusted_turns"]) == (2, 0, 0)
+    assert (counts.segments, counts.drifted_turns, counts.untrusted_turns) == (2, 0, 0)
     truth = upstream_sent(model)
     assert [t.items[-1]["prompt_token_ids"] for t in turns] == [t[0] for t in truth]
     # drift is not a rewrite: the history kept, its reasoning rendered away
@@ -360,7 +360,7 @@ def test_proxy_records_each_requests_messages_for_the_segments(served, tmp_path)
     counts, turns = token_join.attach(played(model), rows)
     assert [(t.segment, t.start, t.trusted) for t in turns] == [(0, "first", True), (1, "drift", False),
                                                                  (1, None, True)]
-    assert (counts["drifted_turns"], counts["untrusted_turns"], counts["rewritten_turns"]) == (1, 1, 0)
+    assert (counts.drifted_turns, counts.untrusted_turns, counts.rewritten_turns) == (1, 1, 0)
 
 
 def test_scripted_model_answers_a_compaction_request_and_names_calls_as_told():
@@ -409,7 +409,7 @@ def test_atif_step_metrics_carry_the_joined_turns_tokens():
 def test_items_without_a_call_are_counted():
     items = [responses.message("never said"), responses.reasoning("nor this")]
     counts, _ = token_join.attach(items, [call_row(1, "something else")])
-    assert (counts["unmatched_items"], counts["unmatched_calls"], counts["turns_with_tokens"]) == (2, 1, 0)
+    assert (counts.unmatched_items, counts.unmatched_calls, counts.turns_with_tokens) == (2, 1, 0)
     assert not any("prompt_token_ids" in i for i in items)
     # no call recorded its output (model.tokens off, or nothing came): nothing to count
     assert token_join.attach(items, [{"call": 1, "status": 200, "endpoint": "chat", "usage": {}}]) == (None, [])

@@ -17,6 +17,7 @@ import pytest
 from ops_util import run, sandbatch
 from services import need_program
 from sandbatch.harness import get_harness
+from sandbatch.contracts.records import GradeRecord
 from sandbatch.contracts.row import RolloutRow
 from sandbatch.reporting.view import COLUMNS, page, write_index
 
@@ -210,10 +211,9 @@ def test_mini_swe_agent_trajectory_reads_as_text_in_the_browser(tmp_path):
 
 
 def test_grade_shows_tampering_when_present():
-    base = {"reward": 0.0, "resolved": False, "tests_status": {}, "test_results": {}}
-    assert page.flags_html(base) == ""
-    html = page.flags_html({**base, "tampering": [{"path": "tests/test_calc.py", "kind": "modified",
-                                                   "action": "restored"}]})
+    assert page.flags_html(GradeRecord()) == page.flags_html(None) == ""
+    html = page.flags_html(GradeRecord(tampering=[{"path": "tests/test_calc.py", "kind": "modified",
+                                                   "action": "restored"}]))
     assert "<td>tests/test_calc.py</td><td>modified</td><td>restored</td>" in html
 
 

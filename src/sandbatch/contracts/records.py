@@ -11,7 +11,7 @@ import json
 import os
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Literal, Mapping, NamedTuple, TypeVar
+from typing import Any, Literal, Mapping, NamedTuple, Protocol, TypeVar
 
 from pydantic import BaseModel, Field
 
@@ -25,8 +25,24 @@ from .sandbox import NetworkRecord, SandboxSpec
 # reaches into the test runner and grading.suspicious is "fail")
 Status = Literal["ok", "agent_error", "timeout", "infra_error", "tampered"]
 
-# the fields of an INDEX line (contracts/files.py)
-SUMMARY = ("status", "failure_class", "duration_s", "resolved")
+
+class IndexLine(BaseModel):
+    """A record's status fields, as its line in the rollout's INDEX (contracts/files.py) holds
+    them: what `sandbatch status` and `sandbatch rerun-errors` read instead of the record."""
+
+    status: Status = "ok"
+    failure_class: str | None = None
+    duration_s: float | None = None
+    resolved: bool | None = None  # grade only
+
+    @property
+    def error(self) -> None:
+        """Not indexed (the record holds it)."""
+        return None
+
+
+# the fields of an INDEX line
+SUMMARY = tuple(IndexLine.model_fields)
 
 
 def now() -> str:
@@ -73,37 +89,47 @@ def append_index(path: str | Path, data: dict[str, Any]) -> None:
         fh.write(json.dumps(line) + "\n")
 
 
-def read_index(rollout_dir: str | Path) -> dict[str, dict[str, Any]]:
-    """Record file name -> its SUMMARY fields, from the rollout's INDEX (empty if none)."""
+def read_index(rollout_dir: str | Path) -> dict[str, IndexLine]:
+    """Record file name -> its index line, from the rollout's INDEX (empty if none)."""
     try:
         with open(os.path.join(rollout_dir, INDEX), encoding="utf-8") as fh:
             lines = fh.readlines()
     except FileNotFoundError:
         return {}
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, IndexLine] = {}
     for line in lines:
         try:
             entry = json.loads(line)
+            out[entry.pop("record")] = IndexLine.model_validate(entry)
         except ValueError:  # cut short by a killed step
             continue
-        out[entry.pop("record")] = entry
     return out
 
 
-def summary(rollout_dir: str | Path, name: str, index: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The SUMMARY fields of record `name`: from `index` (read_index), else from the record itself.
+def summary(rollout_dir: str | Path, name: str, index: dict[str, IndexLine]) -> IndexLine:
+    """The index line of record `name`: from `index` (read_index), else from the record itself.
 
     Raises OSError or ValueError for a record that is missing or not JSON (being replaced).
     """
     if name in index:
         return index[name]
     with open(os.path.join(rollout_dir, name), encoding="utf-8") as fh:
-        data = json.load(fh)
-    return {k: data[k] for k in SUMMARY if k in data}
+        return IndexLine.model_validate(json.load(fh))
 
 
 # the steps whose records can end a rollout in an infrastructure error, in chain order
 PHASES = ("sandbox", "harness", "patch", "grade")
+
+
+class Outcome(Protocol):
+    """What final_status reads of a phase: a record, or its index line."""
+
+    @property
+    def status(self) -> str: ...
+    @property
+    def failure_class(self) -> str | None: ...
+    @property
+    def error(self) -> str | None: ...
 
 
 class Final(NamedTuple):
@@ -113,21 +139,21 @@ class Final(NamedTuple):
     error: str | None
 
 
-def final_status(records: Mapping[str, Mapping[str, Any]]) -> Final:
-    """A finished rollout's status, failure class, failed phase and error, from its records'
-    fields (phase -> {status, failure_class, error}; a missing record counts as ok): the
-    harness's status unless a phase failed for the infrastructure (the first such wins), and
-    a tampered grade over all. The one derivation the rollouts.jsonl row and `sandbatch status` share."""
-    harness, grade = records.get("harness") or {}, records.get("grade") or {}
-    final = Final(harness.get("status", "ok"), harness.get("failure_class") or grade.get("failure_class"), None,
-                  harness.get("error") or grade.get("error"))
+def final_status(records: Mapping[str, Outcome]) -> Final:
+    """A finished rollout's status, failure class, failed phase and error, from its records
+    or their index lines (phase -> either; a missing record counts as ok): the harness's
+    status unless a phase failed for the infrastructure (the first such wins), and a tampered
+    grade over all. The one derivation the rollouts.jsonl row and `sandbatch status` share."""
+    missing = IndexLine()
+    harness, grade = records.get("harness", missing), records.get("grade", missing)
+    final = Final(harness.status, harness.failure_class or grade.failure_class, None, harness.error or grade.error)
     for phase in PHASES:
-        rec = records.get(phase) or {}
-        if rec.get("status") == "infra_error":
-            final = Final("infra_error", rec.get("failure_class"), phase, rec.get("error"))
+        rec = records.get(phase, missing)
+        if rec.status == "infra_error":
+            final = Final("infra_error", rec.failure_class, phase, rec.error)
             break
-    if grade.get("status") == "tampered":  # grading.tampering: fail
-        final = final._replace(status="tampered", failure_class=grade.get("failure_class"), failed_phase="grade")
+    if grade.status == "tampered":  # grading.tampering: fail
+        final = final._replace(status="tampered", failure_class=grade.failure_class, failed_phase="grade")
     return final
 
 
@@ -229,3 +255,16 @@ class GradeRecord(Record):
     suspicious: list[dict[str, Any]] = Field(default_factory=list)
     network: NetworkRecord | None = None  # what the grading sandbox reached
     log_path: str | None = None
+
+
+class Manifest(BaseModel):
+    """results/<run>/manifest.json (contracts/files.py's MANIFEST): the aggregate's last file."""
+
+    run: str
+    config: dict[str, Any]  # the run's config as the workflow handed it to the aggregate
+    started_at: str | None = None  # the first rollout's sandbox step
+    finished_at: str
+    sandboxes_reaped: int | None = None  # None: the provider could not be asked (`sandbatch stop` reaps too)
+    python: str
+    platform: str
+    versions: dict[str, str] = Field(default_factory=dict)  # of the packages a run depends on

@@ -11,10 +11,11 @@ from __future__ import annotations
 import os
 from typing import Any, Iterable
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_serializer, field_validator
 
 from ..core.util import iter_jsonl, write_jsonl
 from .records import Status
+from .response import AsGiven, TokenJoin, Usage
 
 
 class Durations(BaseModel):
@@ -28,6 +29,15 @@ class Durations(BaseModel):
     grade: float | None = None
     tests: float | None = None  # part of grade
     model: float | None = None  # the share of the harness step spent waiting on the model (convert step)
+
+
+class TimeByKind(AsGiven):
+    """Seconds of a rollout by the kind of work at each instant (trace.time_by_kind), from its trace."""
+
+    model: float = 0.0
+    tests: float = 0.0
+    sandbox: float = 0.0
+    orchestration: float = 0.0
 
 
 class RolloutRow(BaseModel):
@@ -50,17 +60,27 @@ class RolloutRow(BaseModel):
     harness: str = ""
     harness_status: Status = "ok"
     exit_code: int | None = None
-    usage: dict[str, Any] = Field(default_factory=dict)  # response.json's Responses usage
+    usage: Usage = Field(default_factory=Usage)  # response.json's Responses usage
     durations: Durations = Field(default_factory=Durations)
     tests_status: dict[str, dict[str, list[str]]] = Field(default_factory=dict)
     tampering: list[dict[str, str]] = Field(default_factory=list)  # grade.json's, what of the patch was not graded
     suspicious: list[dict[str, Any]] = Field(default_factory=list)  # grade.json's, code reaching into the runner
-    token_join: dict[str, Any] = Field(default_factory=dict)  # response.json's token join counts
+    token_join: TokenJoin | None = None  # response.json's token join counts; None (`{}`): no token data
     traces_dropped: int = 0
-    time_by_kind: dict[str, float] = Field(default_factory=dict)  # {} without a trace file
+    time_by_kind: TimeByKind | None = None  # None (`{}`): no trace file
     started_at: str | None = None
     finished_at: str | None = None
     dir: str = ""  # the rollout's directory, results/<run>/<task>/<repeat>
+
+    # an absent part is `{}` in the line, as the rows were always written
+    @field_validator("token_join", "time_by_kind", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: Any) -> Any:
+        return value or None
+
+    @field_serializer("token_join", "time_by_kind", mode="wrap")
+    def _none_is_empty(self, value: Any, handler: Any) -> Any:
+        return {} if value is None else handler(value)
 
     @property
     def key(self) -> str:
@@ -69,7 +89,7 @@ class RolloutRow(BaseModel):
 
     @property
     def total_tokens(self) -> int:
-        return self.usage.get("total_tokens", 0)
+        return self.usage.total_tokens
 
     @property
     def infra_error(self) -> bool:

@@ -107,8 +107,8 @@ def failed_phase(d: Path) -> tuple[str, str | None] | None:
         if not path.is_file():
             return None  # not finished: the next run does it anyway
         head = summary(d, name, index)
-        if head.get("status") == "infra_error":
-            return phase, head.get("failure_class")
+        if head.status == "infra_error":
+            return phase, head.failure_class
     return None
 
 

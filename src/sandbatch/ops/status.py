@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from ..core.util import duration_text
-from ..contracts.records import GRADE, HARNESS, PATCH_INFO, RESPONSE, SANDBOX, final_status, read_index, summary
+from ..contracts.records import (GRADE, HARNESS, PATCH_INFO, RESPONSE, SANDBOX, IndexLine, final_status, read_index,
+                                 summary)
 
 # step -> the record that marks it done (in chain order)
 STEPS: dict[str, str] = {"sandbox": SANDBOX, "harness": HARNESS, "convert": RESPONSE, "patch": PATCH_INFO,
@@ -99,12 +100,12 @@ def collect(run: str, results_dir: str = "results", workdir: str | os.PathLike =
             except FileNotFoundError:
                 names = set()
             index = read_index(d) if names else {}
-            recs: dict[str, dict[str, Any]] = {}
+            recs: dict[str, IndexLine] = {}
             for step, name in STEPS.items():
                 path = os.path.join(d, name)
                 if name in names and path not in marked:
                     if name == RESPONSE:  # not a Record: no status / duration of its own
-                        recs[step] = {"status": "ok"}
+                        recs[step] = IndexLine()
                     else:
                         try:
                             recs[step] = summary(d, name, index)
@@ -112,8 +113,8 @@ def collect(run: str, results_dir: str = "results", workdir: str | os.PathLike =
                             st.steps[step]["unreadable"] += 1
                             todo[step] += 1
                             continue
-                    st.steps[step][recs[step].get("status", "ok")] += 1
-                    dur = recs[step].get("duration_s")
+                    st.steps[step][recs[step].status] += 1
+                    dur = recs[step].duration_s
                     if dur is not None:
                         durations[step].append(dur)
                 else:
@@ -138,13 +139,13 @@ def collect(run: str, results_dir: str = "results", workdir: str | os.PathLike =
     return st
 
 
-def _account(st: RunStatus, recs: dict[str, dict[str, Any]]) -> None:
+def _account(st: RunStatus, recs: dict[str, IndexLine]) -> None:
     """Status and failure class of a finished rollout, as the aggregate computes them."""
     final = final_status(recs)
     st.status_counts[final.status] += 1
     if final.failure_class:
         st.failure_classes[final.failure_class] += 1
-    if recs["grade"].get("resolved"):
+    if recs["grade"].resolved:
         st.resolved += 1
 
 

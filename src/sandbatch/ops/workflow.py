@@ -12,6 +12,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from ..core.config import Config, base_url_source, parse, run_config, source_of, workflow_sources
 from ..core.errors import Collector, UserError, error_lines
 from ..contracts.files import MANIFEST
+from ..contracts.metrics import Metrics
+from ..contracts.records import Manifest
 from ..core.util import write_if_changed
 from ..tasks import Task, TaskRef, read_task, select_tasks
 
@@ -330,8 +332,9 @@ def reaped_since(run_dir: str | os.PathLike, since: float) -> bool:
     (sandbatch.steps.aggregate): the end of that run then need not list them again."""
     path = Path(run_dir) / MANIFEST
     try:
-        return path.stat().st_mtime >= since and json.loads(path.read_text())["sandboxes_reaped"] is not None
-    except (OSError, ValueError, KeyError, TypeError):
+        return (path.stat().st_mtime >= since
+                and Manifest.model_validate_json(path.read_text()).sandboxes_reaped is not None)
+    except (OSError, ValueError):  # a pydantic ValidationError is a ValueError
         return False
 
 
@@ -361,15 +364,13 @@ def exit_if_graded_nothing(cfg: Config) -> None:
     """End of a successful run: when every rollout ended in an infrastructure error the run
     failed, though every job did its part (the report, written, says why on its first lines).
     Exits 1 with one line naming the failure classes; a run that graded anything goes on."""
-    from ..reporting.metrics import graded_nothing
-
     path = cfg.run_dir / "metrics.json"
     try:
-        m = json.loads(path.read_text(encoding="utf-8"))
+        m = Metrics.model_validate_json(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):  # no aggregate in this invocation's target
         return
-    if graded_nothing(m):
-        classes = ", ".join(f"{k} {v}" for k, v in sorted(m["failure_classes"].items())) or "no class recorded"
-        print(f"sandbatch: error: run {cfg.run} graded nothing: all {m['rollouts']} rollouts ended in an "
+    if m.graded_nothing:
+        classes = ", ".join(f"{k} {v}" for k, v in sorted(m.failure_classes.items())) or "no class recorded"
+        print(f"sandbatch: error: run {cfg.run} graded nothing: all {m.rollouts} rollouts ended in an "
               f"infrastructure error ({classes}); see {cfg.run_dir / 'report.md'}", file=sys.stderr)
         sys.exit(1)

@@ -10,13 +10,13 @@ whose repeats disagree within a run are listed as flaky.
 
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from ..contracts.metrics import Metrics
 from ..contracts.row import RolloutRow, read_rows
 from ..core.errors import UserError
 from .metrics import ks_for, pass_at_k
@@ -39,7 +39,7 @@ def load_run(run_dir: str | Path) -> Run:
     for f in (rollouts, metrics):
         if not f.is_file():
             raise UserError(f"{f}: not found; compare needs finished runs (their aggregate step writes it)")
-    threshold = json.loads(metrics.read_text(encoding="utf-8"))["reward_threshold"]
+    threshold = Metrics.model_validate_json(metrics.read_text(encoding="utf-8")).reward_threshold
     return Run(d.name, threshold, outcomes(read_rows(rollouts), threshold))
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable
 
+from ..contracts.metrics import Cost, Metrics, Percentiles, Rate, TimeSpent, TokenData, Tokens
+from ..contracts.response import TokenJoin
 from ..contracts.row import RolloutRow
 
 
@@ -43,7 +45,7 @@ def percentile(values: list[float], q: float) -> float | None:
 PHASES = ("sandbox", "install", "agent", "harness", "patch", "grade")
 
 
-def compute(rollouts: Iterable[RolloutRow], threshold: float, prices: Any = None) -> dict[str, Any]:
+def compute(rollouts: Iterable[RolloutRow], threshold: float, prices: Any = None) -> Metrics:
     """Metrics over rollout rows (contracts.row.RolloutRow); `prices`: model.prices, for the cost."""
     rows = list(rollouts)
     by_task: dict[str, list[RolloutRow]] = defaultdict(list)
@@ -63,54 +65,53 @@ def compute(rollouts: Iterable[RolloutRow], threshold: float, prices: Any = None
     graded = len(rows) - len(infra)
     durations = {p: [v for r in rows if (v := getattr(r.durations, p)) is not None] for p in PHASES}
     tokens = [r.total_tokens for r in rows]
-    joins = [r.token_join for r in rows]
-    io_tokens = {k: sum(r.usage.get(f"{k}_tokens", 0) for r in rows) for k in ("input", "output")}
-    return {
-        "tasks": len(by_task),
-        "rollouts": len(rows),
-        "samples_per_task_min": n_min,
-        "reward_threshold": threshold,
-        "pass_at_k": pass_k,
-        "resolved": resolved,
-        "resolved_rate": _rate(resolved, len(rows)),
-        "resolved_rate_excluding_infra_errors": _rate(resolved, graded),
+    joins = [r.token_join for r in rows if r.token_join]
+    io_tokens = Tokens(total=sum(tokens), mean_per_rollout=round(sum(tokens) / len(tokens), 1) if tokens else 0,
+                       input=sum(r.usage.input_tokens for r in rows), output=sum(r.usage.output_tokens for r in rows))
+    return Metrics(
+        tasks=len(by_task),
+        rollouts=len(rows),
+        samples_per_task_min=n_min,
+        reward_threshold=threshold,
+        pass_at_k=pass_k,
+        resolved=resolved,
+        resolved_rate=_rate(resolved, len(rows)),
+        resolved_rate_excluding_infra_errors=_rate(resolved, graded),
         # over the graded rollouts, as Gym's profile takes it: an infrastructure failure earns no 0
-        "mean_reward": round(sum((r.reward or 0) for r in rows if not r.infra_error) / graded, 6)
-        if graded else None,
-        "status_counts": dict(Counter(r.status for r in rows)),
-        "failure_classes": dict(Counter(r.failure_class for r in rows if r.failure_class)),
-        "infra_error_rate": _rate(len(infra), len(rows)),
-        "infra_error_classes": dict(Counter(r.failure_class or "unknown" for r in infra)),
-        "empty_patches": sum(1 for r in rows if r.patch_empty),
+        mean_reward=round(sum((r.reward or 0) for r in rows if not r.infra_error) / graded, 6) if graded else None,
+        status_counts=dict(Counter(r.status for r in rows)),
+        failure_classes=dict(Counter(r.failure_class for r in rows if r.failure_class)),
+        infra_error_rate=_rate(len(infra), len(rows)),
+        infra_error_classes=dict(Counter(r.failure_class or "unknown" for r in infra)),
+        empty_patches=sum(1 for r in rows if r.patch_empty),
         # rollouts whose patch changed what grades it (neutralised or failed, grading.tampering)
-        "tampering_rate": _rate(sum(1 for r in rows if r.tampering), len(rows)),
+        tampering_rate=_rate(sum(1 for r in rows if r.tampering), len(rows)),
         # rollouts whose code reaches into the test runner (grading.suspicion), and which
-        "suspicious_rate": _rate(len(suspicious_rollouts(rows)), len(rows)),
-        "suspicious_rollouts": suspicious_rollouts(rows),
-        "durations_s": {p: {"p50": _round(percentile(v, 50)), "p95": _round(percentile(v, 95))}
-                        for p, v in durations.items()},
-        "tokens": {"total": sum(tokens), "mean_per_rollout": round(sum(tokens) / len(tokens), 1) if tokens else 0,
-                   **io_tokens},
-        "token_data": token_data(joins),
+        suspicious_rate=_rate(len(suspicious_rollouts(rows)), len(rows)),
+        suspicious_rollouts=suspicious_rollouts(rows),
+        durations_s={p: Percentiles(p50=_round(percentile(v, 50)), p95=_round(percentile(v, 95)))
+                     for p, v in durations.items()},
+        tokens=io_tokens,
+        token_data=token_data(joins),
         # spans a trace collector did not take in time (traces.exporters); the rollouts ran on
-        "traces_dropped": sum(r.traces_dropped for r in rows),
-        "time_s": time_by_kind(rows),
-        "cost": cost(io_tokens, prices, len(rows)),
-    }
+        traces_dropped=sum(r.traces_dropped for r in rows),
+        time_s=time_by_kind(rows),
+        cost=cost(io_tokens, prices, len(rows)),
+    )
 
 
-def time_by_kind(rows: list[RolloutRow]) -> dict[str, Any]:
+def time_by_kind(rows: list[RolloutRow]) -> TimeSpent:
     """Where the rollouts' time went, summed (seconds): from their traces when they have them
     (traces.exporters with `file`: each instant once, gaps between steps as orchestration),
     else from their step records (`source: records`), as every run has them."""
     traced = [r.time_by_kind for r in rows if r.time_by_kind]
     if not traced:
         return time_from_records(rows)
-    total = {k: round(sum(t.get(k, 0.0) for t in traced), 3) for k in ("model", "sandbox", "tests", "orchestration")}
-    return {"source": "traces", "rollouts": len(traced), **total}
+    total = {k: round(sum(getattr(t, k) for t in traced), 3) for k in ("model", "sandbox", "tests", "orchestration")}
+    return TimeSpent(source="traces", rollouts=len(traced), **total)
 
 
-def time_from_records(rows: list[RolloutRow]) -> dict[str, Any]:
+def time_from_records(rows: list[RolloutRow]) -> TimeSpent:
     """The steps' durations split by what they waited on: the model (its calls' latencies),
     the agent (the rest of the harness step: its commands, its install, the harness itself),
     the tests (the grade step's test run), sandboxes (creating, preparing, extracting the
@@ -129,33 +130,31 @@ def time_from_records(rows: list[RolloutRow]) -> dict[str, Any]:
         total["agent"] += harness - model
         total["tests"] += tests
         total["sandbox"] += (d.sandbox or 0.0) + (d.patch or 0.0) + grade - tests
-    return {"source": "records", "rollouts": timed, **{k: round(v, 3) for k, v in total.items()}}
+    return TimeSpent(source="records", rollouts=timed, **{k: round(v, 3) for k, v in total.items()})
 
 
-def cost(tokens: Mapping[str, Any], prices: Any, rollouts: int) -> dict[str, Any] | None:
+def cost(tokens: Tokens, prices: Any, rollouts: int) -> Cost | None:
     """What the run's tokens cost at `model.prices` (per million input / output tokens; None:
     no prices given). Cached input tokens count at the input price."""
     if prices is None:
         return None
-    inp, out = tokens["input"] * prices.input / 1e6, tokens["output"] * prices.output / 1e6
-    return {"input": round(inp, 6), "output": round(out, 6), "total": round(inp + out, 6),
-            "per_rollout": round((inp + out) / rollouts, 6) if rollouts else None}
+    inp, out = tokens.input * prices.input / 1e6, tokens.output * prices.output / 1e6
+    return Cost(input=round(inp, 6), output=round(out, 6), total=round(inp + out, 6),
+                per_rollout=round((inp + out) / rollouts, 6) if rollouts else None)
 
 
-def token_data(joins: list[Mapping[str, Any]]) -> dict[str, Any]:
+def token_data(joins: list[TokenJoin]) -> TokenData:
     """Token ids and logprobs over the rollouts' token_join counts (response.json): how many
     turns carry them, how well calls joined items, and the re-tokenisation drift (the share
     of turns continuing a conversation whose prompt does not extend the previous turn's
     prompt + generation token for token)."""
-    total = {k: sum(int(j.get(k) or 0) for j in joins) for k in (
-        "calls", "matched_calls", "unmatched_calls", "items", "matched_items", "unmatched_items",
-        "turns_with_tokens", "continuing_turns", "drifted_turns", "segments", "rewritten_turns", "untrusted_turns")}
-    return {**total, "rollouts_with_tokens": sum(1 for j in joins if j.get("turns_with_tokens")),
-            # rollouts whose history was rewritten (a compaction): more than one segment
-            "rollouts_rewritten": sum(1 for j in joins if j.get("rewritten_turns")),
-            "drift_rate": _rate(total["drifted_turns"], total["continuing_turns"]),
-            # the share of joined turns a trainer masks (their ids left off)
-            "untrusted_rate": _rate(total["untrusted_turns"], total["matched_calls"])}
+    total = {k: sum(getattr(j, k) or 0 for j in joins) for k in TokenJoin.model_fields}  # its counts, in its order
+    return TokenData(**total, rollouts_with_tokens=sum(1 for j in joins if j.turns_with_tokens),
+                     # rollouts whose history was rewritten (a compaction): more than one segment
+                     rollouts_rewritten=sum(1 for j in joins if j.rewritten_turns),
+                     drift_rate=_rate(total["drifted_turns"], total["continuing_turns"]),
+                     # the share of joined turns a trainer masks (their ids left off)
+                     untrusted_rate=_rate(total["untrusted_turns"], total["matched_calls"]))
 
 
 def suspicious_rollouts(rows: list[RolloutRow]) -> list[str]:
@@ -163,13 +162,8 @@ def suspicious_rollouts(rows: list[RolloutRow]) -> list[str]:
     return [r.key for r in rows if r.suspicious]
 
 
-def graded_nothing(m: Mapping[str, Any]) -> bool:
-    """Every rollout of the run ended in an infrastructure error: its numbers measure no agent."""
-    return bool(m["rollouts"]) and m["status_counts"].get("infra_error", 0) == m["rollouts"]
-
-
-def _rate(num: int, den: int) -> dict[str, Any]:
-    return {"value": round(num / den, 6) if den else None, "numerator": num, "denominator": den}
+def _rate(num: int, den: int) -> Rate:
+    return Rate(value=round(num / den, 6) if den else None, numerator=num, denominator=den)
 
 
 def _round(x: float | None) -> float | None:

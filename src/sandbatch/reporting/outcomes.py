@@ -6,7 +6,7 @@ viewer's index never disagree.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from typing import Any, Iterable
+from typing import Iterable, NamedTuple
 
 from ..contracts.row import RolloutRow
 
@@ -57,7 +57,24 @@ def summary_line(rows: list[RolloutRow]) -> str:
             f"{sum(1 for r in rows if flagged(r))} flagged.")
 
 
-def task_rows(rows: Iterable[RolloutRow]) -> list[dict[str, Any]]:
+class TaskOutcome(NamedTuple):
+    task: str  # its instance id
+    resolved: int  # of its repeats
+    repeats: int
+    outcome: str  # what became of the repeats not resolved, with counts ("resolved" when none)
+    tokens: int
+    time_s: float | None  # None: no step recorded a duration
+
+
+class InfraErrorClass(NamedTuple):
+    failure_class: str
+    rollouts: int
+    example: str  # the first rollout of the class, `instance_id#repeat`
+    phase: str | None  # its failed step
+    error: str  # the first line of its error, cut to ERROR_CHARS
+
+
+def task_rows(rows: Iterable[RolloutRow]) -> list[TaskOutcome]:
     """One row per task, in the rollouts' order: its repeats resolved (k/n), what became of
     the others (outcome counts), its tokens and time, each summed over its repeats."""
     by_task: dict[str, list[RolloutRow]] = defaultdict(list)
@@ -67,16 +84,16 @@ def task_rows(rows: Iterable[RolloutRow]) -> list[dict[str, Any]]:
     for task, rs in by_task.items():
         secs = [s for s in map(rollout_seconds, rs) if s is not None]
         others = Counter(outcome(r) for r in rs if not r.resolved)
-        out.append({
-            "task": task, "resolved": sum(1 for r in rs if r.resolved), "repeats": len(rs),
-            "outcome": ", ".join(f"{k} x{v}" if v > 1 else k for k, v in sorted(others.items())) or "resolved",
-            "tokens": sum(r.total_tokens for r in rs),
-            "time_s": round(sum(secs), 1) if secs else None,
-        })
+        out.append(TaskOutcome(
+            task=task, resolved=sum(1 for r in rs if r.resolved), repeats=len(rs),
+            outcome=", ".join(f"{k} x{v}" if v > 1 else k for k, v in sorted(others.items())) or "resolved",
+            tokens=sum(r.total_tokens for r in rs),
+            time_s=round(sum(secs), 1) if secs else None,
+        ))
     return out
 
 
-def infra_errors(rows: Iterable[RolloutRow]) -> list[dict[str, Any]]:
+def infra_errors(rows: Iterable[RolloutRow]) -> list[InfraErrorClass]:
     """The infrastructure errors by class, most frequent first: count and one example (the
     first rollout of the class, its failed step and the first line of its error)."""
     by_class: dict[str, list[RolloutRow]] = defaultdict(list)
@@ -87,6 +104,6 @@ def infra_errors(rows: Iterable[RolloutRow]) -> list[dict[str, Any]]:
     for cls, rs in sorted(by_class.items(), key=lambda kv: (-len(kv[1]), kv[0])):
         ex = rs[0]
         error = ((ex.error or "").strip().splitlines() or [""])[0]
-        out.append({"class": cls, "rollouts": len(rs), "example": ex.key, "phase": ex.failed_phase,
-                    "error": error[:ERROR_CHARS] + ("\u2026" if len(error) > ERROR_CHARS else "")})
+        out.append(InfraErrorClass(failure_class=cls, rollouts=len(rs), example=ex.key, phase=ex.failed_phase,
+                                   error=error[:ERROR_CHARS] + ("\u2026" if len(error) > ERROR_CHARS else "")))
     return out

@@ -2,62 +2,58 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from ..contracts.metrics import Cost, Metrics, Rate, TimeSpent, TokenData
 from ..contracts.row import RolloutRow
 from ..core.config import Config
 from . import outcomes
-from .metrics import graded_nothing
 from .plots import PLOTS, TITLES
 from .view import VIEW_DIR
 
 
-def _pct(rate: dict[str, Any]) -> str:
-    if rate["value"] is None:
+def _pct(rate: Rate) -> str:
+    if rate.value is None:
         return "n/a"
-    return f"{100 * rate['value']:.1f}% ({rate['numerator']}/{rate['denominator']})"
+    return f"{100 * rate.value:.1f}% ({rate.numerator}/{rate.denominator})"
 
 
-def metric_rows(m: dict[str, Any]) -> list[tuple[str, str]]:
+def metric_rows(m: Metrics) -> list[tuple[str, str]]:
     """The headline metrics as (name, value) rows: one table for report.md, the HTML and RST reports."""
     return [
-        ("resolved (all rollouts)", _pct(m["resolved_rate"])),
-        ("resolved (excluding infra errors)", _pct(m["resolved_rate_excluding_infra_errors"])),
-        *[(f"pass@{k}", f"{v:.1f}") for k, v in m["pass_at_k"].items()],
-        ("mean reward", str(m["mean_reward"])),
-        ("infra errors", _pct(m["infra_error_rate"])),
-        ("empty patches", str(m["empty_patches"])),
-        ("patches that changed tests or test config", _pct(m["tampering_rate"])),
-        ("patches whose code reaches into the test runner", _pct(m["suspicious_rate"])),
-        ("tokens (total / mean per rollout)", f"{m['tokens']['total']} / {m['tokens']['mean_per_rollout']}"),
-        *_token_rows(m.get("token_data") or {}),
-        *_cost_rows(m.get("cost")),
+        ("resolved (all rollouts)", _pct(m.resolved_rate)),
+        ("resolved (excluding infra errors)", _pct(m.resolved_rate_excluding_infra_errors)),
+        *[(f"pass@{k}", f"{v:.1f}") for k, v in m.pass_at_k.items()],
+        ("mean reward", str(m.mean_reward)),
+        ("infra errors", _pct(m.infra_error_rate)),
+        ("empty patches", str(m.empty_patches)),
+        ("patches that changed tests or test config", _pct(m.tampering_rate)),
+        ("patches whose code reaches into the test runner", _pct(m.suspicious_rate)),
+        ("tokens (total / mean per rollout)", f"{m.tokens.total} / {m.tokens.mean_per_rollout}"),
+        *_token_rows(m.token_data),
+        *_cost_rows(m.cost),
     ]
 
 
-def _cost_rows(c: dict[str, Any] | None) -> list[tuple[str, str]]:
+def _cost_rows(c: Cost | None) -> list[tuple[str, str]]:
     """The run's cost, when model.prices gives the model's prices."""
     if not c:
         return []
     money = lambda x: f"{x:,.2f}" if x >= 1 else f"{x:.3g}"  # noqa: E731 (small runs cost fractions of a cent)
     return [("cost at model.prices (total / per rollout)",
-             f"{money(c['total'])} / {money(c['per_rollout'] or 0)} "
-             f"({money(c['input'])} input + {money(c['output'])} output)")]
+             f"{money(c.total)} / {money(c.per_rollout or 0)} "
+             f"({money(c.input)} input + {money(c.output)} output)")]
 
 
-def _token_rows(t: dict[str, Any]) -> list[tuple[str, str]]:
+def _token_rows(t: TokenData) -> list[tuple[str, str]]:
     """Token data rows, when any model call was recorded for the join."""
-    if not t.get("calls"):
+    if not t.calls:
         return []
     return [
-        ("turns with token ids and logprobs", f"{t['turns_with_tokens']} ({t['rollouts_with_tokens']} rollouts)"),
+        ("turns with token ids and logprobs", f"{t.turns_with_tokens} ({t.rollouts_with_tokens} rollouts)"),
         ("model calls joined to items (unmatched calls / items)",
-         f"{t['matched_calls']}/{t['calls']} ({t['unmatched_calls']} / {t['unmatched_items']})"),
-        ("re-tokenisation drift (turns not extending the previous turn)", _pct(t["drift_rate"])),
-        *([("segments (rollouts whose history was rewritten)",
-            f"{t['segments']} ({t['rollouts_rewritten']} rollouts)"),
-           ("untrusted turns (ids left off for a trainer to mask)", _pct(t["untrusted_rate"]))]
-          if "untrusted_rate" in t else []),
+         f"{t.matched_calls}/{t.calls} ({t.unmatched_calls} / {t.unmatched_items})"),
+        ("re-tokenisation drift (turns not extending the previous turn)", _pct(t.drift_rate)),
+        ("segments (rollouts whose history was rewritten)", f"{t.segments} ({t.rollouts_rewritten} rollouts)"),
+        ("untrusted turns (ids left off for a trainer to mask)", _pct(t.untrusted_rate)),
     ]
 
 
@@ -65,18 +61,18 @@ TIME_KINDS = {"model": "model calls", "agent": "the agent's commands and harness
               "tests": "tests", "orchestration": "orchestration (steps, scheduling, conversion)"}
 
 
-def time_sentence(t: dict[str, Any]) -> str:
+def time_sentence(t: TimeSpent) -> str:
     """Where the time went (metrics.json `time_s`: from traces, else the step records); "" for none."""
-    kinds = {k: label for k, label in TIME_KINDS.items() if k in t}
-    total = sum(t[k] for k in kinds)
-    if not t.get("rollouts") or total <= 0:
+    seconds = {k: s for k in TIME_KINDS if (s := getattr(t, k)) is not None}  # the kinds its source splits off
+    total = sum(seconds.values())
+    if not t.rollouts or total <= 0:
         return ""
-    which = "traced rollouts" if t.get("source", "traces") == "traces" else "rollouts, from their step records"
-    return f"Where the time went ({t['rollouts']} {which}, {total:.1f} s in all): " + ", ".join(
-        f"{label} {t[k]:.1f} s ({100 * t[k] / total:.0f}%)" for k, label in kinds.items()) + "."
+    which = "traced rollouts" if t.source == "traces" else "rollouts, from their step records"
+    return f"Where the time went ({t.rollouts} {which}, {total:.1f} s in all): " + ", ".join(
+        f"{TIME_KINDS[k]} {s:.1f} s ({100 * s / total:.0f}%)" for k, s in seconds.items()) + "."
 
 
-def time_lines(t: dict[str, Any]) -> list[str]:
+def time_lines(t: TimeSpent) -> list[str]:
     sentence = time_sentence(t)
     return ["", sentence] if sentence else []
 
@@ -86,8 +82,8 @@ TASK_HEADER = ("task", "resolved", "status or failure class", "tokens", "time s"
 
 def task_cells(rows: list[RolloutRow]) -> list[tuple[str, ...]]:
     """The per-task table's cells (outcomes.task_rows): resolved as k/n over the repeats."""
-    return [(t["task"], f"{t['resolved']}/{t['repeats']}", t["outcome"], str(t["tokens"]),
-             "" if t["time_s"] is None else f"{t['time_s']:.1f}") for t in outcomes.task_rows(rows)]
+    return [(t.task, f"{t.resolved}/{t.repeats}", t.outcome, str(t.tokens),
+             "" if t.time_s is None else f"{t.time_s:.1f}") for t in outcomes.task_rows(rows)]
 
 
 RERUN = "`sandbatch rerun-errors <run>`, then the same run command, redoes them"
@@ -96,7 +92,7 @@ INFRA_HEADER = ("class", "rollouts", "example", "step", "error")
 
 def infra_cells(rows: list[RolloutRow]) -> list[tuple[str, ...]]:
     """The infrastructure errors by class, one example each (outcomes.infra_errors)."""
-    return [(e["class"], str(e["rollouts"]), e["example"], e["phase"] or "", e["error"])
+    return [(e.failure_class, str(e.rollouts), e.example, e.phase or "", e.error)
             for e in outcomes.infra_errors(rows)]
 
 
@@ -128,31 +124,31 @@ def plot_lines() -> list[str]:
     return ["", "## Plots", *[line for name in PLOTS for line in ("", f"![{TITLES[name]}](report/{name}.svg)")]]
 
 
-def _subtitle(cfg: Config, m: dict[str, Any]) -> str:
-    return (f"Benchmark `{cfg.benchmark.kind}` ({m['tasks']} tasks x {cfg.repeats} repeats = {m['rollouts']} "
+def _subtitle(cfg: Config, m: Metrics) -> str:
+    return (f"Benchmark `{cfg.benchmark.kind}` ({m.tasks} tasks x {cfg.repeats} repeats = {m.rollouts} "
             f"rollouts), harness `{cfg.harness.name}`, model `{cfg.model.name}`, sandbox `{cfg.sandbox.provider}`.")
 
 
-def graded_nothing_lines(cfg: Config, m: dict[str, Any], rows: list[RolloutRow]) -> list[str]:
+def graded_nothing_lines(cfg: Config, m: Metrics, rows: list[RolloutRow]) -> list[str]:
     """The report's first lines when no rollout could be graded: each failure class with one
     example error (the run exits non-zero: sandbatch.ops.workflow.exit_if_graded_nothing)."""
-    if not graded_nothing(m):
+    if not m.graded_nothing:
         return []
     examples: dict[str, RolloutRow] = {}
     for r in rows:
         examples.setdefault(r.failure_class or "unknown", r)
-    lines = [f"**Nothing was graded: all {m['rollouts']} rollouts ended in an infrastructure error, so the "
+    lines = [f"**Nothing was graded: all {m.rollouts} rollouts ended in an infrastructure error, so the "
              "numbers below measure no agent.** Fix the cause, then `sandbatch rerun-errors "
              f"{cfg.run}` and the same run command.", ""]
     for cls, r in sorted(examples.items()):
         error = " ".join((r.error or "no error recorded").split())
         error = error if len(error) <= 300 else error[:297] + "..."
-        lines.append(f"- `{cls}` ({m['failure_classes'].get(cls, 0)} rollouts), e.g. {r.key} "
+        lines.append(f"- `{cls}` ({m.failure_classes.get(cls, 0)} rollouts), e.g. {r.key} "
                      f"in {r.failed_phase}: {error}")
     return lines + [""]
 
 
-def markdown(cfg: Config, m: dict[str, Any], rows: list[RolloutRow]) -> str:
+def markdown(cfg: Config, m: Metrics, rows: list[RolloutRow]) -> str:
     title = cfg.aggregate.report_title or f"Run {cfg.run}"
     lines = [
         *graded_nothing_lines(cfg, m, rows),
@@ -161,17 +157,17 @@ def markdown(cfg: Config, m: dict[str, Any], rows: list[RolloutRow]) -> str:
         "| metric | value |", "|---|---|",
         *[f"| {name} | {value} |" for name, value in metric_rows(m)],
         "",
-        "Status: " + ", ".join(f"{k} {v}" for k, v in sorted(m["status_counts"].items())),
+        "Status: " + ", ".join(f"{k} {v}" for k, v in sorted(m.status_counts.items())),
     ]
-    if m["failure_classes"]:
-        lines.append("Failure classes: " + ", ".join(f"{k} {v}" for k, v in sorted(m["failure_classes"].items())))
+    if m.failure_classes:
+        lines.append("Failure classes: " + ", ".join(f"{k} {v}" for k, v in sorted(m.failure_classes.items())))
     lines += ["", "| phase | p50 s | p95 s |", "|---|---|---|"]
-    lines += [f"| {p} | {v['p50']} | {v['p95']} |" for p, v in m["durations_s"].items()]
-    lines += time_lines(m.get("time_s") or {})
-    if m["suspicious_rollouts"]:
-        lines += ["", f"Suspicious ({len(m['suspicious_rollouts'])}, their code reaches into the test runner; "
-                      "grade.json lists the lines): " + ", ".join(m["suspicious_rollouts"][:20])]
-    lines.append(f"\npass@k counts a rollout correct when reward >= {m['reward_threshold']}.")
+    lines += [f"| {p} | {v.p50} | {v.p95} |" for p, v in m.durations_s.items()]
+    lines += time_lines(m.time_s)
+    if m.suspicious_rollouts:
+        lines += ["", f"Suspicious ({len(m.suspicious_rollouts)}, their code reaches into the test runner; "
+                      "grade.json lists the lines): " + ", ".join(m.suspicious_rollouts[:20])]
+    lines.append(f"\npass@k counts a rollout correct when reward >= {m.reward_threshold}.")
     lines += infra_lines(rows)
     lines += task_lines(rows)
     lines += plot_lines()
@@ -191,11 +187,11 @@ def _rst_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str
     return out
 
 
-def rst(cfg: Config, m: dict[str, Any]) -> str:
+def rst(cfg: Config, m: Metrics) -> str:
     """The metrics table in reStructuredText, included by the Snakemake report's pages."""
-    status = ", ".join(f"{k} {v}" for k, v in sorted(m["status_counts"].items()))
-    failures = ", ".join(f"{k} {v}" for k, v in sorted(m["failure_classes"].items())) or "none"
-    phases = [(p, str(v["p50"]), str(v["p95"])) for p, v in m["durations_s"].items()]
+    status = ", ".join(f"{k} {v}" for k, v in sorted(m.status_counts.items()))
+    failures = ", ".join(f"{k} {v}" for k, v in sorted(m.failure_classes.items())) or "none"
+    phases = [(p, str(v.p50), str(v.p95)) for p, v in m.durations_s.items()]
     lines = [_subtitle(cfg, m).replace("`", "``"), "",
              *_rst_table(("metric", "value"), [(n, v.replace("|", "/")) for n, v in metric_rows(m)]), "",
              f"Status: {status}. Failure classes: {failures}.", "",
@@ -211,20 +207,20 @@ def _html_table(ident: str, header: tuple[str, ...], cells: list[tuple[str, ...]
     return f'<table id="{ident}"><tr>{head}</tr>{body}</table>'
 
 
-def html(cfg: Config, m: dict[str, Any], rows: list[RolloutRow], svgs: dict[str, str]) -> str:
+def html(cfg: Config, m: Metrics, rows: list[RolloutRow], svgs: dict[str, str]) -> str:
     """A self-contained HTML page (a result of the Snakemake report): the metrics, the
     infrastructure errors by class, the per-task table and the plots (`svgs`, inline: the
     Snakemake report shows the page without the files beside it)."""
     from html import escape
 
     title = escape(cfg.aggregate.report_title or f"Run {cfg.run}")
-    phases = [(p, str(v["p50"]), str(v["p95"])) for p, v in m["durations_s"].items()]
-    status = escape(", ".join(f"{k} {v}" for k, v in sorted(m["status_counts"].items())))
-    failures = escape(", ".join(f"{k} {v}" for k, v in sorted(m["failure_classes"].items())) or "none")
+    phases = [(p, str(v.p50), str(v.p95)) for p, v in m.durations_s.items()]
+    status = escape(", ".join(f"{k} {v}" for k, v in sorted(m.status_counts.items())))
+    failures = escape(", ".join(f"{k} {v}" for k, v in sorted(m.failure_classes.items())) or "none")
     cells = infra_cells(rows)
     infra = (f"<h2>Infrastructure errors</h2><p>Not the agent's doing, so no reward; {escape(RERUN.replace('`', ''))}."
              f"</p>{_html_table('infra', INFRA_HEADER, cells)}" if cells else "")
-    time = time_sentence(m.get("time_s") or {})
+    time = time_sentence(m.time_s)
     return f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>{title}</title>
 <style>body{{font-family:sans-serif;margin:1em;max-width:1200px}} table{{border-collapse:collapse;margin:.5em 0}}

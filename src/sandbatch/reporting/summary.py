@@ -3,10 +3,11 @@ end (a `snakemake` run) and by `sandbatch run`, so both say the same."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
+
+from ..contracts.metrics import Metrics
 
 
 def _pct(value: Any) -> str:
@@ -18,23 +19,21 @@ def summary_lines(run_dir: str | os.PathLike, run: str | None = None) -> list[st
     pass@k, and where the report is. Empty when the aggregate has not written its metrics."""
     run_dir = Path(run_dir)
     try:
-        m = json.loads((run_dir / "metrics.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        m = Metrics.model_validate_json((run_dir / "metrics.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # a pydantic ValidationError is a ValueError
         return []
     name = run or run_dir.name
-    n = m.get("rollouts", 0)
-    resolved = m.get("resolved", 0)
-    infra = (m.get("infra_error_rate") or {}).get("numerator", 0)
+    n, resolved, infra = m.rollouts, m.resolved, m.infra_error_rate.numerator
     graded = n - infra
-    lines = [f"sandbatch: run {name}: {n} rollouts of {m.get('tasks', 0)} tasks: {resolved} resolved "
-             f"({_pct((m.get('resolved_rate_excluding_infra_errors') or {}).get('value'))} of {graded} graded), "
+    lines = [f"sandbatch: run {name}: {n} rollouts of {m.tasks} tasks: {resolved} resolved "
+             f"({_pct(m.resolved_rate_excluding_infra_errors.value)} of {graded} graded), "
              f"{graded - resolved} unresolved, {infra} infrastructure errors"]
-    classes = m.get("infra_error_classes") or {}
+    classes = m.infra_error_classes
     if infra:
         lines.append("sandbatch: infrastructure errors by class: "
                      + (", ".join(f"{c} {k}" for c, k in sorted(classes.items(), key=lambda kv: -kv[1])) or "n/a")
                      + f"; `sandbatch rerun-errors {name}` drops them, and the same command redoes them")
-    pass_k = m.get("pass_at_k") or {}
+    pass_k = m.pass_at_k
     if pass_k:
         lines.append("sandbatch: " + ", ".join(f"pass@{k} {v:.1f}%" if isinstance(v, (int, float)) else f"pass@{k} n/a"
                                                for k, v in sorted(pass_k.items(), key=lambda kv: int(kv[0]))))

@@ -11,6 +11,8 @@ import time
 import uuid
 from typing import Any
 
+from ..contracts.response import InputTokensDetails, OutputTokensDetails, Usage
+
 
 def _id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:24]}"
@@ -80,13 +82,10 @@ def usage(input_tokens: int = 0, output_tokens: int = 0, cached_tokens: int = 0,
           reasoning_tokens: int = 0) -> dict[str, Any]:
     """Responses usage. `cache_write_tokens` (required by openai-python's `Response` since
     3.x) is 0: the model calls' cache writes are not counted."""
-    return {
-        "input_tokens": input_tokens,
-        "input_tokens_details": {"cached_tokens": cached_tokens, "cache_write_tokens": 0},
-        "output_tokens": output_tokens,
-        "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
-        "total_tokens": input_tokens + output_tokens,
-    }
+    return Usage(input_tokens=input_tokens,
+                 input_tokens_details=InputTokensDetails(cached_tokens=cached_tokens, cache_write_tokens=0),
+                 output_tokens=output_tokens, output_tokens_details=OutputTokensDetails(reasoning_tokens=reasoning_tokens),
+                 total_tokens=input_tokens + output_tokens).model_dump()  # no model_calls: a Responses usage
 
 
 # the run's identity, as strings, in the OpenAI `metadata` (string to string, at most 16 pairs)

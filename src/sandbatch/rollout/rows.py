@@ -8,6 +8,7 @@ from __future__ import annotations
 from .. import trace
 from ..contracts.records import (GRADE, HARNESS, PATCH_INFO, PHASES, RESPONSE, SANDBOX, GradeRecord, HarnessRecord,
                                  PatchRecord, SandboxRecord, final_status, load)
+from ..contracts.response import RunData, Usage
 from ..contracts.row import Durations, RolloutRow
 from ..core.config import Config
 from ..core.util import read_json
@@ -21,20 +22,20 @@ def rollout_row(cfg: Config, task: TaskRef, repeat: int) -> RolloutRow:
     pr = load(PatchRecord, d / PATCH_INFO)
     gr = load(GradeRecord, d / GRADE)
     resp = read_json(d / RESPONSE)
-    final = final_status({phase: rec.model_dump(include={"status", "failure_class", "error"})
-                          for phase, rec in zip(PHASES, (sb, hr, pr, gr))})
+    run = RunData.of(resp)
+    final = final_status(dict(zip(PHASES, (sb, hr, pr, gr))))
     durations = Durations(sandbox=sb.duration_s, install=hr.install_s, agent=hr.agent_s, harness=hr.duration_s,
                           patch=pr.duration_s, grade=gr.duration_s, tests=gr.phases.get("tests"),
-                          model=(resp.get("sandbatch") or {}).get("model_s"))
+                          model=run.model_s)
     return RolloutRow(
         run=cfg.run, task_id=task.id, instance_id=task.instance_id, repo=task.repo, repeat=repeat,
         status=final.status, failure_class=final.failure_class, failed_phase=final.failed_phase, error=final.error,
         reward=gr.reward, resolved=gr.resolved, patch_empty=pr.empty, patch_bytes=pr.bytes,
         patch_applied=gr.patch_applied, tests_ran=gr.tests_ran,
         harness=hr.harness, harness_status=hr.status, exit_code=hr.exit_code,
-        usage=resp.get("usage", {}), durations=durations, tests_status=gr.tests_status,
+        usage=Usage.model_validate(resp.get("usage") or {}), durations=durations, tests_status=gr.tests_status,
         tampering=gr.tampering, suspicious=gr.suspicious,
-        token_join=(resp.get("sandbatch") or {}).get("token_join") or {},
+        token_join=run.token_join,
         traces_dropped=trace.dropped_spans(d),
-        time_by_kind=trace.time_by_kind(trace.read_spans(d / trace.TRACE_FILE)),  # {} without a trace file
+        time_by_kind=trace.time_by_kind(trace.read_spans(d / trace.TRACE_FILE)),  # {} (None) without a trace file
         started_at=sb.started_at, finished_at=gr.finished_at, dir=str(d))

@@ -33,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
+from ..contracts.response import TokenJoin
 from ..proxy.tokens import arguments_digest, decode_histories, decode_prompts, digest
 from .responses import item_text
 
@@ -155,7 +156,7 @@ def join(items: Iterable[dict[str, Any]], calls: Iterable[Mapping[str, Any]]) ->
     return turns, unmatched
 
 
-def attach(items: list[dict[str, Any]], calls: Iterable[Mapping[str, Any]]) -> tuple[dict[str, int] | None, list[Turn]]:
+def attach(items: list[dict[str, Any]], calls: Iterable[Mapping[str, Any]]) -> tuple[TokenJoin | None, list[Turn]]:
     """Join `calls` to `items`, put each turn's training fields on its last item; return the
     counts for response.json (`token_join`; None when no call recorded its output, i.e.
     model.tokens was off or nothing came) and the turns."""
@@ -172,23 +173,21 @@ def attach(items: list[dict[str, Any]], calls: Iterable[Mapping[str, Any]]) -> t
         with_tokens += fields is not None
     continuing = [t for t in turns if (t.row.get("tokens") or {}).get("extends") is not None]
     joined = [t for t in turns if t.items]
-    counts = {
-        "calls": len(turns),
-        "matched_calls": sum(1 for t in turns if t.items),
-        "unmatched_calls": sum(1 for t in turns if not t.items),
-        "items": sum(1 for i in items if i.get("type") in ASSISTANT_ITEMS),
-        "matched_items": sum(len(t.items) for t in turns),
-        "unmatched_items": unmatched_items,
-        "turns_with_tokens": with_tokens,
-        # turns continuing a conversation, and those whose prompt did not extend the previous
-        # turn's prompt + generation token for token though the history was kept (re-tokenisation
-        # drift; a rewritten history is no drift, nor is a call whose answer no item carries: a
-        # side request such as a compaction's summary, whose ids reach no training field)
-        "continuing_turns": len(continuing),
-        "drifted_turns": sum(1 for t in continuing
-                             if t.items and t.row["tokens"]["extends"] is False and t.start != "rewritten"),
-        "segments": segments,
-        "rewritten_turns": sum(1 for t in joined if t.start == "rewritten"),
-        "untrusted_turns": sum(1 for t in joined if not t.trusted),
-    }
+    counts = TokenJoin(
+        calls=len(turns),
+        matched_calls=sum(1 for t in turns if t.items),
+        unmatched_calls=sum(1 for t in turns if not t.items),
+        items=sum(1 for i in items if i.get("type") in ASSISTANT_ITEMS),
+        matched_items=sum(len(t.items) for t in turns),
+        unmatched_items=unmatched_items,
+        turns_with_tokens=with_tokens,
+        # a rewritten history is no drift, nor is a call whose answer no item carries: a side
+        # request such as a compaction's summary, whose ids reach no training field
+        continuing_turns=len(continuing),
+        drifted_turns=sum(1 for t in continuing
+                          if t.items and t.row["tokens"]["extends"] is False and t.start != "rewritten"),
+        segments=segments,
+        rewritten_turns=sum(1 for t in joined if t.start == "rewritten"),
+        untrusted_turns=sum(1 for t in joined if not t.trusted),
+    )
     return counts, turns

@@ -16,7 +16,7 @@ from ..core.errors import InfraError, UserError
 from ..contracts.files import MANIFEST
 from ..core.util import write_atomic, write_json, write_jsonl
 from ..reporting import metrics, plots, report, view
-from ..contracts.records import PATCH, now
+from ..contracts.records import PATCH, Manifest, now
 from ..contracts.row import RolloutRow, write_rows
 from ..rollout.rows import rollout_row
 from ..sandbox.reaper import reap_run
@@ -52,11 +52,11 @@ def run(cfg: Config, cfg_raw: dict[str, Any], grades: list[str] | None = None) -
             print(f"sandbatch: aggregate: could not reap leftover sandboxes: {exc}", file=sys.stderr)
             reaped = None
     starts = [r.started_at for r in rows if r.started_at]
-    write_json(cfg.run_dir / MANIFEST, {
-        "run": cfg.run, "config": cfg_raw, "started_at": min(starts) if starts else None, "finished_at": now(),
-        "sandboxes_reaped": None if reaped is None else len(reaped), "python": sys.version.split()[0],
-        "platform": platform.platform(), "versions": _versions(),
-    })
+    write_json(cfg.run_dir / MANIFEST, Manifest(
+        run=cfg.run, config=cfg_raw, started_at=min(starts) if starts else None, finished_at=now(),
+        sandboxes_reaped=None if reaped is None else len(reaped), python=sys.version.split()[0],
+        platform=platform.platform(), versions=_versions(),
+    ).model_dump(mode="json"))
 
 
 def write_summary(cfg: Config, grades: list[str] | None) -> list[RolloutRow]:
@@ -75,7 +75,7 @@ def write_summary(cfg: Config, grades: list[str] | None) -> list[RolloutRow]:
              "model_patch": (out / t.id / str(repeat) / PATCH).read_bytes().decode("utf-8", "surrogateescape")}
             for t, r in rollouts if r == repeat])
     m = metrics.compute(rows, cfg.grading.reward_threshold, cfg.model.prices)
-    write_json(out / "metrics.json", m)
+    write_json(out / "metrics.json", m.model_dump(mode="json"))
     write_atomic(out / "report.md", report.markdown(cfg, m, rows))
     # what `snakemake --report` shows: the metrics table and the plots (workflow/rules/aggregate.smk)
     svgs = {name: plot(rows) for name, plot in plots.PLOTS.items()}

@@ -36,11 +36,11 @@ class ConvertStep(Step):
         run = {"run": cfg.run, "harness": harness.name, "status": rec.status, "failure_class": rec.failure_class,
                "task_id": ctx.task_id, "instance_id": ctx.task.instance_id, "repeat": ctx.repeat,
                "events": len(events), "unknown_events": conv.unknown,
-               "model_s": totals["latency_s"],  # the model calls' latencies summed (metrics.json time_s)
-               **({"token_join": joined} if joined else {}), **({"feedback": conv.feedback} if conv.feedback else {}),
+               "model_s": totals.latency_s,  # the model calls' latencies summed (metrics.json time_s)
+               **({"token_join": joined.model_dump()} if joined else {}), **({"feedback": conv.feedback} if conv.feedback else {}),
                **conv.metadata}
         prompt = prompt_for(ctx.task, cfg.benchmark)
-        resp = responses.response(items, usage.summarize(totals), cfg.model.name,
+        resp = responses.response(items, usage.summarize(totals).model_dump(), cfg.model.name,
                                   _RESPONSE_STATUS[rec.status], run,
                                   int(datetime.fromisoformat(rec.started_at).timestamp()) if rec.started_at else None,
                                   conv.instructions, conv.input or [responses.user_message(prompt)])

@@ -11,7 +11,8 @@ from html import escape
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from ...contracts.records import GRADE, MODEL_CALLS, PATCH, RESPONSE
+from ...contracts.records import GRADE, MODEL_CALLS, PATCH, RESPONSE, GradeRecord, load
+from ...contracts.response import RunData
 from ...contracts.row import RolloutRow
 from ...core.util import read_json
 from ...rollout.responses import input_text, item_text
@@ -160,15 +161,19 @@ def _kv(rows: Iterable[tuple[str, Any]]) -> str:
         f"<tr><td>{escape(k)}</td><td>{escape('' if v is None else str(v))}</td></tr>" for k, v in rows) + "</table>"
 
 
-def grade_html(grade: Mapping[str, Any], log_tail: str | None) -> str:
-    parts = [_kv([("reward", grade.get("reward")), ("resolved", grade.get("resolved")),
-                  ("status", grade.get("status")), ("failure class", grade.get("failure_class")),
-                  ("patch applied", grade.get("patch_applied")), ("apply method", grade.get("apply_method")),
-                  ("tests ran", grade.get("tests_ran")), ("test exit code", grade.get("test_exit_code")),
-                  ("error", grade.get("error"))])]
-    results = grade.get("test_results") or {}
+GRADE_LABELS = ("reward", "resolved", "status", "failure class", "patch applied", "apply method", "tests ran",
+                "test exit code", "error")
+
+
+def grade_html(grade: GradeRecord | None, log_tail: str | None) -> str:
+    """grade.json's outcome, its tests and the grader log's tail (None: no grade.json, every value blank)."""
+    g = grade if grade is not None else GradeRecord()
+    values = ((g.reward, g.resolved, g.status, g.failure_class, g.patch_applied, g.apply_method, g.tests_ran,
+               g.test_exit_code, g.error) if grade is not None else (None,) * len(GRADE_LABELS))
+    parts = [_kv(zip(GRADE_LABELS, values))]
+    results = g.test_results
     rows = []
-    for group, by_outcome in (grade.get("tests_status") or {}).items():  # FAIL_TO_PASS / PASS_TO_PASS
+    for group, by_outcome in g.tests_status.items():  # FAIL_TO_PASS / PASS_TO_PASS
         for outcome, names in by_outcome.items():  # success / failure
             for name in names:
                 status = results.get(name, outcome)
@@ -181,16 +186,16 @@ def grade_html(grade: Mapping[str, Any], log_tail: str | None) -> str:
     return "\n".join(parts)
 
 
-def flags_html(grade: Mapping[str, Any]) -> str:
+def flags_html(grade: GradeRecord | None) -> str:
     """What grading found the patch doing to the tests (tampering) or the test runner
     (suspicious code): shown first on the page, before anything else is read."""
     parts = []
-    tampering = grade.get("tampering") or []
+    tampering = grade.tampering if grade is not None else []
     if tampering:
         body = "".join(f"<tr><td>{escape(str(t.get('path')))}</td><td>{escape(str(t.get('kind')))}</td>"
                        f"<td>{escape(str(t.get('action')))}</td></tr>" for t in tampering)
         parts.append(f'<h3>Tampering</h3><table id="tampering"><tr><th>path</th><th>kind</th><th>action</th></tr>{body}</table>')
-    suspicious = grade.get("suspicious") or []
+    suspicious = grade.suspicious if grade is not None else []
     if suspicious:
         body = "".join(f"<tr><td>{escape(str(s.get('path')))}:{escape(str(s.get('line')))}</td>"
                        f"<td>{escape(str(s.get('reason')))}</td><td><code>{escape(str(s.get('text')))}</code></td></tr>"
@@ -232,9 +237,9 @@ def render(row: RolloutRow, prompt: str | None, index_href: str) -> str:
     """The page of one rollout; `row` is its rollouts.jsonl row (rollout.rows.rollout_row)."""
     d = Path(row.dir)
     resp = read_json(d / RESPONSE) if (d / RESPONSE).is_file() else {}
-    grade = read_json(d / GRADE) if (d / GRADE).is_file() else {}
+    grade = load(GradeRecord, d / GRADE) if (d / GRADE).is_file() else None
     patch = (d / PATCH).read_bytes().decode("utf-8", "replace") if (d / PATCH).is_file() else ""
-    usage = resp.get("usage") or row.usage
+    usage, join = row.usage, row.token_join  # the response's, as the row copied them
     title = f"{row.instance_id} #{row.repeat}"
     summary = _kv([("task", row.task_id), ("repository", row.repo), ("repeat", row.repeat),
                    ("status", row.status), ("failure class", row.failure_class),
@@ -243,25 +248,24 @@ def render(row: RolloutRow, prompt: str | None, index_href: str) -> str:
                    ("exit code", row.exit_code), ("model", resp.get("model"))])
     timings = "".join(f"<tr><td>{escape(p)}</td><td>{'' if v is None else f'{v:.2f}'}</td></tr>"
                       for p, v in row.durations.model_dump().items())
-    meta = resp.get("sandbatch") or {}  # the run data of response.json (responses.response)
-    join = meta.get("token_join") or {}
-    tokens = _kv([("model calls", usage.get("model_calls")), ("input tokens", usage.get("input_tokens")),
-                  ("cached input tokens", (usage.get("input_tokens_details") or {}).get("cached_tokens")),
-                  ("output tokens", usage.get("output_tokens")),
-                  ("reasoning tokens", (usage.get("output_tokens_details") or {}).get("reasoning_tokens")),
-                  ("total tokens", usage.get("total_tokens")),
+    run = RunData.of(resp)
+    tokens = _kv([("model calls", usage.model_calls), ("input tokens", usage.input_tokens),
+                  ("cached input tokens", usage.input_tokens_details.cached_tokens),
+                  ("output tokens", usage.output_tokens),
+                  ("reasoning tokens", usage.output_tokens_details.reasoning_tokens),
+                  ("total tokens", usage.total_tokens),
                   # token data: the turns carrying it, the join, the drift (docs/training-data.md)
-                  *([("turns with token ids", join.get("turns_with_tokens")),
-                     ("calls / items not joined", f"{join.get('unmatched_calls')} / {join.get('unmatched_items')}"),
-                     ("drifted turns", f"{join.get('drifted_turns')} of {join.get('continuing_turns')}")]
-                    if join.get("calls") else []),
+                  *([("turns with token ids", join.turns_with_tokens),
+                     ("calls / items not joined", f"{join.unmatched_calls} / {join.unmatched_items}"),
+                     ("drifted turns", f"{join.drifted_turns} of {join.continuing_turns}")]
+                    if join and join.calls else []),
                   # response.json written before segments were counted has none
-                  *([("segments / untrusted turns", f"{join['segments']} / {join.get('untrusted_turns')}")]
-                    if join.get("calls") and "segments" in join else [])])
+                  *([("segments / untrusted turns", f"{join.segments} / {join.untrusted_turns}")]
+                    if join and join.calls and join.segments is not None else [])])
     notes = ""
-    if meta.get("unknown_events") or meta.get("conversion_error"):
-        notes = (f'<p class="muted">{meta.get("unknown_events", 0)} event(s) the converter did not recognise'
-                 + (f"; conversion error: {escape(str(meta['conversion_error']))}" if meta.get("conversion_error") else "")
+    if run.unknown_events or run.conversion_error:
+        notes = (f'<p class="muted">{run.unknown_events} event(s) the converter did not recognise'
+                 + (f"; conversion error: {escape(run.conversion_error)}" if run.conversion_error else "")
                  + "</p>")
     return f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>{escape(title)}</title><style>{CSS}</style></head>
@@ -271,7 +275,7 @@ def render(row: RolloutRow, prompt: str | None, index_href: str) -> str:
 {summary}
 <h2>Conversation</h2>{notes}
 <div id="conversation">{conversation(input_text(resp["input"]) if resp.get("input") else prompt,
-                                      resp.get("output") or [], resp.get("instructions"), meta.get("feedback") or [])}</div>
+                                      resp.get("output") or [], resp.get("instructions"), run.feedback)}</div>
 <h2>Patch <span class="muted">{size(len(patch.encode()))}</span></h2>{diff_html(patch)}
 <h2>Grade</h2>{grade_html(grade, _log_tail(d / "grade.log"))}
 <h2>Timings</h2><table id="timings"><tr><th>phase</th><th>seconds</th></tr>{timings}</table>
