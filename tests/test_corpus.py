@@ -17,7 +17,7 @@ import subprocess
 
 import pytest
 
-from docker_fixtures import docker_base_image, docker_engine  # noqa: F401 (fixtures)
+from docker_fixtures import containers, docker_base_image, docker_engine  # noqa: F401 (fixtures)
 from sandbatch import corpus
 from sandbatch.corpus.check import MODES, check
 from test_attacks_runtime import HONEST_LOG, HONEST_STATUS
@@ -221,8 +221,7 @@ def test_corpus_rows_are_graded_right_through_the_workflow(tmp_path, docker_engi
         # runners are graded from the log (test_corpus_runners.VERDICTS)
         assert res["grades"][rid]["neutralise"]["gold"]["verdict"] == VERDICTS.get(rid, "ok"), rid
     for run in res["runs"]:  # every sandbox of the four runs is gone
-        left = subprocess.run([docker_engine, "ps", "-aq", "--filter", f"label=sandbatch.run={run}"],
-                              capture_output=True, text=True, check=True).stdout.split()
+        left = containers(docker_engine, run=run)
         assert left == [], run
 
 

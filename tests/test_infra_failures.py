@@ -10,12 +10,12 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-import uuid
 
 import pytest
 
 from docker_fixtures import docker_base_image, docker_engine, docker_run_label  # noqa: F401 (fixtures)
 from real_opensandbox import real_opensandbox  # noqa: F401 (fixture)
+from suite import unique_run
 from sandbatch.core.errors import InfraError
 from sandbatch.sandbox import SandboxGone, SandboxSpec
 from sandbatch.sandbox.local import LocalProvider
@@ -148,7 +148,7 @@ def test_opensandbox_sandbox_deleted_under_a_command_is_infra(real_opensandbox, 
     from sandbatch.sandbox.opensandbox import OpenSandboxProvider
 
     monkeypatch.setenv("SANDBATCH_TEST_OS_KEY", real_opensandbox.key)
-    run = f"test-{uuid.uuid4().hex[:10]}"
+    run = unique_run("test")
 
     async def main():
         async with OpenSandboxProvider(_os_options(real_opensandbox)) as provider:

@@ -22,6 +22,7 @@ import pytest
 
 from harness_support import CALC_EDIT, SLUG_EDIT, rollout, run_workflow, scripted_model_server, smoke_config
 from services import missing
+from suite import unique_run
 from workflow_util import metrics
 
 PHOENIX = os.environ.get("SANDBATCH_PHOENIX_URL", "http://127.0.0.1:6006")
@@ -123,7 +124,7 @@ SCRIPT = {"tasks": {
 @pytest.mark.slow
 def test_smoke_run_traces_every_rollout_to_a_file_and_phoenix(tmp_path):
     phoenix()
-    run = f"traces-{os.getpid()}-{int(time.time())}"
+    run = unique_run("traces")
     harness = {"name": "mini-swe-agent", "config": {"mode": "host", "step_limit": 4}}
     with scripted_model_server(SCRIPT) as (url, model):
         cfg = smoke_config(tmp_path, harness, TASKS, run=run, model={"base_url": url},
