@@ -56,6 +56,8 @@ for i, r in enumerate(RULES):
         continue
     if any(labels.get(k) != v for k, v in r.get("labels", {{}}).items()):
         continue
+    if "reached" in r:
+        open(r["reached"], "a").close()
     if "sleep" in r:
         time.sleep(r["sleep"])
     if "fail" in r and count(r["counter"]) < r["fail"]:
@@ -70,7 +72,8 @@ def fake_git(bindir: Path, rules: list[dict]) -> dict[str, str]:
 
     A rule: {"cmd": "init", "arg": substring of an argument, "labels": {"role": "agent",
     "task": "smoke__calc-1"}, "sleep": seconds, "fail": first N calls fail (counted in
-    "counter"), "flag": only while this file exists}.
+    "counter"), "flag": only while this file exists, "reached": a file made when a call matches,
+    before its sleep (what a test waits for to know the call is in progress)}.
     """
     bindir.mkdir(parents=True, exist_ok=True)
     for i, r in enumerate(rules):
