@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
+import time
 
 import pytest
 
@@ -57,7 +58,9 @@ def test_local_sandbox_deleted_under_a_command_is_infra(tmp_path):
         # the command notices its sandbox is gone (local processes are not killed by a delete)
         running = asyncio.ensure_future(sb.exec(
             "touch ../tmp/started; while [ -e ../meta.json ]; do sleep 0.05; done; exit 3", timeout=120))
+        deadline = time.monotonic() + 60
         while not os.path.exists(os.path.join(sb.tmpdir, "started")):
+            assert time.monotonic() < deadline and not running.done(), f"the command never started: {running}"
             await asyncio.sleep(0.05)
         await provider.delete(sb.id)
         with pytest.raises(SandboxGone):
