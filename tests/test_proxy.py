@@ -230,13 +230,17 @@ def test_sampling_overrides_win(scripted, out):
 
 # --- retries and failures -----------------------------------------------------------------
 
+# an answer that comes after retries, backoffs or a timeout: httpx's own 5 s default would cut it
+# off first on a loaded machine (each test bounds the time it expects itself)
+SLOW_ANSWER = 60
+
 def test_retries_429_with_retry_after_then_502_503(upstream, out):
     up = upstream([(429, {"retry-after": "2"}, {"error": {"message": "slow down"}}),
                    (502, {}, {"error": {"message": "bad gateway"}}),
                    (503, {}, {"error": {"message": "unavailable"}})])
     with proxy(up.url, out, {"retries": 5, "backoff": 0.01}) as p:
         t0 = time.monotonic()
-        r = httpx.post(p.url_for("127.0.0.1") + "/chat/completions", json=chat_body())
+        r = httpx.post(p.url_for("127.0.0.1") + "/chat/completions", json=chat_body(), timeout=SLOW_ANSWER)
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == "ok"
     assert len(up.hits) == 4
     assert up.hits[1] - up.hits[0] >= 1.99  # Retry-After honoured
@@ -251,7 +255,7 @@ def test_retries_429_with_retry_after_then_502_503(upstream, out):
 def test_retries_stop_and_the_agent_sees_the_upstream_status(upstream, out):
     up = upstream([], default=(503, {}, {"error": {"message": "still down"}}))
     with proxy(up.url, out, {"retries": 2, "backoff": 0.01}) as p:
-        r = httpx.post(p.url_for("127.0.0.1") + "/chat/completions", json=chat_body())
+        r = httpx.post(p.url_for("127.0.0.1") + "/chat/completions", json=chat_body(), timeout=SLOW_ANSWER)
     assert r.status_code == 503 and r.json()["error"]["message"] == "still down"
     assert len(up.hits) == 3
     row = calls(out)[0]
@@ -262,7 +266,7 @@ def test_retry_after_beyond_the_budget_returns_the_429(upstream, out):
     up = upstream([(429, {"retry-after": "300"}, {"error": {"message": "later"}})])
     with proxy(up.url, out, {"retries": 5, "retry_budget": 1}) as p:
         t0 = time.monotonic()
-        r = httpx.post(p.url_for("127.0.0.1") + "/chat/completions", json=chat_body())
+        r = httpx.post(p.url_for("127.0.0.1") + "/chat/completions", json=chat_body(), timeout=SLOW_ANSWER)
     # answered at once, not after the 300 s asked for (the bound only tells the two apart)
     assert r.status_code == 429 and time.monotonic() - t0 < 60
     assert len(up.hits) == 1
@@ -286,7 +290,7 @@ def test_unreachable_upstream_errors_within_the_bound(out):
     settings = {"retries": 50, "backoff": 0.05, "backoff_max": 0.2, "retry_budget": 1.0, "connect_timeout": 0.5}
     with proxy(f"http://127.0.0.1:{_closed_port()}/v1", out, settings) as p:
         t0 = time.monotonic()
-        r = httpx.post(p.url_for("127.0.0.1") + "/chat/completions", json=chat_body())
+        r = httpx.post(p.url_for("127.0.0.1") + "/chat/completions", json=chat_body(), timeout=SLOW_ANSWER)
         elapsed = time.monotonic() - t0
     assert r.status_code == 502
     err = r.json()["error"]
@@ -306,7 +310,7 @@ def test_read_timeout_is_not_retried(upstream, out):
     up = upstream([silent])
     with proxy(up.url, out, {"read_timeout": 0.3, "retries": 3, "backoff": 0.01}) as p:
         t0 = time.monotonic()
-        r = httpx.post(p.url_for("127.0.0.1") + "/chat/completions", json=chat_body())
+        r = httpx.post(p.url_for("127.0.0.1") + "/chat/completions", json=chat_body(), timeout=SLOW_ANSWER)
     # the 0.3 s read timeout ended it, not the upstream's answer after 60 s
     assert r.status_code == 504 and time.monotonic() - t0 < 30
     assert len(up.hits) == 1 and calls(out)[0]["status"] == 504
