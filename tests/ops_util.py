@@ -125,15 +125,17 @@ def sandbatch(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 
 
 def wait_for(cond: Callable[[], object], timeout: float, what: str, proc: subprocess.Popen | None = None):
-    deadline = time.monotonic() + timeout
+    """Poll `cond()` until it is true (its value returned), at most `timeout` s; fail early if
+    `proc` exits first. On giving up, say what `cond()` last gave."""
+    deadline, value = time.monotonic() + timeout, None
     while time.monotonic() < deadline:
         value = cond()
         if value:
             return value
         if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"snakemake exited ({proc.returncode}) before: {what}")
+            raise AssertionError(f"{' '.join(map(str, proc.args))[:200]} exited ({proc.returncode}) before: {what}")
         time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for: {what}")
+    raise AssertionError(f"timed out after {timeout} s waiting for: {what} (last seen: {value!r:.200})")
 
 
 def sandboxes(workdir: Path, role: str | None = None, task: str | None = None) -> list[Path]:
