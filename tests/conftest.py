@@ -13,11 +13,16 @@ test that starts last ends the run alone.
 A session-scoped fixture runs once per worker: one that builds something shared (an image,
 node_modules) builds it under `shared.built_once`, so that one worker builds it and the others
 wait for it and reuse it.
+
+Every run name and label a test gives the shared engine and servers carries this session's token
+(`suite.unique_run`; `suite.pytest_configure`, imported here, takes the token).
 """
 
 from __future__ import annotations
 
 import pytest
+
+from suite import pytest_configure  # noqa: F401 (the hook: this session's token)
 
 SHARED_SCOPES = {"module", "class", "package"}
 

@@ -13,12 +13,12 @@ import os
 import shutil
 import subprocess
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 
 from services import missing
+from suite import unique_run
 
 BASE_IMAGE = os.environ.get("SANDBATCH_BASE_IMAGE", "sandbatch/base:bookworm")
 
@@ -68,10 +68,11 @@ def docker_base_image(docker_engine: str) -> str:
 
 @pytest.fixture
 def docker_run_label(docker_engine: str):
-    """A run label unique to one test; every docker sandbox carrying it is deleted afterwards."""
+    """A run label unique to one test of this suite; every docker sandbox carrying it is deleted
+    afterwards."""
     from sandbatch.sandbox.docker import DockerProvider
 
-    label = f"test-{uuid.uuid4().hex[:10]}"
+    label = unique_run("test")
     yield label
 
     async def sweep() -> None:
@@ -80,6 +81,16 @@ def docker_run_label(docker_engine: str):
             await provider.delete(info.id)
 
     asyncio.run(sweep())
+
+
+def containers(cli: str, **labels: str) -> list[str]:
+    """Ids of the engine's containers (sandboxes and their network gates) carrying every one of
+    `labels` (`run=`: a run label of this suite's own, `suite.unique_run`; `instance=`: one run
+    instance's id): what a "nothing left" check counts, never another run's or suite's."""
+    assert labels and all(labels.values()), f"no labels to select by: {labels}"
+    filters = [arg for key, value in labels.items() for arg in ("--filter", f"label=sandbatch.{key}={value}")]
+    return subprocess.run([cli, "ps", "-aq", *filters], capture_output=True, text=True, check=True,
+                          timeout=60).stdout.split()
 
 
 class PidsCgroup:

@@ -56,6 +56,8 @@ for i, r in enumerate(RULES):
         continue
     if any(labels.get(k) != v for k, v in r.get("labels", {{}}).items()):
         continue
+    if "reached" in r:
+        open(r["reached"], "a").close()
     if "sleep" in r:
         time.sleep(r["sleep"])
     if "fail" in r and count(r["counter"]) < r["fail"]:
@@ -70,7 +72,8 @@ def fake_git(bindir: Path, rules: list[dict]) -> dict[str, str]:
 
     A rule: {"cmd": "init", "arg": substring of an argument, "labels": {"role": "agent",
     "task": "smoke__calc-1"}, "sleep": seconds, "fail": first N calls fail (counted in
-    "counter"), "flag": only while this file exists}.
+    "counter"), "flag": only while this file exists, "reached": a file made when a call matches,
+    before its sleep (what a test waits for to know the call is in progress)}.
     """
     bindir.mkdir(parents=True, exist_ok=True)
     for i, r in enumerate(rules):
@@ -122,15 +125,17 @@ def sandbatch(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 
 
 def wait_for(cond: Callable[[], object], timeout: float, what: str, proc: subprocess.Popen | None = None):
-    deadline = time.monotonic() + timeout
+    """Poll `cond()` until it is true (its value returned), at most `timeout` s; fail early if
+    `proc` exits first. On giving up, say what `cond()` last gave."""
+    deadline, value = time.monotonic() + timeout, None
     while time.monotonic() < deadline:
         value = cond()
         if value:
             return value
         if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"snakemake exited ({proc.returncode}) before: {what}")
+            raise AssertionError(f"{' '.join(map(str, proc.args))[:200]} exited ({proc.returncode}) before: {what}")
         time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for: {what}")
+    raise AssertionError(f"timed out after {timeout} s waiting for: {what} (last seen: {value!r:.200})")
 
 
 def sandboxes(workdir: Path, role: str | None = None, task: str | None = None) -> list[Path]:

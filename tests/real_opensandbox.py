@@ -5,7 +5,7 @@ tests reach it at SANDBATCH_TEST_OPENSANDBOX_URL (default http://127.0.0.1:18080
 SANDBATCH_TEST_OPENSANDBOX_KEY (default opensandbox-test-key).
 
 The server is shared (other tests, other runs): every sandbox a test makes carries a run
-label of its own (`unique_run`), and a test counts and deletes only those.
+label of its own (`suite.unique_run`), and a test counts and deletes only those.
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from __future__ import annotations
 import asyncio
 import os
 import urllib.request
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from services import need
+from suite import unique_run
 
 URL = os.environ.get("SANDBATCH_TEST_OPENSANDBOX_URL", "http://127.0.0.1:18080")
 KEY = os.environ.get("SANDBATCH_TEST_OPENSANDBOX_KEY", "opensandbox-test-key")
@@ -68,11 +68,6 @@ def host_address(interface: str = "docker0") -> str:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         packed = fcntl.ioctl(sock.fileno(), 0x8915, struct.pack("256s", interface.encode()[:15]))  # SIOCGIFADDR
     return socket.inet_ntoa(packed[20:24])
-
-
-def unique_run(prefix: str) -> str:
-    """A run label no other test or run on the shared server carries."""
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def unavailable() -> str | None:

@@ -19,13 +19,13 @@ from __future__ import annotations
 import json
 import subprocess
 import textwrap
-import uuid
 from pathlib import Path
 
 import pytest
 
-from docker_fixtures import docker_base_image, docker_engine  # noqa: F401 (fixtures)
+from docker_fixtures import containers, docker_base_image, docker_engine  # noqa: F401 (fixtures)
 from harness_support import items_of, rollout, scripted_model_server
+from suite import unique_run
 from test_attacks_assertions import BORROWED_NAME_QUOTIENT, XFAIL_FROM_CODE
 from test_attacks_runtime import REPLACE_THE_RECORD, WRONG_CALC, hostile
 from test_benchmark_grading import grade, make_cfg
@@ -146,7 +146,7 @@ def test_attacks_planted_from_the_agents_shell_earn_nothing(tmp_path, docker_eng
     base = subprocess.run([docker_engine, "run", "--rm", image, "git", "-C", "/testbed", "rev-parse", "HEAD"],
                           capture_output=True, text=True, check=True).stdout.strip()
     tasks = task_rows(tmp_path, image, base)
-    run = f"agentpath-{uuid.uuid4().hex[:8]}"  # its own: the leftover check below counts this run's containers
+    run = unique_run("agentpath")  # its own: the leftover check below counts this run's containers
     with scripted_model_server(script()) as (url, _):
         config = write_config(tmp_path, "config.yaml", {
             "run": run, "retries": 0, "benchmark": {"kind": "smoke", "tasks": str(tasks)},
@@ -185,6 +185,5 @@ def test_attacks_planted_from_the_agents_shell_earn_nothing(tmp_path, docker_eng
     assert not any(hook in patch for hook in ("agent_hooks", "usercustomize", ".pth")), patch
     # the build script's own run in the agent's sandbox planted the same hook there too
     assert "5 passed" in seen["build"][0][-1], seen["build"][0]
-    left = subprocess.run([docker_engine, "ps", "-aq", "--filter", f"label=sandbatch.run={run}"],
-                          capture_output=True, text=True, check=True).stdout.split()
+    left = containers(docker_engine, run=run)
     assert left == []

@@ -14,8 +14,9 @@ import sys
 
 import pytest
 
-from docker_fixtures import docker_base_image, docker_engine  # noqa: F401 (fixtures)
+from docker_fixtures import containers, docker_base_image, docker_engine  # noqa: F401 (fixtures)
 from sandbatch.core.config import load
+from sandbatch.core.instance import read_instance
 from sandbatch.ops.workflow import agent_settings, stamps
 from sandbatch.sandbox.local import default_root
 from workflow_util import REPO, metrics, mtimes, rollouts, snakemake, write_config
@@ -115,9 +116,8 @@ def test_another_provider_redoes_every_rollout_there(run_copy, docker_engine, do
     handles = [json.loads(p.read_text()) for p in (run_copy / "results/cc").glob("smoke__*/0/sandbox.json")]
     assert len(handles) == 2 and {h["provider"] for h in handles} == {"docker"}, handles
     assert all(r["resolved"] for r in rollouts(run_copy, "cc"))
-    left = subprocess.run([docker_engine, "ps", "-aq", "--filter", "label=sandbatch.run=cc"],
-                          capture_output=True, text=True, check=True).stdout.split()
-    assert left == []
+    # this run instance's containers only: the name "cc" is every suite's
+    assert containers(docker_engine, run="cc", instance=read_instance(run_copy / "results/cc")) == []
 
 
 def test_settings_of_the_run_alone_redo_nothing(run_copy):

@@ -14,12 +14,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
-from docker_fixtures import docker_base_image, docker_engine  # noqa: F401 (fixtures)
+from docker_fixtures import containers, docker_base_image, docker_engine  # noqa: F401 (fixtures)
 from sandbatch import corpus
 from sandbatch.corpus.check import MODES, check
+from sandbatch.core.instance import read_instance
 from test_attacks_runtime import HONEST_LOG, HONEST_STATUS
 from test_benchmark_grading import SMOKE, grade, make_cfg
 from test_corpus_runners import RUNNERS, VERDICTS
@@ -221,8 +223,9 @@ def test_corpus_rows_are_graded_right_through_the_workflow(tmp_path, docker_engi
         # runners are graded from the log (test_corpus_runners.VERDICTS)
         assert res["grades"][rid]["neutralise"]["gold"]["verdict"] == VERDICTS.get(rid, "ok"), rid
     for run in res["runs"]:  # every sandbox of the four runs is gone
-        left = subprocess.run([docker_engine, "ps", "-aq", "--filter", f"label=sandbatch.run={run}"],
-                              capture_output=True, text=True, check=True).stdout.split()
+        # this run instance's own: the check's run names are the same in every suite
+        results = Path(res["workdir"]) / "results" / run
+        left = containers(docker_engine, run=run, instance=read_instance(results))
         assert left == [], run
 
 

@@ -19,12 +19,13 @@ from pathlib import Path
 import pytest
 from openai.types.responses import Response
 
-from docker_fixtures import docker_base_image, docker_engine, docker_run_label, npm_agent_image  # noqa: F401
+from docker_fixtures import containers, docker_base_image, docker_engine, docker_run_label, npm_agent_image  # noqa: F401
 from gym_env import assert_valid_responses
 from harness_support import (CALC_EDIT, SLUG_EDIT, assert_token_data, convert_events, items_of, leftover_sandboxes,
                              listed_model, recorded_events, rollout, run_context, run_workflow, scripted_model_server,
                              smoke_config)
-from real_opensandbox import real_opensandbox, reap_run, unique_run  # noqa: F401 (fixture)
+from real_opensandbox import real_opensandbox, reap_run  # noqa: F401 (fixture)
+from suite import unique_run
 from services import need_program
 from sandbatch.core.errors import UserError
 from sandbatch.harness import get_harness
@@ -266,8 +267,7 @@ def test_real_claude_code_in_docker_resolves_a_smoke_task(tmp_path, docker_engin
                        sandbox={"provider": "docker", "default_image": claude_image}, timeouts={"agent": 300})
     run_dir, took = run_workflow(tmp_path, cfg)
     assert_resolved(run_dir, ["smoke__textutils-1"], model)
-    left = subprocess.run([docker_engine, "ps", "-aq", "--filter", f"label=sandbatch.run={docker_run_label}"],
-                          capture_output=True, text=True, check=True).stdout.split()
+    left = containers(docker_engine, run=docker_run_label)
     assert left == []
     print(f"\nclaude-code in Docker, 1 task: workflow {took:.1f} s")
 
@@ -358,8 +358,7 @@ def test_real_claude_code_compacting_its_context_starts_a_trusted_segment(tmp_pa
     assert_segments_chain(carrying)
     assert_gym_training_items([resp])
     Response.model_validate({k: v for k, v in resp.items() if k != "sandbatch"})
-    assert subprocess.run([docker_engine, "ps", "-aq", "--filter", f"label=sandbatch.run={docker_run_label}"],
-                          capture_output=True, text=True, check=True).stdout.split() == []
+    assert containers(docker_engine, run=docker_run_label) == []
     print(f"\nclaude-code compacting in Docker, 1 task: workflow {took:.1f} s; {len(chat)} model calls; {join}")
 
 
@@ -424,7 +423,6 @@ def test_real_claude_code_in_docker_resolves_a_corpus_row(tmp_path, docker_engin
     assert rollout(run_dir, ROW, "patch.json")["files"] == ["requests/models.py"]
     assert_valid_responses([resp])
     assert_token_data(run_dir, [ROW], model)
-    left = subprocess.run([docker_engine, "ps", "-aq", "--filter", f"label=sandbatch.run={docker_run_label}"],
-                          capture_output=True, text=True, check=True).stdout.split()
+    left = containers(docker_engine, run=docker_run_label)
     assert left == []
     print(f"\nclaude-code on {ROW} in Docker: workflow {took:.1f} s, grade {grade.get('duration_s')} s")

@@ -128,7 +128,9 @@ def test_exit_status_maps_to_rollout_status(tmp_path, exit_status, exit_code, ex
     harness = get_harness("mini-swe-agent")
     ctx = run_context("mini-swe-agent", tmp_path, {"mode": "sandbox", "install": {"method": "path", "path": str(fake)},
                                                    "env": {"FAKE_EXIT_STATUS": exit_status, "FAKE_EXIT": exit_code}},
-                      agent_timeout=2)
+                      # the hang is stopped at 2 s; the others get the room a loaded machine needs to
+                      # start a Python and exit, so their status is never a timeout
+                      agent_timeout=2 if exit_status == "hang" else 60)
 
     async def go():
         provider = LocalProvider({"root": str(tmp_path / "sandboxes")})

@@ -15,7 +15,8 @@ import pytest
 
 from docker_fixtures import docker_base_image, docker_engine, docker_run_label  # noqa: F401 (fixtures)
 from leaky_repo import BUILDER, CALC, EXPECTED, assert_no_future, build_image, dirty, expected_of, look
-from real_opensandbox import real_opensandbox, reap_run, unique_run  # noqa: F401 (fixture)
+from real_opensandbox import real_opensandbox, reap_run  # noqa: F401 (fixture)
+from suite import unique_run
 from sandbatch.core.config import load as load_config
 from sandbatch.core.errors import UserError
 from sandbatch.contracts.records import HistoryRecord

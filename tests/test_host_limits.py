@@ -31,8 +31,9 @@ def pids_cgroup(limit: int) -> Path:
 def remove(group: Path) -> None:
     """Remove the cgroup once its last process (a step's deferred delete) is gone."""
     deadline = time.monotonic() + 60
-    while (group / "cgroup.procs").read_text().strip() and time.monotonic() < deadline:
+    while (left := (group / "cgroup.procs").read_text().split()) and time.monotonic() < deadline:
         time.sleep(0.5)
+    assert not left, f"processes still in {group} 60 s after the run: {left}"
     group.rmdir()
 
 

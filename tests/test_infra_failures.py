@@ -10,12 +10,13 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-import uuid
+import time
 
 import pytest
 
 from docker_fixtures import docker_base_image, docker_engine, docker_run_label  # noqa: F401 (fixtures)
 from real_opensandbox import real_opensandbox  # noqa: F401 (fixture)
+from suite import unique_run
 from sandbatch.core.errors import InfraError
 from sandbatch.sandbox import SandboxGone, SandboxSpec
 from sandbatch.sandbox.local import LocalProvider
@@ -57,7 +58,9 @@ def test_local_sandbox_deleted_under_a_command_is_infra(tmp_path):
         # the command notices its sandbox is gone (local processes are not killed by a delete)
         running = asyncio.ensure_future(sb.exec(
             "touch ../tmp/started; while [ -e ../meta.json ]; do sleep 0.05; done; exit 3", timeout=120))
+        deadline = time.monotonic() + 60
         while not os.path.exists(os.path.join(sb.tmpdir, "started")):
+            assert time.monotonic() < deadline and not running.done(), f"the command never started: {running}"
             await asyncio.sleep(0.05)
         await provider.delete(sb.id)
         with pytest.raises(SandboxGone):
@@ -148,7 +151,7 @@ def test_opensandbox_sandbox_deleted_under_a_command_is_infra(real_opensandbox, 
     from sandbatch.sandbox.opensandbox import OpenSandboxProvider
 
     monkeypatch.setenv("SANDBATCH_TEST_OS_KEY", real_opensandbox.key)
-    run = f"test-{uuid.uuid4().hex[:10]}"
+    run = unique_run("test")
 
     async def main():
         async with OpenSandboxProvider(_os_options(real_opensandbox)) as provider:

@@ -116,6 +116,7 @@ def test_a_command_of_a_killed_step_ends_with_its_sandbox(tmp_path):
     deadline = time.monotonic() + 60
     while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < deadline:
         time.sleep(0.05)
+    assert pid_file.exists() and pid_file.read_text().strip(), f"no pid in {pid_file} within 60 s"
     command = psutil.Process(int(pid_file.read_text()))
     step.kill()
     step.wait()
@@ -145,6 +146,7 @@ def test_a_process_that_left_its_group_ends_with_its_sandbox(tmp_path):
     deadline = time.monotonic() + 60
     while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < deadline:
         time.sleep(0.05)
+    assert pid_file.exists() and pid_file.read_text().strip(), f"no pid in {pid_file} within 60 s"
     daemon = psutil.Process(int(pid_file.read_text()))
     assert daemon.is_running() and os.getsid(daemon.pid) == daemon.pid
     asyncio.run(provider.delete(sandbox_id))

@@ -30,7 +30,8 @@ from ops_util import SNAKEMAKE, records, run, sandboxes, smoke_rows, stable_rows
 from sandbatch.sandbox.local import default_root
 from sandbatch.core import killpoint
 from sandbatch.steps.forkserver import DISABLE
-from docker_fixtures import docker_base_image, docker_engine  # noqa: F401 (fixtures)
+from docker_fixtures import containers, docker_base_image, docker_engine  # noqa: F401 (fixtures)
+from suite import unique_run
 from workflow_util import REPO, rollouts
 
 pytestmark = pytest.mark.slow
@@ -139,7 +140,7 @@ def test_docker_kill_after_the_agent_run_and_after_the_agent_sandbox_is_deleted(
                                                                                 docker_base_image):
     """The same in containers, at the two points that lost work before: a run killed once the
     agent run is written, and once the patch is out and the agent's container deleted."""
-    run = f"kill-{tmp_path.name}"[:40]
+    run = unique_run("kill")
     args = ["--configfile", str(REPO / "config" / "smoke_docker.yaml"), "--config", f"run={run}",
             f"sandbox={{'default_image': '{docker_base_image}'}}", "benchmark={'limit': 1}"]
     rollout = f"results/{run}/smoke__calc-1/0"
@@ -151,6 +152,5 @@ def test_docker_kill_after_the_agent_run_and_after_the_agent_sandbox_is_deleted(
     trace = (tmp_path / "trace").read_text().split()
     assert trace.count("harness:ran") == 1 and trace.count("patch:extracted") == 1, "finished work was redone"
     assert _saves(tmp_path, "harness.json", rollout) == 1 and _saves(tmp_path, "patch.json", rollout) == 1
-    left = subprocess.run([docker_engine, "ps", "-aq", "--filter", f"label=sandbatch.run={run}"],
-                          capture_output=True, text=True, check=True).stdout.split()
+    left = containers(docker_engine, run=run)
     assert left == []

@@ -24,7 +24,8 @@ from docker_fixtures import docker_base_image, docker_engine, docker_run_label  
 from harness_support import listed_model, sleeper
 from opensandbox_proxy import FaultProxy
 from real_opensandbox import real_opensandbox  # noqa: F401 (fixture)
-from real_opensandbox import IMAGE, host_address, reap_run, unique_run, with_provider
+from real_opensandbox import IMAGE, host_address, reap_run, with_provider
+from suite import unique_run
 from ops_util import kill_group, run, sandbatch, start, wait_for
 from workflow_util import rollouts, write_config
 

@@ -9,11 +9,11 @@ sandbox mode the install cannot work and says so in one line.
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
 
-from docker_fixtures import docker_base_image, docker_engine, no_python_image  # noqa: F401 (fixtures)
+from docker_fixtures import containers, docker_base_image, docker_engine, no_python_image  # noqa: F401 (fixtures)
+from suite import unique_run
 from harness_support import items_of, rollout, scripted_model_server
 from workflow_util import REPO, rollouts, snakemake, write_config
 
@@ -35,7 +35,7 @@ SCRIPT = {
 def run_hello_world(tmp_path, image, mode, url, graded_nothing=False):
     """The run of hello-world; graded_nothing: its one rollout is expected to end in an
     infrastructure error, which fails the run (exit 1) with a line saying so."""
-    run = f"mini-{mode}-{tmp_path.name}"[:40]
+    run = unique_run(f"mini-{mode}")
     config = write_config(tmp_path, "config.yaml", {
         "run": run, "retries": 0,
         "benchmark": {"kind": "terminal_bench", "tasks": str(TASKS), "instance_ids": ["hello-world"]},
@@ -50,8 +50,7 @@ def run_hello_world(tmp_path, image, mode, url, graded_nothing=False):
 
 
 def leftover(docker_engine, run):
-    return subprocess.run([docker_engine, "ps", "-aq", "--filter", f"label=sandbatch.run={run}"],
-                          capture_output=True, text=True, check=True).stdout.split()
+    return containers(docker_engine, run=run)
 
 
 def test_host_mode_resolves_a_task_on_an_image_without_python(tmp_path, docker_engine, no_python_image):

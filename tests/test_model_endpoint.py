@@ -81,11 +81,11 @@ def test_the_proxy_says_down_after_failures_in_a_row_not_before(tmp_path):
         with _proxy(f"http://127.0.0.1:{server.port}/v1", tmp_path, stop_after_failures=3) as p:
             down = p.down()
             url = p.url_for("127.0.0.1") + "/chat/completions"
-            async with httpx.AsyncClient() as client:
+            async with httpx.AsyncClient(timeout=60) as client:  # a 503 comes after the proxy's retry
                 for n in range(1, 4):
                     assert not down.is_set(), f"down after {n - 1} failed calls"
                     assert (await client.post(url, json=CHAT)).status_code == 503
-            await asyncio.wait_for(down.wait(), 5)  # set from the proxy's thread
+            await asyncio.wait_for(down.wait(), 30)  # set from the proxy's thread
             return p.outage
 
     try:

@@ -21,7 +21,6 @@ import shutil
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -29,6 +28,7 @@ import pytest
 from docker_fixtures import docker_base_image, docker_engine  # noqa: F401
 from harness_support import scripted_model_server
 from real_opensandbox import real_opensandbox  # noqa: F401
+from suite import unique_run
 from sandbatch import REPO_ROOT
 
 pytestmark = pytest.mark.slow
@@ -227,7 +227,7 @@ async def live_sandboxes(server, labels: dict[str, str]) -> list:
 def test_every_named_profile_runs_end_to_end_as_shipped(tmp_path, monkeypatch, real_opensandbox,  # noqa: F811
                                                         docker_base_image):  # noqa: F811
     monkeypatch.setenv("SANDBATCH_TEST_PROFILE_KEY", real_opensandbox.key)  # this test's own look at the server
-    owner = f"t-{uuid.uuid4().hex[:10]}"  # the owner label: this test's sandboxes and no one else's
+    owner = unique_run("t")  # the owner label: this test's sandboxes and no one else's
     with scripted_model_server(model_script()) as (url, model):
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "SANDBATCH_", "OPEN_SANDBOX_"))}
         env.update({

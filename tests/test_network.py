@@ -19,10 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from docker_fixtures import (OPENCODE_PREFIX, agent_image, docker_base_image, docker_engine,  # noqa: F401
+from docker_fixtures import (OPENCODE_PREFIX, agent_image, containers, docker_base_image, docker_engine,  # noqa: F401
                              docker_run_label, no_python_image)
 from harness_support import CALC_EDIT, fix_turns, items_of, rollout, scripted_model_server
-from real_opensandbox import IMAGE, real_opensandbox, unique_run, with_provider  # noqa: F401 (fixture)
+from real_opensandbox import IMAGE, real_opensandbox, with_provider  # noqa: F401 (fixture)
+from suite import unique_run
 from sandbatch.sandbox import SandboxError
 from sandbatch.proxy import ModelProxy
 from sandbatch.sandbox.docker import DockerProvider
@@ -129,8 +130,7 @@ def test_the_agent_reaches_its_model_proxy_and_nothing_else(tmp_path, docker_eng
     finally:
         upstream.stop()
     # the gate and its network went with the sandbox
-    left = subprocess.run([docker_engine, "ps", "-aq", "--filter", f"label=sandbatch.run={docker_run_label}"],
-                          capture_output=True, text=True, check=True).stdout.split()
+    left = containers(docker_engine, run=docker_run_label)
     nets = subprocess.run([docker_engine, "network", "ls", "-q", "--filter", f"label=sandbatch.run={docker_run_label}"],
                           capture_output=True, text=True, check=True).stdout.split()
     assert (left, nets) == ([], [])
@@ -221,7 +221,7 @@ def fetch_task(root: Path, name: str, port: int, declaration: str) -> None:
 @pytest.mark.slow
 def test_a_terminal_bench_task_that_declares_internet_gets_it_and_the_rollout_says_so(
         tmp_path, docker_engine, docker_base_image, host_service):
-    run = f"net-{tmp_path.name}"[:40]
+    run = unique_run("net")
     tasks = tmp_path / "tasks"
     fetch_task(tasks, "declared", host_service, "allow_internet = true")
     fetch_task(tasks, "undeclared", host_service, "")
@@ -252,8 +252,7 @@ def test_a_terminal_bench_task_that_declares_internet_gets_it_and_the_rollout_sa
         assert (agent_net["policy"], agent_net["enforced"]) == (agent, True), (name, agent_net)
         assert (grade_net["policy"], grade_net["enforced"]) == (grading, True), (name, grade_net)
         assert why in grade_net["reason"], (name, grade_net)
-    left = subprocess.run([docker_engine, "ps", "-aq", "--filter", f"label=sandbatch.run={run}"],
-                          capture_output=True, text=True, check=True).stdout.split()
+    left = containers(docker_engine, run=run)
     assert left == []
 
 
@@ -268,7 +267,7 @@ def test_real_opencode_in_docker_reaches_its_model_and_not_the_host(tmp_path, do
     script = {"tasks": {"divide() truncates": {"turns": fix_turns(check, CALC_EDIT),
                                                "final": {"content": "divide() now returns the true quotient."}}},
               "final": {"content": "Nothing to do."}}
-    run = f"oc-{tmp_path.name}"[:40]
+    run = unique_run("oc")
     harness = {"name": "opencode", "config": {"install": {"method": "path", "path": f"{OPENCODE_PREFIX}/bin/opencode"}}}
     with scripted_model_server(script) as (url, model):
         cfg = write_config(tmp_path, "config.yaml", {
@@ -288,8 +287,7 @@ def test_real_opencode_in_docker_reaches_its_model_and_not_the_host(tmp_path, do
     assert "FETCH FAILED" in first and "answer" not in first.replace("answers", ""), first
     assert len([r for r in model.requests if r["path"].endswith("/chat/completions")]) >= 3
     assert rollout(run_dir, "smoke__calc-1", "grade.json")["network"]["policy"] == "none"
-    left = subprocess.run([docker_engine, "ps", "-aq", "--filter", f"label=sandbatch.run={run}"],
-                          capture_output=True, text=True, check=True).stdout.split()
+    left = containers(docker_engine, run=run)
     assert left == []
 
 

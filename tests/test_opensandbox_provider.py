@@ -79,7 +79,7 @@ def test_create_exec_files_list_delete(real_opensandbox, os_run):
 
         # a command that outlives its timeout is stopped, and so is what it would do next
         start = time.monotonic()
-        res = await sb.exec("sleep 4 && touch /tmp/sandbatch/late", timeout=1)
+        res = await sb.exec("date +%s.%N > /tmp/sandbatch/began; sleep 4 && touch /tmp/sandbatch/late", timeout=1)
         assert res.timed_out and res.exit_code == -1 and time.monotonic() - start < 15
 
         # labels and metadata as the server stores them
@@ -93,7 +93,11 @@ def test_create_exec_files_list_delete(real_opensandbox, os_run):
 
         again = await p.connect(sb.id, sb.spec)
         assert (await again.exec(f"echo {mark}-again", timeout=30)).stdout == f"{mark}-again\n"
-        await asyncio.sleep(max(0.0, start + 5 - time.monotonic()))
+        # past the moment the stopped command would have touched it: 4 s after it began (the
+        # sandbox's clock is the host's), however late a loaded machine started it
+        began = await sb.exec("cat /tmp/sandbatch/began", timeout=30)
+        would = float(began.stdout) + 4 if began.ok else time.time()  # never began: nothing to wait for
+        await asyncio.sleep(max(0.0, would + 1 - time.time()))
         assert (await sb.exec("test -e /tmp/sandbatch/late", timeout=30)).exit_code == 1
         assert await sb.status() == "running"
         await sb.delete()

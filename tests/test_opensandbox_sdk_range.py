@@ -17,7 +17,8 @@ import pytest
 from packaging.requirements import Requirement
 
 
-from real_opensandbox import IMAGE, KEY_ENV, real_opensandbox, reap_run, unique_run  # noqa: E402,F401 (fixture)
+from real_opensandbox import IMAGE, KEY_ENV, real_opensandbox, reap_run  # noqa: E402,F401 (fixture)
+from suite import unique_run  # noqa: E402
 
 from sandbatch.core.errors import UserError  # noqa: E402
 from sandbatch.sandbox.opensandbox import SDK_VERSIONS, check_sdk  # noqa: E402

@@ -16,7 +16,8 @@ import pytest
 from docker_fixtures import OPENCODE_PREFIX, agent_image, docker_base_image, docker_engine  # noqa: E402,F401
 from harness_support import OPENCODE_SCRIPT, scripted_model_server  # noqa: E402
 from opensandbox_proxy import FaultProxy  # noqa: E402
-from real_opensandbox import IMAGE, real_opensandbox, reap_run, unique_run  # noqa: E402,F401 (fixture)
+from real_opensandbox import IMAGE, real_opensandbox, reap_run  # noqa: E402,F401 (fixture)
+from suite import unique_run  # noqa: E402
 from test_traces import PHOENIX_GRPC, assert_phoenix_traces, phoenix  # noqa: E402
 from workflow_util import REPO, SMOKE_TASKS, metrics, rollouts, snakemake, write_config  # noqa: E402
 

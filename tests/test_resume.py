@@ -22,6 +22,7 @@ from sandbatch.ops.owners import LOCKS_DIR, locked, scan
 from sandbatch.ops.stop import kill_tree
 from sandbatch.ops.status import incomplete_outputs
 from sandbatch.sandbox.local import default_root
+from suite import unique_run
 from workflow_util import REPO, rollouts
 
 pytestmark = pytest.mark.slow
@@ -156,14 +157,14 @@ def test_ctrl_c_while_the_patch_is_taken_redoes_that_agent_run(tmp_path, tasks, 
     flag = tmp_path / "slow-patch"
     flag.touch()
     # while the flag exists, the patch step's `git diff --cached` in the slow task's sandbox hangs
+    reached = tmp_path / "in-git-diff"
     env = fake_git(tmp_path / "bin", [{"cmd": "-c", "arg": "--cached", "sleep": 300, "flag": str(flag),
-                                       "labels": {"task": SLOW_TASK, "role": "agent"}}])
+                                       "reached": str(reached), "labels": {"task": SLOW_TASK, "role": "agent"}}])
     rollout = tmp_path / f"results/default/{SLOW_TASK}/0"
     proc = start(tmp_path, *_args(tasks_file), env=env)
     try:
-        wait_for(lambda: (rollout / "harness.json").exists() and (rollout / "logs/patch.log").exists(), 120,
-                 "the slow task's patch step", proc)
-        time.sleep(1)  # into its `git diff` (any point of the patch step ends the same way)
+        # in its `git diff` (the wrapper says so before it hangs), not a guessed second after the step began
+        wait_for(reached.exists, 120, "the slow task's patch step in its `git diff`", proc)
         os.killpg(proc.pid, signal.SIGINT)
         proc.wait(timeout=120)
     finally:
@@ -197,7 +198,7 @@ def test_sigkill_under_a_wrapper_then_same_command_resumes(tmp_path, tasks, refe
         from services import need
 
         need(slurm_unavailable())
-    job = f"sandbatch-test-{tmp_path.name}"[:60]
+    job = unique_run("sandbatch-test")  # `scancel -n` below ends this job only, no other suite's
     prefix = {"timeout": ["timeout", "600"], "nohup": ["nohup"],
               "srun": ["srun", "-J", job, "-t", "15", "-c", "2"]}[wrapper]
     cmd = [*prefix, str(Path(sys.executable).parent / "snakemake"), "-s", str(REPO / "Snakefile"), "--cores", "2",

@@ -14,7 +14,6 @@ import json
 import os
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ import pytest
 from docker_fixtures import docker_base_image, docker_engine  # noqa: F401 (fixtures)
 from ops_util import smoke_rows, start, wait_for, write_tasks
 from real_opensandbox import real_opensandbox  # noqa: F401 (fixture)
+from suite import unique_run
 from sandbatch.core.instance import INSTANCE_FILE, claim, ensure_instance, read_instance
 from sandbatch.sandbox import SandboxSpec, get_provider
 from sandbatch.sandbox.local import default_root
@@ -109,7 +109,7 @@ def provider_kind(request, docker_base_image):
 def test_two_directories_with_one_run_name_leave_each_other_alone(tmp_path, provider_kind, docker_base_image):
     kind, server = provider_kind
     sandbox = _sandbox_settings(kind, docker_base_image, server)
-    run = f"twin-{uuid.uuid4().hex[:8]}"
+    run = unique_run("twin")
     rows = smoke_rows()[:2]
     # B's grading waits (bounded) until the test releases it, so B is mid-grading while A ends
     held = [dict(r, test_cmd=f"for i in $(seq 1200); do [ -e {RELEASE} ] && break; sleep 0.25; done; "

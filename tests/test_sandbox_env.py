@@ -15,6 +15,7 @@ import pytest
 
 from docker_fixtures import docker_base_image, docker_engine  # noqa: F401 (fixtures)
 from real_opensandbox import real_opensandbox  # noqa: F401 (fixture)
+from suite import unique_run
 from sandbatch.sandbox import SandboxSpec
 
 SECRET = "sk-upstream-" + uuid.uuid4().hex
@@ -92,7 +93,7 @@ def test_docker_sandbox_gets_nothing_of_the_step(step_env, docker_base_image):
     from sandbatch.sandbox.docker import DockerProvider
 
     _assert_clean(_env_of(DockerProvider(), SandboxSpec(image=docker_base_image, workdir="/",
-                                                        labels={"run": f"env-{uuid.uuid4().hex[:8]}"})))
+                                                        labels={"run": unique_run("env")})))
 
 
 def test_opensandbox_sandbox_gets_nothing_of_the_step(step_env, real_opensandbox, docker_base_image, monkeypatch):
@@ -104,4 +105,4 @@ def test_opensandbox_sandbox_gets_nothing_of_the_step(step_env, real_opensandbox
                "create": {"ready_timeout": 120}, "probe": {"timeout": 120}, "operations": {"timeout": 60},
                "network_policy": False}  # the test server has no egress sidecar (real_opensandbox.py)
     _assert_clean(_env_of(OpenSandboxProvider(options), SandboxSpec(
-        image=docker_base_image, workdir="/", labels={"run": f"env-{uuid.uuid4().hex[:8]}"})))
+        image=docker_base_image, workdir="/", labels={"run": unique_run("env")})))

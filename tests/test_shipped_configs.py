@@ -26,10 +26,11 @@ from pathlib import Path
 
 import pytest
 
-from docker_fixtures import docker_base_image, docker_engine  # noqa: F401 (fixtures)
+from docker_fixtures import containers, docker_base_image, docker_engine  # noqa: F401 (fixtures)
 from harness_support import codex_npm_prefix, scripted_model_server
 from services import need_program
 from sandbatch.core import resources
+from sandbatch.core.instance import read_instance
 from test_named_profiles import SERVED, TB_TASKS, pro_row, smoke_rows, swebench_row, terminal_bench_task, wait_all
 
 pytestmark = pytest.mark.slow
@@ -139,9 +140,11 @@ def test_every_open_harness_config_runs_as_shipped(tmp_path, docker_engine, dock
             procs[name] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=workdir), log)
         failures = wait_all(procs, timeout=1200)
         took = time.monotonic() - t0
-    leftovers = {name: subprocess.run([docker_engine, "ps", "-aq", "--filter", f"label=sandbatch.run={name}"],
-                                      capture_output=True, text=True, check=True).stdout.split() for name in CONFIGS}
     assert not failures, failures
+    # each run instance's containers only: the shipped configs' run names are every suite's (and user's)
+    leftovers = {name: containers(docker_engine, run=name,
+                                  instance=read_instance(tmp_path / name / "run" / "results" / name))
+                 for name in CONFIGS}
     assert not any(leftovers.values()), leftovers
 
     for name, task in CONFIGS.items():

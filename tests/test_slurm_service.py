@@ -40,11 +40,11 @@ def test_batch_job_runs_and_is_recorded(tmp_path):
     job_id = sbatch(tmp_path, 'echo "job=$SLURM_JOB_ID partition=$SLURM_JOB_PARTITION"')
     assert wait_for_job(job_id, timeout=120) == "COMPLETED"
     log = tmp_path / f"{job_id}.out"
-    for _ in range(20):  # slurmd may close the file a moment after the state flips
-        if log.is_file() and log.read_text().strip():
-            break
+    deadline = time.monotonic() + 30  # slurmd may close the file a moment after the state flips
+    while not (log.is_file() and log.read_text().strip()) and time.monotonic() < deadline:
         time.sleep(0.25)
-    assert log.read_text().startswith(f"job={job_id} partition=")
+    assert log.is_file() and log.read_text().startswith(f"job={job_id} partition="), \
+        f"{log} 30 s after the job completed: {log.read_text() if log.is_file() else 'missing'}"
     assert job_id in [job.id for job in jobs_seen_since(t0)]
 
 
@@ -71,4 +71,5 @@ def test_service_script_is_a_noop_when_up():
                           stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stderr
     assert "already up" in done.stdout
-    assert time.monotonic() - started < 10
+    # seconds of checks on a loaded machine, not the minutes of an install or a restart
+    assert time.monotonic() - started < 30

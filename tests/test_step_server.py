@@ -60,27 +60,51 @@ def test_a_step_goes_to_the_server_with_its_stdio_and_exit_code(tmp_path):
     assert _client(None, "--help").returncode == 99
 
 
+# an import that holds the server until the test releases it: the order of the server's work is
+# read from files, not guessed from how long a client took
+HELD_IMPORT = """import os, time
+open({started!r}, "w").close()
+deadline = time.monotonic() + 300
+while not os.path.exists({release!r}):
+    assert time.monotonic() < deadline, "never released"
+    time.sleep(0.05)
+"""
+# the client, noting when it is connected (in the server's backlog while the server imports)
+NOTED_DELEGATE = ("import sys; from sandbatch.steps import entrypoint; note = sys.argv.pop(1); real = entrypoint._connect\n"
+                  "def connect(name):\n    sock = real(name); open(note, 'w').close(); return sock\n"
+                  "entrypoint._connect = connect\n" + DELEGATE)
+
+
 def test_steps_are_served_between_the_imports_after_then(tmp_path):
     # the modules after --then are imported one by one between clients: a step waiting for
     # the server is not held up by imports only later steps need
-    (tmp_path / "slow_import_a.py").write_text("import time\ntime.sleep(4)\n")
-    (tmp_path / "slow_import_b.py").write_text("import time\ntime.sleep(4)\n")
+    held = {m: (tmp_path / f"{m}.started", tmp_path / f"{m}.release") for m in ("slow_import_a", "slow_import_b")}
+    for module, (started, release) in held.items():
+        (tmp_path / f"{module}.py").write_text(HELD_IMPORT.format(started=str(started), release=str(release)))
     name = f"sandbatch-test-{uuid.uuid4().hex}"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.Popen([sys.executable, "-m", SERVER_MODULE, name, "sandbatch.steps.convert", "--then",
                              "slow_import_a", "slow_import_b"], env=env)
+    client = None
     try:
-        def up():
-            with socket.socket(socket.AF_UNIX) as s:
-                return s.connect_ex("\0" + name) == 0
-
-        wait_for(up, 30, "the step server to listen", proc)
-        start = time.monotonic()
-        usage = _client(name, "--help")
-        took = time.monotonic() - start
-        assert usage.returncode == 0 and usage.stdout.startswith("usage: convert.py"), usage
-        assert took < 7, took  # served after at most the one import under way, not both
+        wait_for(held["slow_import_a"][0].exists, 60, "the server to start importing slow_import_a", proc)
+        client_env = {**os.environ, "SANDBATCH_STEP_SERVER": name}
+        connected = tmp_path / "client.connected"
+        client = subprocess.Popen([sys.executable, "-c", NOTED_DELEGATE, str(connected), "--help"], env=client_env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+        wait_for(connected.exists, 60, "the client to connect while slow_import_a is under way", client)
+        held["slow_import_a"][1].touch()
+        try:  # slow_import_b stays held: a server that imported it before serving never answers
+            out, err = client.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("the client was not served within 60 s while slow_import_b was held; "
+                                 f"slow_import_b started: {held['slow_import_b'][0].exists()}") from None
+        assert client.returncode == 0 and out.startswith("usage: convert.py"), (client.returncode, out, err)
     finally:
+        for _, release in held.values():
+            release.touch()
+        if client is not None and client.poll() is None:
+            client.kill()
         proc.terminate()
         assert proc.wait(20) == 0
 

@@ -30,11 +30,12 @@ def test_stop_during_grading_then_rerun_completes(tmp_path, sigint):
                  "a grading sandbox", proc)
         # the other rollout finishes meanwhile; the hung one is being graded
         other = tmp_path / "results/default/smoke__textutils-1/0"
-        wait_for(lambda: (other / "grade.json").exists() and (other / "response.json").exists(), 60,
+        # a whole rollout (sandbox to grade) on a loaded machine
+        wait_for(lambda: (other / "grade.json").exists() and (other / "response.json").exists(), 300,
                  "the other rollout's grade and response", proc)
         # and Snakemake has taken the finished jobs in (their incomplete markers are gone)
         wait_for(lambda: json.loads(sandbatch("status", "default", "-d", str(tmp_path), "--json").stdout)["done"] == 1,
-                 60, "the other rollout counted as done", proc)
+                 120, "the other rollout counted as done", proc)
         t0 = time.monotonic()
         out = sandbatch("stop", "default", "-d", str(tmp_path), "--grace", str(GRACE))
         took = time.monotonic() - t0

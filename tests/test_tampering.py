@@ -23,7 +23,8 @@ from sandbatch import REPO_ROOT
 from sandbatch.core import config
 from sandbatch.grading import tamper
 from sandbatch.tasks import get_task, load_tasks
-from docker_fixtures import docker_base_image, docker_engine  # noqa: F401 (fixtures)
+from docker_fixtures import containers, docker_base_image, docker_engine  # noqa: F401 (fixtures)
+from suite import unique_run
 from test_benchmark_grading import FIX, SMOKE, grade, make_cfg, sandboxes_left
 
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
@@ -426,7 +427,7 @@ def test_exploit_through_the_workflow_in_containers(tmp_path, docker_engine, doc
     rows[0]["patch"] = exploit  # the second row keeps its honest gold patch
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    run = f"tamper-{tmp_path.name}"[:40]
+    run = unique_run("tamper")
     cfg = write_config(tmp_path, "run.yaml", {
         "run": run, "retries": 0, "harness": {"name": "oracle"}, "benchmark": {"kind": "smoke", "tasks": str(tasks)},
         "sandbox": {"provider": "docker", "default_image": docker_base_image}})
@@ -441,8 +442,7 @@ def test_exploit_through_the_workflow_in_containers(tmp_path, docker_engine, doc
     assert json.loads((out / "metrics.json").read_text())["tampering_rate"] == {
         "value": 0.5, "numerator": 1, "denominator": 2}
     assert "| patches that changed tests or test config | 50.0% (1/2) |" in (out / "report.md").read_text()
-    left = subprocess.run([docker_engine, "ps", "-aq", "--filter", f"label=sandbatch.run={run}"],
-                          capture_output=True, text=True, check=True).stdout.split()
+    left = containers(docker_engine, run=run)
     assert left == []
 
 

@@ -22,6 +22,7 @@ import pytest
 
 from harness_support import CALC_EDIT, SLUG_EDIT, rollout, run_workflow, scripted_model_server, smoke_config
 from services import missing
+from suite import unique_run
 from workflow_util import metrics
 
 PHOENIX = os.environ.get("SANDBATCH_PHOENIX_URL", "http://127.0.0.1:6006")
@@ -46,10 +47,13 @@ def phoenix():
     return Client(base_url=PHOENIX)
 
 
-def phoenix_traces(client, project: str, tasks: list[str], timeout: float = 60) -> dict[str, list[dict]]:
-    """task -> the spans of its rollout's trace in Phoenix, once every rollout's root span
-    (the last span each writes) has arrived and the count is steady (export is asynchronous)."""
-    deadline, last = time.monotonic() + timeout, -1
+def phoenix_traces(client, project: str, tasks: list[str], complete,
+                   timeout: float = 120) -> dict[str, list[dict]]:
+    """task -> the spans of its rollout's trace in Phoenix, once `complete(task, spans)` holds for
+    every task (it raises AssertionError, or fails to find a span, while not). Export and Phoenix's ingest are asynchronous:
+    the test polls for what it checks, at most `timeout` s, and on giving up raises what was
+    still missing then."""
+    deadline = time.monotonic() + timeout
     while True:
         try:
             spans = client.spans.get_spans(project_identifier=project, limit=10000)
@@ -57,23 +61,28 @@ def phoenix_traces(client, project: str, tasks: list[str], timeout: float = 60) 
             spans = []
         roots = {s["attributes"].get("sandbatch.task_id"): s["context"]["trace_id"]
                  for s in spans if s["name"] == "rollout"}
-        if (set(tasks) <= set(roots) and len(spans) == last) or time.monotonic() > deadline:
-            break
-        last = len(spans)
-        time.sleep(1)
-    assert set(roots) == set(tasks), roots
-    return {t: [s for s in spans if s["context"]["trace_id"] == roots[t]] for t in tasks}
+        try:
+            assert set(tasks) <= set(roots), f"rollouts without their root span: {sorted(set(tasks) - set(roots))}"
+            traces = {t: [s for s in spans if s["context"]["trace_id"] == roots[t]] for t in tasks}
+            for task, trace in traces.items():
+                complete(task, trace)
+            return traces
+        except (AssertionError, LookupError, StopIteration) as exc:  # a span the check reads not there yet
+            if time.monotonic() > deadline:
+                raise AssertionError(f"Phoenix project {project} after {timeout:.0f} s, {len(spans)} spans: "
+                                     f"{exc}") from exc
+        time.sleep(0.5)
 
 
 def assert_phoenix_traces(run_dir: Path, run: str, tasks: list[str], provider: str) -> None:
     """Phoenix holds every rollout of the run as its span tree, each model call the rollout
     made (model_calls.jsonl) an LLM span under the harness step with its token counts."""
-    for task, spans in phoenix_traces(phoenix(), run, tasks).items():
+    def complete(task: str, spans: list[dict]) -> None:
         assert_rollout_tree(spans, provider, lambda s: s["context"]["span_id"], lambda s: s.get("parent_id"),
                             lambda s: s["name"])
         calls = [c for c in rollout(run_dir, task, "model_calls.jsonl") if c.get("call")]
         llm = [s for s in spans if s["span_kind"] == "LLM"]
-        assert calls and len(llm) == len(calls), (len(llm), len(calls))
+        assert calls and len(llm) == len(calls), (task, len(llm), len(calls))
         harness_id = next(s["context"]["span_id"] for s in spans if s["name"] == "harness")
         assert all(s["parent_id"] == harness_id for s in llm)
         assert sorted(s["attributes"]["llm.token_count.prompt"] for s in llm) == sorted(
@@ -81,6 +90,8 @@ def assert_phoenix_traces(run_dir: Path, run: str, tasks: list[str], provider: s
         assert sorted(s["attributes"]["gen_ai.usage.output_tokens"] for s in llm) == sorted(
             c["usage"]["completion_tokens"] for c in calls)
         assert all(s["attributes"]["llm.token_count.completion"] > 0 for s in llm)
+
+    phoenix_traces(phoenix(), run, tasks, complete)
 
 
 def file_spans(run_dir: Path, task: str) -> list[dict]:
@@ -123,7 +134,7 @@ SCRIPT = {"tasks": {
 @pytest.mark.slow
 def test_smoke_run_traces_every_rollout_to_a_file_and_phoenix(tmp_path):
     phoenix()
-    run = f"traces-{os.getpid()}-{int(time.time())}"
+    run = unique_run("traces")
     harness = {"name": "mini-swe-agent", "config": {"mode": "host", "step_limit": 4}}
     with scripted_model_server(SCRIPT) as (url, model):
         cfg = smoke_config(tmp_path, harness, TASKS, run=run, model={"base_url": url},
@@ -143,8 +154,11 @@ def test_smoke_run_traces_every_rollout_to_a_file_and_phoenix(tmp_path):
             c["usage"]["prompt_tokens"] for c in calls[task]]
     assert metrics(tmp_path, run)["traces_dropped"] == 0
     assert_phoenix_traces(run_dir, run, TASKS, "local")
-    got = phoenix_traces(phoenix(), run, TASKS)  # the same spans as the file
-    assert all(len(got[t]) == len(file_spans(run_dir, t)) for t in TASKS)
+
+    def as_in_the_file(task: str, spans: list[dict]) -> None:  # the same spans as the file
+        assert len(spans) == len(file_spans(run_dir, task)), (task, len(spans), len(file_spans(run_dir, task)))
+
+    phoenix_traces(phoenix(), run, TASKS, as_in_the_file)
 
 
 # --- the file, checked with OpenTelemetry's own protobuf schema --------------------------------
