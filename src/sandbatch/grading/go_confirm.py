@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .result import Findings, failed_since
-from .verdict import UID_BASE, UID_SPAN
+from .verdict import UID_BASE, UID_SPAN, as_user, kill_all
 
 if TYPE_CHECKING:
     from ..sandbox import Sandbox
@@ -114,7 +114,7 @@ def instrument(script: str, end: str, exit_var: str, scratch: str, decisive: set
 
 def _block(check: Check, packages: list[str], build: list[str], uid: int, users: bool) -> str:
     d, q = shlex.quote(check.dir), shlex.quote
-    as_user = f"setpriv --reuid={uid} --regid={uid} --clear-groups"
+    become = as_user(uid)
     flags = " ".join(q(f) for f in build)
     # in the package's external test package: the package compiled with its own test files is the one the
     # row's run built (cached), only the small external package and the link are new
@@ -130,9 +130,9 @@ def _block(check: Check, packages: list[str], build: list[str], uid: int, users:
         "{ set +x; } 2>/dev/null",
         f"sbg_d={d}; rm -rf \"$sbg_d\"; mkdir -m 711 \"$sbg_d\" && : > \"$sbg_d/status\" && chmod 600 \"$sbg_d/status\"",
         'sbg_as() { "$@"; }',
-        f'if {"true" if users else "false"} && [ "$(id -u)" = 0 ] && {as_user} true 2>/dev/null; then',
+        f'if {"true" if users else "false"} && [ "$(id -u)" = 0 ] && {become} true 2>/dev/null; then',
         f'  mkdir -m 700 "$sbg_d/home" && chown {uid}:{uid} "$sbg_d/home"',
-        f'  sbg_as() {{ {as_user} env HOME="$sbg_d/home" "$@"; }}; echo separated > "$sbg_d/isolation"',
+        f'  sbg_as() {{ {become} env HOME="$sbg_d/home" "$@"; }}; echo separated > "$sbg_d/isolation"',
         "fi",
         one,
         "sbg_n=0",
@@ -150,7 +150,7 @@ def _block(check: Check, packages: list[str], build: list[str], uid: int, users:
         '  printf "%s\\n" "$sbg_modes" | while read -r sbg_m sbg_f; do [ -n "$sbg_f" ] && chmod "$sbg_m" "$sbg_dir/$sbg_f"; done',
         f'done < <(go list -f "{{{{.Name}}}} {{{{.Dir}}}}" {flags} {" ".join(q(p) for p in packages)} 2>"$sbg_d/list.err")',
         # what the test user left running is stopped before the test files go back
-        f'[ -s "$sbg_d/isolation" ] && for sbg_i in 1 2; do {as_user} bash -c "kill -9 -1" 2>/dev/null; done',
+        f'[ -s "$sbg_d/isolation" ] && {kill_all(uid)}',
         "set -x",
     ])
 
