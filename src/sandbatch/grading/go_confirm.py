@@ -126,6 +126,7 @@ def _block(check: Check, packages: list[str], build: list[str], uid: int, users:
     # a test belongs to the package whose test files declare its top-level function
     runs = [f'  grep -qsE {q("^func " + re.escape(t.split("/")[0]) + "[(]")} "$sbg_dir"/*_test.go && '
             f"sbg_one test {q(t)} {q(_run_pattern(t))}" for t in check.tests]
+    declares = q("^func (" + "|".join(sorted({re.escape(t.split("/")[0]) for t in check.tests})) + ")[(]")
     return "\n".join([
         "{ set +x; } 2>/dev/null",
         f"sbg_d={d}; rm -rf \"$sbg_d\"; mkdir -m 711 \"$sbg_d\" && : > \"$sbg_d/status\" && chmod 600 \"$sbg_d/status\"",
@@ -138,6 +139,8 @@ def _block(check: Check, packages: list[str], build: list[str], uid: int, users:
         "sbg_n=0",
         "while read -r sbg_name sbg_dir; do",
         f'  sbg_n=$((sbg_n + 1)); sbg_bin="$sbg_d/$sbg_n.test"; sbg_c="$sbg_dir/zz_sb{check.canary}_test.go"',
+        # a package none of whose test files declares a decisive test gets no binary (`./...` names many)
+        f'  grep -qsE {declares} "$sbg_dir"/*_test.go || continue',
         f"  printf '{canary_src}' \"$sbg_name\" > \"$sbg_c\"",
         f'  (cd "$sbg_dir" && go test -c -o "$sbg_bin" {flags} . < /dev/null) > "$sbg_d/$sbg_n.build" 2>&1; rm -f "$sbg_c"',
         '  [ -x "$sbg_bin" ] || continue',
