@@ -90,6 +90,31 @@ def test_go_a_decisive_test_its_own_process_fails_is_not_passed(tmp_path, go_tas
     assert not on.resolved and _flagged(on) == {"TestAbsNegative": go_confirm.UNCONFIRMED}, on.tampering
 
 
+def test_go_only_packages_declaring_a_decisive_test_get_a_binary(tmp_path):
+    """A `./...` command names every package; the confirmation builds a test binary only for those whose
+    test files declare a decisive test, and confirms it there."""
+    import subprocess
+
+    from services import need_program
+
+    need_program("go", "run scripts/services/go.sh (as root)")
+    mod = tmp_path / "mod"
+    for pkg, test in (("a", "TestDecisive"), ("b", "TestOther")):
+        (mod / pkg).mkdir(parents=True)
+        (mod / pkg / f"{pkg}.go").write_text(f"package {pkg}\n\nfunc One() int {{ return 1 }}\n")
+        (mod / pkg / f"{pkg}_test.go").write_text(
+            f'package {pkg}\n\nimport "testing"\n\nfunc {test}(t *testing.T) {{\n\tif One() != 1 {{\n\t\tt.Fatal()\n\t}}\n}}\n')
+    (mod / "go.mod").write_text("module example.com/mod\n\ngo 1.19\n")
+    script = f"#!/bin/bash\ncd {mod}\n: 'START'\ngo test -v ./...\n: 'END'\n"
+    new, check = go_confirm.instrument(script, "END", "EXIT", str(tmp_path / "scratch"), {"TestDecisive"}, False)
+    (tmp_path / "scratch").mkdir()
+    run = subprocess.run(["bash", "-c", new], capture_output=True, text=True, timeout=600)
+    built = sorted(p.name for p in Path(check.dir).glob("*.build"))
+    assert built == ["1.build"], (built, run.stdout[-2000:], run.stderr[-2000:])  # package a's; b got none
+    status = Path(check.dir, "status").read_text().split("\n")
+    assert status[0].startswith(f"canary 1 1 {check.canary}") and status[1] == "test 1 0 TestDecisive", status
+
+
 @pytest.mark.parametrize("line, packages, build", [
     ('go test -v . -run "^TestRedirect"', ["."], []),
     ("GOFLAGS=-mod=mod go test -tags integration -count=1 ./pkg/... ./cmd -run X | tee out", ["./pkg/...", "./cmd"],

@@ -32,7 +32,7 @@ import shlex
 from pathlib import PurePosixPath
 
 from . import in_sandbox, tamper
-from .verdict import FD, entry
+from .verdict import FD, entry, kill_all
 
 PROBE_SOURCE = in_sandbox.HERE / "startup_probe.py"
 PROBE = "_sbv_startup.py"
@@ -109,8 +109,10 @@ def record(directory: str, point: str, files: list[str], workdir: str) -> str:
     listed = " ".join(shlex.quote(f) for f in files)
     lines = [
         f"{{ set +x; }} 2>/dev/null  # {RECORD} {point}",
-        f"( cd {shlex.quote(workdir)} && for sbb_f in {listed}; do if [ -e \"$sbb_f\" ]; then "
-        f"sha256sum -- \"$sbb_f\"; else echo \"absent  $sbb_f\"; fi; done ) > {out} 2>/dev/null; chmod 600 {out}",
+        # (one sha256sum for every file present: a process a file was most of a record's cost)
+        f"( cd {shlex.quote(workdir)} && sbb_h=(); for sbb_f in {listed}; do if [ -e \"$sbb_f\" ]; then "
+        f'sbb_h+=("$sbb_f"); else echo "absent  $sbb_f"; fi; done; [ ${{#sbb_h[@]}} = 0 ] || sha256sum -- "${{sbb_h[@]}}" ) '
+        f"> {out} 2>/dev/null; chmod 600 {out}",
     ]
     if point in PROBED:
         probe = f"{d}/startup.{point}"
@@ -228,9 +230,9 @@ def as_test_user(build: list[str], directory: str, uid: int, fd: int, workdir: s
     again (listed in build.wrote) and the directories are given back. Where no test user was made
     (`$sbv_d/modes` empty), the lines run as they are, in the script's own shell."""
     d = shlex.quote(directory)
-    as_user = f"setpriv --reuid={uid} --regid={uid} --clear-groups"
-    dirs = ("import site, sysconfig; p = sysconfig.get_paths(); "
-            "print(chr(10).join([p['purelib'], p['platlib'], p['scripts']] + list(site.getsitepackages())))")
+    # (resolved and deduplicated by the same interpreter: no process more a directory)
+    dirs = ("import os, site, sysconfig; p = sysconfig.get_paths(); print(chr(10).join(sorted({os.path.realpath(d) "
+            "for d in [p['purelib'], p['platlib'], p['scripts']] + list(site.getsitepackages()) if os.path.isdir(d)})))")
     return [
         'if [ -s "$sbv_d/modes" ]; then',
         f"cat > {d}/build.sh <<'{BUILD_EOF}'", "set -uxo pipefail", *build, BUILD_EOF,
@@ -239,8 +241,7 @@ def as_test_user(build: list[str], directory: str, uid: int, fd: int, workdir: s
         # what a reinstall writes: the interpreter's site and scripts directories, the test user's for the
         # build alone (their files stay root's: a file it replaces is one it wrote, and is listed after)
         'sbb_py=$(command -v python || command -v python3)',
-        f'sbb_dirs=$([ -n "$sbb_py" ] && "$sbb_py" -I -S -c {shlex.quote(dirs)} 2>/dev/null | sort -u | '
-        'while read -r p; do [ -d "$p" ] && readlink -f "$p"; done | sort -u)',
+        f'sbb_dirs=$([ -n "$sbb_py" ] && "$sbb_py" -I -S -c {shlex.quote(dirs)} 2>/dev/null)',
         # the directories, and the files an install rewrites in place at their top (easy-install.pth)
         # (listed and given in the same walk: each entry is listed when visited, before its batch's chown)
         f'[ -n "$sbb_dirs" ] && {{ find $sbb_dirs -type d \\( ! -user 0 -printf "%u:%g %p\\n" , '
@@ -248,14 +249,15 @@ def as_test_user(build: list[str], directory: str, uid: int, fd: int, workdir: s
         f'-exec chown {uid}:{uid} {{}} + \\); }} > {d}/build.owners 2>/dev/null',
         # the workdir's files git does not track (the image's build output: an editable install's egg-info,
         # compiled extensions) are rewritten in place by a rebuild: the test user's too (the epilogue gives
-        # back whatever of the workdir it owns)
-        f"git -C {shlex.quote(workdir)} ls-files -z -o 2>/dev/null | (cd {shlex.quote(workdir)} && "
+        # back whatever of the workdir it owns). Not the bytecode: Python replaces a .pyc through a new file
+        # (its directory's to allow), and each file given copies it up (360 of them in SymPy's image)
+        f"git -C {shlex.quote(workdir)} ls-files -z -o -x '*.pyc' -x '*.pyo' 2>/dev/null | (cd {shlex.quote(workdir)} && "
         f"xargs -0 -r chown {uid}:{uid} -- 2>/dev/null)",
         f": > {d}/build.start",  # what the build writes changes its files after this (their ctime)
         "set -x",
         f'sbv_as_tests bash {d}/build.sh {fd}>&-',
         "{ set +x; } 2>/dev/null",
-        f"for sbb_i in 1 2; do {as_user} bash -c 'kill -9 -1' 2>/dev/null; done",
+        kill_all(uid),
         # (what it wrote listed and given back in one walk: an entry's ctime is read before its batch's chown)
         f'if [ -n "$sbb_dirs" ]; then find $sbb_dirs -user {uid} \\( ! -type d -cnewer {d}/build.start -print , '
         f'-exec chown 0:0 {{}} + \\) > {d}/build.wrote 2>/dev/null; chmod 600 {d}/build.wrote; '

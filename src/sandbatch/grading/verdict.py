@@ -154,6 +154,17 @@ TESTS_EOF = "EOF_SANDBATCH_TESTS_3f1e"
 ISOLATED = "separated"  # what the prologue writes into `privilege` when the tests run as another user
 
 
+def as_user(uid: int) -> str:
+    """The command prefix that runs a command as the test user `uid` (no account, no groups)."""
+    return f"setpriv --reuid={uid} --regid={uid} --clear-groups"
+
+
+def kill_all(uid: int) -> str:
+    """Shell that kills every process of the test user `uid` from one shell of that user, twice over, for
+    what forked during the first round (kill(-1) spares its caller, so one shell does both rounds)."""
+    return f"{as_user(uid)} bash -c 'kill -9 -1; kill -9 -1' 2>/dev/null"
+
+
 def _ancestors(path: str) -> list[str]:
     p = PurePosixPath(path)
     return [str(a) for a in reversed(p.parents)][1:] + [str(p)]  # without "/"
@@ -236,7 +247,6 @@ class Channel:
                           for f in py for i in range(len(PurePosixPath(f).parts))})
         opened = sorted({*_ancestors(str(root.parent)), *_ancestors(str(PurePosixPath(self.dir).parent))})
         q = lambda xs: " ".join(shlex.quote(x) for x in xs)  # noqa: E731
-        as_user = f"setpriv --reuid={u} --regid={u} --clear-groups"
         no_user = shlex.quote("" if users else "the sandbox's files and interpreters are the host's (local provider)")
         lines = [
             f"sbv_d={d}; sbv_rec=; sbv_owner=",
@@ -253,7 +263,7 @@ class Channel:
         lines += [
             f'if [ -n {no_user} ]; then echo {no_user} > "$sbv_d/privilege"; '
             f'elif [ "$(id -u)" != 0 ]; then echo "the grading exec does not run as root" > "$sbv_d/privilege"; '
-            f'elif ! {as_user} true 2>/dev/null; then echo "setpriv cannot switch users here" > "$sbv_d/privilege"; '
+            f'elif ! {as_user(u)} true 2>/dev/null; then echo "setpriv cannot switch users here" > "$sbv_d/privilege"; '
             f"else",
             # the directories above the interpreters the test command finds (an image may keep them under
             # a home only root may enter) open to the test user too
@@ -262,17 +272,24 @@ class Channel:
             'p=$(readlink -f "$p") && while [ "$p" != / ]; do p=${p%/*}; p=${p:-/}; echo "$p"; done; done | sort -u)',
             f'  stat -c "%a %u:%g %n" -- {q([*opened, *guarded])} $sbv_open > "$sbv_d/modes" 2>/dev/null',
             f"  sbv_owner=$(stat -c %u:%g {wd})",
-            f"  chmod o+x -- {q(opened)} $sbv_open 2>/dev/null",
+            # (only those that lack it: changing a directory's mode, even to what it is, copies it up from the
+            # image's layer)
+            f"  find {q(opened)} $sbv_open -maxdepth 0 ! -perm -0001 -exec chmod o+x {{}} + 2>/dev/null",
             '  mkdir -p "$sbv_d/home" && { cp -a "${HOME:-/root}/.gitconfig" "$sbv_d/home/" 2>/dev/null; true; }',
             # the workdir's directories become the test user's (it adds files where it likes); its files
             # stay as the image has them (readable): changing every file's owner copies each up from the
-            # image's layer, a minute on Django's repository
-            f'  chown -R {u}:{u} "$sbv_d/home"; find {wd} -type d -exec chown {u}:{u} {{}} +',
-            f'  for f in {q(py)}; do [ -e "$f" ] && chown 0:0 "$f" && chmod go-w "$f"; done',
+            # image's layer, a minute on Django's repository. A directory anyone may write (and not sticky)
+            # is left as it is: the test user can already do there what it could as the owner (add, remove
+            # and rename entries), and changing its owner would cost the copy-up for nothing (SWE-bench's
+            # images make the whole repository 777: 2,964 of Django's 2,966 directories)
+            f'  chown -R {u}:{u} "$sbv_d/home"; find {wd} -type d \\( ! -perm -0002 -o -perm -1000 \\) '
+            f"-exec chown {u}:{u} {{}} +",
+            f'  sbv_f=(); for f in {q(py)}; do [ -e "$f" ] && sbv_f+=("$f"); done',
+            '  [ ${#sbv_f[@]} = 0 ] || { chown 0:0 -- "${sbv_f[@]}" && chmod go-w -- "${sbv_f[@]}"; }',
             f"  chown 0:0 -- {q(guarded)} 2>/dev/null; chmod 1777 -- {q(guarded)} 2>/dev/null",
             '  chmod 755 "$sbv_d"; chmod 644 "$sbv_d"/*.py "$sbv_d"/*.json "$sbv_d"/tests.sh 2>/dev/null',
             f'  echo {ISOLATED} > "$sbv_d/privilege"',
-            f'  sbv_as_tests() {{ {as_user} env HOME="$sbv_d/home" GIT_CONFIG_COUNT=1 '
+            f'  sbv_as_tests() {{ {as_user(u)} env HOME="$sbv_d/home" GIT_CONFIG_COUNT=1 '
             f"GIT_CONFIG_KEY_0=safe.directory 'GIT_CONFIG_VALUE_0=*' \"$@\"; }}",
             "fi",
         ]
@@ -285,16 +302,21 @@ class Channel:
         script's options are `-uxo pipefail`)."""
         u = self.uid
         return "\n".join([
-            f'if [ -s "$sbv_d/modes" ]; then for sbv_i in 1 2; do setpriv --reuid={u} --regid={u} --clear-groups '
-            f"bash -c 'kill -9 -1' 2>/dev/null; done; fi",
+            f'if [ -s "$sbv_d/modes" ]; then {kill_all(u)}; fi',
             f"exec {FD}>&-",
             # the recorder ends when the last writer closes the pipe; where no test user could be made, a
             # process the tests left behind may hold it: the recorder is stopped after 10 s of that
             'if [ -n "$sbv_rec" ]; then for sbv_i in $(seq 100); do kill -0 "$sbv_rec" 2>/dev/null || break; '
             'sleep 0.1; done; kill "$sbv_rec" 2>/dev/null; wait "$sbv_rec" 2>/dev/null; fi',
-            f'if [ -s "$sbv_d/modes" ]; then find {shlex.quote(workdir)} -user {u} -exec chown "$sbv_owner" {{}} +; '
-            'while read -r sbv_m sbv_o sbv_n; do chown "$sbv_o" "$sbv_n"; chmod "$sbv_m" "$sbv_n"; '
-            'done < "$sbv_d/modes"; fi',
+            f'if [ -s "$sbv_d/modes" ]; then find {shlex.quote(workdir)} -user {u} -exec chown "$sbv_owner" {{}} +',
+            # each directory the prologue changed put back as `modes` has it (one stat for all of them, and a
+            # chown and chmod for each that differs: most of those listed were not changed)
+            '  sbv_n=(); while read -r sbv_m sbv_o sbv_p; do sbv_n+=("$sbv_p"); done < "$sbv_d/modes"',
+            '  declare -A sbv_now=(); while read -r sbv_m sbv_o sbv_p; do sbv_now["$sbv_p"]="$sbv_m $sbv_o"; '
+            'done < <(stat -c "%a %u:%g %n" -- "${sbv_n[@]}" 2>/dev/null)',
+            '  while read -r sbv_m sbv_o sbv_p; do [ "${sbv_now["$sbv_p"]-}" = "$sbv_m $sbv_o" ] || '
+            '{ chown "$sbv_o" "$sbv_p"; chmod "$sbv_m" "$sbv_p"; }; done < "$sbv_d/modes"',
+            "fi",
         ])
 
     def _listing(self) -> str:
