@@ -5,9 +5,9 @@ Uploaded into the channel's directory, which goes first on PYTHONPATH for the te
 pytest channel's `sitecustomize.py` (the interpreter imports it while it starts, after `site`
 has run the `.pth` lines and before the runner's script, its configuration or any plugin), and
 `_sbv_tracker.py` beside the unittest plugin, which is that channel's sitecustomize and uses
-chain_site alone. As sitecustomize it
+chain_site alone. As sitecustomize it (only `site`'s `.pth` lines run before it: the workdir
+modules they import are found by the plugin, with no start noted)
 
-- notes the workdir modules already imported (only a `.pth` line runs before it);
 - imports the image's own sitecustomize, as the interpreter would have: one outside the workdir
   (the workdir's, in any form, is a start-up hook of the code under test: noted, not imported);
 - puts a finder first on sys.meta_path that imports nothing: once pytest's configuration module
@@ -79,8 +79,9 @@ def chain_site(here, rel):
 
 
 class Tracker(object):
-    def __init__(self, here, wd):
-        self.here, self.wd = here, wd
+    def __init__(self, here):
+        self.here = here
+        self._wd = []  # the workdir, read from conf.json when first needed (most interpreters never ask)
         self.via = {}  # module name -> the plugin pytest was importing for a `-p` option when it was asked for
         self.pristine = None  # (runner objects, assertion machinery) before the first such plugin's code ran
         self.next_site = None  # the workdir's sitecustomize the chain did not import
@@ -88,10 +89,13 @@ class Tracker(object):
         self._config_file = None
 
     def rel(self, path):
-        if not self.wd or not path:
+        if not self._wd:
+            self._wd.append(_workdir(self.here))
+        wd = self._wd[0]
+        if not wd or not path:
             return None
         p = _realpath(path)
-        return p[len(self.wd):] if p.startswith(self.wd) else None
+        return p[len(wd):] if p.startswith(wd) else None
 
     def stop(self):
         self.active = False
@@ -142,7 +146,7 @@ class Tracker(object):
 
 if __name__ == "sitecustomize":
     _here = os.path.dirname(os.path.abspath(__file__))
-    TRACKER = Tracker(_here, _workdir(_here))
+    TRACKER = Tracker(_here)
     sys.modules[KEY + _here] = sys.modules[__name__]  # found by the plugin once the chain replaced sitecustomize
     sys.meta_path.insert(0, TRACKER)
     TRACKER.next_site = chain_site(_here, TRACKER.rel)
