@@ -2,8 +2,9 @@
 compared with what the log parser read (docs/benchmarks.md, "The verdict channel").
 
 Per grade, a random directory outside the workdir gets the plugin (pytest_plugin.py) under
-a random module name; the test command runs with PYTEST_ADDOPTS=-p <name> and that directory
-on PYTHONPATH, as a user of its own (Channel.prologue), with the writing end of a pipe whose
+a random module name and the start-up tracker as its sitecustomize (startup_tracker.py: what
+runs before the plugin, from the interpreter's start-up); the test command runs with
+PYTEST_ADDOPTS=-p <name> and that directory on PYTHONPATH, as a user of its own (Channel.prologue), with the writing end of a pipe whose
 reading end root's `cat` appends to verdict.jsonl there, a file the test user cannot open.
 The plugin writes one line per setup and call of each test into it, then an end record (what
 of the runner was replaced, plugins the code under test registered, pytest's rootdir, the

@@ -13,7 +13,6 @@ At import this module
 - records the workdir modules imported so far that are not the runner's own, each with what
   started its import (run_checks.Checks.startup, written once pytest is configured: the ini
   file and its `-p` plugins are known then); plugin_findings.of_the_patch judges them;
-
 - takes the verdict descriptor the test command inherited (channel_writer.open_channel: a
   pipe root drains into a file the test user cannot open), strips its directory, option and
   descriptor from sys.path and the environment (pytest processes the tests start load
@@ -32,9 +31,8 @@ At import this module
 The channel's writing end (channel_writer.py), the checks of the tests themselves
 (run_checks.py: tests replaced, vacuous assertions, the assertion machinery) and the start-up
 tracker are uploaded beside it as _sbv_channel.py, _sbv_checks.py and _sbv_tracker.py and loaded
-from those files; each test's call
-is checked before it runs, and every comparison a rewritten assert finds true reaches the
-probe.
+from those files; each test's call is checked before it runs, and every comparison a rewritten
+assert finds true reaches the probe.
 
 Each line carries this process's id and its number in its sequence: a line removed, a line
 added under this process's number, or a run that never reached its end record is not a

@@ -86,6 +86,7 @@ class Tracker(object):
         self.pristine = None  # (runner objects, assertion machinery) before the first such plugin's code ran
         self.next_site = None  # the workdir's sitecustomize the chain did not import
         self.active = True
+        self._busy = False  # taking the pristine state imports the checks' own modules: not noted
         self._config_file = None
 
     def rel(self, path):
@@ -106,11 +107,12 @@ class Tracker(object):
 
     def find_spec(self, name, path=None, target=None):
         """Imports nothing; notes why `name` is being imported (the import system asks each finder in turn)."""
-        if not self.active or name in self.via:
+        if not self.active or self._busy or name in self.via:
             return None
         cfg = sys.modules.get("_pytest.config")
         if cfg is None:
             return None
+        self._busy = True
         try:
             self._note(name, cfg)
             if sys.meta_path[0] is not self:  # first again, ahead of pytest's assertion rewriter, which
@@ -118,6 +120,8 @@ class Tracker(object):
                 sys.meta_path.insert(0, self)
         except Exception:
             pass
+        finally:
+            self._busy = False
         return None
 
     def _note(self, name, cfg):
