@@ -221,9 +221,13 @@ def pytest_configure(config):
     _config.append(config)
     if len(_config) == 1:
         _checks.rewrite_config = config  # test modules are rewritten with the session's options
+        try:
+            how = _started(config)
+        except Exception:
+            how = None  # what started them unknown: every one is a hook
         try:  # code of the workdir imported before pytest loaded this plugin, and what started it
             _checks.skipped_site(_tracker.next_site if _tracker is not None else None)
-            _checks.startup(_started(config), scan=False)
+            _checks.startup(how, scan=False)
         except Exception:
             pass
 
@@ -233,7 +237,8 @@ def _started(config):
     was first asked for (by), the workdir's ini file that names that plugin among its addopts (ini), the
     plugin module's own file where it is the workdir's (pf); None where the runner did not import it."""
     via = _tracker.via if _tracker is not None else {}
-    ini = _getattr(config, "inipath", None) or _getattr(config, "inifile", None)
+    # pytest >= 6.1's path, or older pytest's (newer pytest warns on inifile)
+    ini = _getattr(config, "inipath", None) if hasattr(_type(config), "inipath") else _getattr(config, "inifile", None)
     ini = _checks._rel("%s" % (ini,)) if ini else None
     named, args = set(), list(config.getini("addopts") or ()) if ini else []
     for i, arg in enumerate(args):
