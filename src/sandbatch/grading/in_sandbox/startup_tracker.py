@@ -88,6 +88,7 @@ class Tracker(object):
         self.active = True
         self._busy = False  # taking the pristine state imports the checks' own modules: not noted
         self._config_file = None
+        self._ours = {}  # code object named like pytest's plugin import -> whether it is pytest's (its file)
 
     def rel(self, path):
         if not self._wd:
@@ -130,11 +131,15 @@ class Tracker(object):
             if not f:
                 return
             self._config_file = _realpath(f[:-1] if f.endswith((".pyc", ".pyo")) else f)
-        plugin, preparse, f = None, False, sys._getframe(2)
+        plugin, preparse, f, ours = None, False, sys._getframe(2), self._ours
         while f is not None:
             co = f.f_code
-            if co.co_name in ("import_plugin", "consider_preparse") and _realpath(co.co_filename) == self._config_file:
-                if co.co_name == "consider_preparse":
+            if co.co_name in ("import_plugin", "consider_preparse"):
+                if co not in ours:  # its file resolved once per code object: an import walks the stack each time
+                    ours[co] = _realpath(co.co_filename) == self._config_file
+                if not ours[co]:
+                    pass
+                elif co.co_name == "consider_preparse":
                     preparse = True
                 else:
                     plugin = f.f_locals.get("modname")  # the outermost plugin import wins
