@@ -412,22 +412,29 @@ class BrokenSetUp(unittest.TestCase):
 '''
 
 
+def channel_run(kind, tmp_path, work: Path, command: str, env: dict[str, str] | None = None):
+    """`command` run in `work` with a channel of `kind` (verdict.Channel, UnittestChannel) as the grader loads
+    it, the grader's recorder draining its pipe: (the process, what it wrote)."""
+    channel = kind.new(str(tmp_path / "tmp"), ["test_suite.py"])
+    Path(channel.dir).mkdir(parents=True)
+    for name, data in channel.files(str(work)).items():
+        Path(channel.dir, name).write_bytes(data)
+    with Recorder() as rec:
+        proc = subprocess.run(["bash", "-c", f"cd {work} && {channel.exports()} && {command}"], capture_output=True,
+                              text=True, env={**os.environ, **rec.env(), **(env or {})}, pass_fds=(rec.fd,))
+    return proc, rec.data
+
+
 def test_the_unittest_channel_on_python_m_unittest(tmp_path):
     from sandbatch.grading import unittest_verdict, verdict
 
     work = tmp_path / "work"
     work.mkdir()
     (work / "test_suite.py").write_text(UNITTEST_SUITE)
-    channel = unittest_verdict.UnittestChannel.new(str(tmp_path / "tmp"), ["test_suite.py"])
-    Path(channel.dir).mkdir(parents=True)
-    for name, data in channel.files(str(work)).items():
-        Path(channel.dir, name).write_bytes(data)
-    script = f"cd {work} && {channel.exports()} && {sys.executable} -m unittest -v test_suite"
-    with Recorder() as rec:
-        proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env={**os.environ, **rec.env()},
-                              pass_fds=(rec.fd,))
+    proc, data = channel_run(unittest_verdict.UnittestChannel, tmp_path, work,
+                             f"{sys.executable} -m unittest -v test_suite")
     assert proc.returncode == 1, proc.stderr
-    v = verdict.parse(rec.data)
+    v = verdict.parse(data)
     name = "{} (test_suite.{}.{})".format
     assert v.state == "ok" and v.changed == [] and v.asserts == [] and v.findings == [], v
     assert v.outcomes == {name("test_ok", "Case", "test_ok"): "ok", name("test_fails", "Case", "test_fails"): "raised",
@@ -454,8 +461,8 @@ sys.stderr.write("HOOK RAN\\\\n")
 @pytest.mark.parametrize("runner", ["pytest", "unittest"])
 def test_a_start_up_hook_of_the_workdir_in_package_form_is_found_by_what_was_imported(tmp_path, runner):
     """A `sitecustomize` package (not the sitecustomize.py file the restore rules name) in a workdir that
-    is on the path at start-up (an editable install puts it there): the pytest channel finds it among the
-    modules imported before its plugin, the unittest channel does not chain to it; both record startup_hook.
+    is on the path at start-up (an editable install puts it there): the channel's own sitecustomize (the
+    start-up tracker, or the unittest plugin) comes first and does not chain to it; both record startup_hook.
     The restore rules remove it too, in any form."""
     from sandbatch.grading import plugin_findings, tamper, unittest_verdict, verdict
 
@@ -466,17 +473,10 @@ def test_a_start_up_hook_of_the_workdir_in_package_form_is_found_by_what_was_imp
     (work / "sitecustomize" / "__init__.py").write_text(HOOK_PACKAGE)
     (work / "test_suite.py").write_text(UNITTEST_SUITE)
     kind = verdict.Channel if runner == "pytest" else unittest_verdict.UnittestChannel
-    channel = kind.new(str(tmp_path / "tmp"), ["test_suite.py"])
-    Path(channel.dir).mkdir(parents=True)
-    for name, data in channel.files(str(work)).items():
-        Path(channel.dir, name).write_bytes(data)
     cmd = "-m pytest -p no:cacheprovider test_suite.py" if runner == "pytest" else "-m unittest test_suite"
-    script = f"cd {work} && {channel.exports()} && PYTHONPATH=$PYTHONPATH:{work} {sys.executable} {cmd}"
-    with Recorder() as rec:
-        proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env={**os.environ, **rec.env()},
-                              pass_fds=(rec.fd,))
-    assert ("HOOK RAN" in proc.stderr) == (runner == "pytest"), proc.stderr  # unittest's channel did not chain to it
-    v = verdict.parse(rec.data)
+    proc, data = channel_run(kind, tmp_path, work, f"PYTHONPATH=$PYTHONPATH:{work} {sys.executable} {cmd}")
+    assert "HOOK RAN" not in proc.stderr, proc.stderr  # the channel's sitecustomize did not chain to it
+    v = verdict.parse(data)
     assert v.state == "ok", v
     entries, intact = plugin_findings.compare(v, [], {}, lambda seen: seen)
     assert not intact and [(e["path"], e["kind"]) for e in entries] == [("python", "startup_hook")], entries
@@ -485,6 +485,86 @@ def test_a_start_up_hook_of_the_workdir_in_package_form_is_found_by_what_was_imp
     # (the repository's own, imported at start-up by the image) is none of the patch's
     assert plugin_findings.of_the_patch(v.findings, {"sitecustomize/__init__.py"}) == v.findings
     assert plugin_findings.of_the_patch(v.findings, {"calc.py"}) == []
+
+
+SEEDED_PACKAGE = {  # a repository whose own configuration loads a plugin of its tests that imports the package
+    "setup.cfg": "[tool:pytest]\naddopts = -p pkg.tests.seed\n",
+    "pkg/__init__.py": "from pkg import core\n",
+    "pkg/core.py": textwrap.dedent('''\
+        import os
+
+        if os.environ.get("SBV_TEST_WRAP"):  # the code under test reaches into the runner as it is imported
+            import _pytest.runner as _r
+            _orig = _r.call_and_report
+
+            def call_and_report(*args, **kwargs):
+                return _orig(*args, **kwargs)
+
+            _r.call_and_report = call_and_report
+
+
+        def one():
+            return 1
+    '''),
+    "pkg/tests/__init__.py": "",
+    "pkg/tests/seed.py": "import pkg  # like scikit-learn's random_seed plugin: the package under test, imported\n",
+    "test_suite.py": "from pkg.core import one\n\n\ndef test_one():\n    assert one() == 1\n",
+}
+
+
+def _seeded_run(tmp_path, python: str = sys.executable, env: dict[str, str] | None = None):
+    """The seeded package's suite run by the real pytest with the pytest channel as the grader loads it."""
+    from sandbatch.grading import verdict
+
+    work = tmp_path / "work"
+    for rel, text in SEEDED_PACKAGE.items():
+        (work / rel).parent.mkdir(parents=True, exist_ok=True)
+        (work / rel).write_text(text)
+    # the workdir on the path from start-up on, as an editable install puts it
+    proc, data = channel_run(verdict.Channel, tmp_path, work,
+                             f"PYTHONPATH=$PYTHONPATH:{work} {python} -m pytest -p no:cacheprovider", env)
+    assert "1 passed" in proc.stdout, proc.stdout + proc.stderr
+    v = verdict.parse(data)
+    assert v.state == "ok", v
+    return v
+
+
+def test_a_plugin_the_repositorys_own_configuration_names_may_import_the_package_before_the_graders(tmp_path):
+    """scikit-learn's setup.cfg names `-p sklearn.tests.random_seed`, which pytest loads ahead of the
+    grader's plugin; it imports the package under test. The channel's sitecustomize saw pytest import it
+    for the ini file's `-p` option: legitimate while the ini and the plugin are the repository's own
+    (the patch changed the package alone); caught when the patch changed the ini or planted the plugin.
+    Whatever that plugin imports runs after the grader took the runner's pristine state: code under test
+    that replaces the runner as it is imported there is runner_patched. And the same package imported at
+    interpreter start-up by a `.pth` line is a start-up hook, the ini plugin notwithstanding."""
+    from sandbatch.grading import plugin_findings
+
+    v = _seeded_run(tmp_path / "own")
+    hooks = {r["x"].split()[1]: r for r in v.findings if r["w"] == "hook"}
+    assert set(hooks) == {"pkg", "pkg.core", "pkg.tests", "pkg.tests.seed"}, v.findings
+    assert {(r["by"], r["ini"], r["pf"]) for r in hooks.values()} == {
+        ("pkg.tests.seed", "setup.cfg", "pkg/tests/seed.py")}
+    assert not v.changed and not v.asserts, v
+    fix = {"pkg/core.py"}
+    assert plugin_findings.of_the_patch(v.findings, fix) == []  # the repository's own plugin: not a hook
+    # the ini changed by the patch, or the plugin planted by it: the patch's files imported before the grader's
+    assert plugin_findings.of_the_patch(v.findings, fix | {"setup.cfg"}) == [hooks["pkg.core"]]
+    assert plugin_findings.of_the_patch(v.findings, fix | {"pkg/tests/seed.py"}) == [
+        hooks["pkg.core"], hooks["pkg.tests.seed"]]
+
+    v = _seeded_run(tmp_path / "wrap", env={"SBV_TEST_WRAP": "1"})
+    assert "_pytest.runner.call_and_report" in v.changed, v  # replaced before the grader's plugin loaded
+
+    # a real start-up hook: an interpreter whose site directory holds a .pth line importing the package
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = next(venv.glob("lib/python*/site-packages"))
+    (site / "deps.pth").write_text(next(p for p in sys.path if p.endswith("site-packages")) + "\n")
+    (site / "zz_hook.pth").write_text(f"{tmp_path / 'pth' / 'work'}\nimport pkg\n")
+    v = _seeded_run(tmp_path / "pth", python=str(venv / "bin" / "python"))
+    hooks = [r for r in v.findings if r["w"] == "hook" and r["f"] == "pkg/core.py"]
+    assert hooks and "by" not in hooks[0] and "interpreter start-up" in hooks[0]["x"], v.findings
+    assert plugin_findings.of_the_patch(v.findings, fix) == hooks
 
 
 def test_a_decisive_test_of_the_tasks_files_must_answer_whatever_files_the_record_names():

@@ -11,8 +11,9 @@ grader placed" and "Vacuous assertions".
   pytest.raises / approx / warns, the assertion rewriter) was replaced during the run;
 - `startup_hook`: code of the workdir other than the test runner's own package was imported
   before the runner plugin loaded (a start-up hook in whatever form: a package named
-  sitecustomize, a module a `.pth` line imports, ...), or is the start-up hook the unittest
-  plugin would have chained to.
+  sitecustomize, a module a `.pth` line imports, ...) and not by a plugin the repository's own
+  configuration names (of_the_patch), or is the start-up hook the channel's sitecustomize
+  would have chained to.
 
 Each makes the rollout not resolved; the tests named count as failed.
 """
@@ -54,11 +55,16 @@ def compare(v: Verdict, claimed: list[str], status: dict[str, str],
 
 
 def of_the_patch(findings: list[dict], touched: Collection[str]) -> list[dict]:
-    """`findings` less the start-up hooks whose code is a workdir file the patch did not add or
-    change: the repository's own code at the base commit, imported at start-up by the image (an
-    editable install's namespace-package .pth, as matplotlib's images have) is no hook of the
-    patch's. A hook the patch planted is a file it touched, or is imported by one it touched."""
-    return [r for r in findings if not (r.get("w") == "hook" and r.get("f") and r["f"] not in touched)]
+    """`findings` less the start-up hooks that are the repository's own, by where their code lives and what
+    started them: a workdir file the patch did not add or change (the repository's code at the base
+    commit, imported at start-up by the image: an editable install's namespace-package .pth, as
+    matplotlib's images have), or a module pytest imported for a `-p` plugin that an ini file of the
+    workdir the patch did not touch names, the plugin's own file not the patch's either (scikit-learn's
+    setup.cfg loads its tests' random_seed plugin, which imports the package under test, ahead of the
+    grader's plugin; the start-up tracker took the runner's pristine state before it ran). A hook the
+    patch planted is a file it touched, or is imported by one it touched outside such a plugin."""
+    return [r for r in findings if not (r.get("w") == "hook" and r.get("f") and (
+        r["f"] not in touched or (r.get("ini") and r["ini"] not in touched and r.get("pf") not in touched)))]
 
 
 def _entry(path: str, kind: str, detail: str) -> dict[str, str]:

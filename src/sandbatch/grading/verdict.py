@@ -2,8 +2,9 @@
 compared with what the log parser read (docs/benchmarks.md, "The verdict channel").
 
 Per grade, a random directory outside the workdir gets the plugin (pytest_plugin.py) under
-a random module name; the test command runs with PYTEST_ADDOPTS=-p <name> and that directory
-on PYTHONPATH, as a user of its own (Channel.prologue), with the writing end of a pipe whose
+a random module name and the start-up tracker as its sitecustomize (startup_tracker.py: what
+runs before the plugin, from the interpreter's start-up); the test command runs with
+PYTEST_ADDOPTS=-p <name> and that directory on PYTHONPATH, as a user of its own (Channel.prologue), with the writing end of a pipe whose
 reading end root's `cat` appends to verdict.jsonl there, a file the test user cannot open.
 The plugin writes one line per setup and call of each test into it, then an end record (what
 of the runner was replaced, plugins the code under test registered, pytest's rootdir, the
@@ -47,8 +48,11 @@ if TYPE_CHECKING:
     from ..sandbox import Sandbox
 
 PLUGIN_SOURCE = in_sandbox.HERE / "pytest_plugin.py"
+# the channel directory's sitecustomize: what runs before the plugin, recorded from the interpreter's start-up
+STARTUP_SOURCE = in_sandbox.HERE / "startup_tracker.py"
 # uploaded beside every runner plugin as _sbv_<name>.py, loaded by it from its file
-SIBLINGS = {"channel": in_sandbox.HERE / "channel_writer.py", "checks": in_sandbox.HERE / "run_checks.py"}
+SIBLINGS = {"channel": in_sandbox.HERE / "channel_writer.py", "checks": in_sandbox.HERE / "run_checks.py",
+            "tracker": STARTUP_SOURCE}
 UID_BASE, UID_SPAN = 1 << 20, 1 << 30  # the test user's id: a random one no image or host account has
 _SECTION_RE = re.compile(r"^== (verdict\.jsonl|privilege|(?:files|startup)\.[a-z]+|build\.wrote)$")
 # merging the verdicts of several processes: the worst outcome of a test wins
@@ -189,9 +193,10 @@ class Channel:
         return f"{self.module}.py", PLUGIN_SOURCE.read_bytes()
 
     def files(self, workdir: str) -> dict[str, bytes]:
-        """What goes into the channel's directory: the plugin, its siblings, conf.json."""
+        """What goes into the channel's directory: the start-up module, the plugin, its siblings, conf.json."""
         name, source = self.plugin()
-        return {name: source, **{f"_sbv_{sib}.py": path.read_bytes() for sib, path in SIBLINGS.items()},
+        return {"sitecustomize.py": STARTUP_SOURCE.read_bytes(), name: source,  # (unittest's plugin: its sitecustomize)
+                **{f"_sbv_{sib}.py": path.read_bytes() for sib, path in SIBLINGS.items()},
                 "conf.json": plugin_findings.conf(workdir)}
 
     def uploads(self, sandbox: Sandbox) -> dict[str, tuple[bytes, int]]:

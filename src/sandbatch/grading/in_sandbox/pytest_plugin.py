@@ -3,9 +3,16 @@
 Uploaded by the grader (sandbatch.grading.verdict) under a random module name into a
 random directory outside the workdir, and loaded by `-p <name>` through PYTEST_ADDOPTS
 and PYTHONPATH set for the test command only. pytest imports `-p` plugins before any
-plugin of an installed distribution and before conftest files or the code under test,
-so at import this module still sees pytest's own machinery as pytest built it. It then
-
+plugin of an installed distribution and before conftest files or the code under test, but
+after the `-p` plugins the ini file's `addopts` names: the channel directory's
+sitecustomize (startup_tracker.py), there since the interpreter started, took pytest's
+machinery as pytest built it before the first of those ran, and noted what each imported.
+At import this module
+- stops that tracker, and at the end of the run counts what of the runner and the assertion
+  machinery changed between its pristine state and this module's load;
+- records the workdir modules imported so far that are not the runner's own, each with what
+  started its import (run_checks.Checks.startup, written once pytest is configured: the ini
+  file and its `-p` plugins are known then); plugin_findings.of_the_patch judges them;
 - takes the verdict descriptor the test command inherited (channel_writer.open_channel: a
   pipe root drains into a file the test user cannot open), strips its directory, option and
   descriptor from sys.path and the environment (pytest processes the tests start load
@@ -21,11 +28,11 @@ so at import this module still sees pytest's own machinery as pytest built it. I
   files this session collected (its tests are those the verdict answers for) and the
   session's exit status (pytest's own, whatever script runs it).
 
-The channel's writing end (channel_writer.py) and the checks of the tests themselves
-(run_checks.py: tests replaced, vacuous assertions, the assertion machinery) are uploaded
-beside it as _sbv_channel.py and _sbv_checks.py and loaded from those files; each test's call
-is checked before it runs, and every comparison a rewritten assert finds true reaches the
-probe.
+The channel's writing end (channel_writer.py), the checks of the tests themselves
+(run_checks.py: tests replaced, vacuous assertions, the assertion machinery) and the start-up
+tracker are uploaded beside it as _sbv_channel.py, _sbv_checks.py and _sbv_tracker.py and loaded
+from those files; each test's call is checked before it runs, and every comparison a rewritten
+assert finds true reaches the probe.
 
 Each line carries this process's id and its number in its sequence: a line removed, a line
 added under this process's number, or a run that never reached its end record is not a
@@ -59,51 +66,17 @@ def _sibling(name):
 
 
 _checks_mod = _sibling("checks")
+# the channel's start-up module (startup_tracker.py, this directory's sitecustomize): what it saw since the
+# interpreter started, stopped now; none where the interpreter ran no sitecustomize (-S)
+_tracker = _getattr(sys.modules.pop(_sibling("tracker").KEY + _here, None), "TRACKER", None)
+if _tracker is not None:
+    _tracker.stop()
 _channel, _emit = _sibling("channel").open_channel(_here, "-p %s" % _name)
-_checks = _checks_mod.Checks(_checks_mod.read_conf(_here), _emit)
-try:
-    _checks.startup()  # code of the workdir imported before pytest loaded this plugin
-except Exception:
-    pass
-
-
-# --- the objects pytest builds outcomes with -------------------------------------------------
-
-_WATCHED = (
-    ("_pytest.runner", ("call_and_report", "runtestprotocol", "call_runtest_hook", "pytest_runtest_makereport",
-                        "pytest_runtest_call", "pytest_runtest_protocol", "pytest_report_teststatus",
-                        "check_interactive_exception", "CallInfo")),
-    ("_pytest.runner.CallInfo", ("from_call", "__init__", "excinfo")),
-    ("_pytest.reports", ("TestReport", "BaseReport", "pytest_report_to_serializable",
-                         "pytest_report_from_serializable")),
-    ("_pytest.reports.TestReport", ("from_item_and_call", "__init__", "_to_json", "_from_json", "outcome", "passed",
-                                    "failed", "skipped", "when", "longrepr", "wasxfail")),
-    ("_pytest.reports.BaseReport", ("passed", "failed", "skipped", "outcome", "longreprtext", "head_line")),
-    ("_pytest.skipping", ("pytest_runtest_makereport", "pytest_report_teststatus", "pytest_runtest_call",
-                          "pytest_runtest_setup")),
-    ("_pytest.python", ("pytest_pyfunc_call", "Function", "pytest_pycollect_makeitem")),
-    ("_pytest.python.Function", ("runtest", "_getobj", "setup")),
-    ("_pytest.unittest", ("pytest_runtest_makereport", "TestCaseFunction")),
-    ("_pytest.unittest.TestCaseFunction", ("runtest", "_addexcinfo", "addError", "addFailure", "addSuccess")),
-    ("_pytest.outcomes", ("fail", "skip", "xfail", "exit", "OutcomeException", "Skipped", "Failed")),
-    ("_pytest.main", ("pytest_runtestloop", "wrap_session", "_main", "Session")),
-    ("_pytest.terminal", ("pytest_report_teststatus", "TerminalReporter", "build_summary_stats_line",
-                          "_get_line_with_reprcrash_message", "_folded_skips")),
-    ("_pytest.terminal.TerminalReporter", (
-        "pytest_runtest_logreport", "pytest_runtest_logfinish", "summary_stats", "short_test_summary",
-        "summary_failures", "summary_errors", "summary_passes", "build_summary_stats_line", "pytest_sessionfinish",
-        "pytest_terminal_summary", "write_line", "write_sep", "getreports", "stats", "_add_stats")),
-    ("_pytest.config.PytestPluginManager", ("register", "unregister", "_hookexec", "hook")),
-    ("pluggy._hooks.HookCaller", ("__call__", "_hookexec", "call_historic", "call_extra")),
-    ("pluggy._hooks._HookCaller", ("__call__", "_hookexec", "call_historic", "call_extra")),
-    ("pluggy.hooks._HookCaller", ("__call__", "_hookexec", "call_historic", "call_extra")),
-    ("pluggy._callers", ("_multicall",)),
-    ("pluggy.callers", ("_multicall", "_Result")),
-    ("pluggy._result", ("Result", "_Result")),
-    ("pluggy._result.Result", ("get_result", "force_result", "force_exception", "from_call")),
-    ("pluggy._manager.PluginManager", ("_hookexec", "register", "unregister")),
-    ("pluggy.manager.PluginManager", ("_hookexec", "register", "unregister")),
-)
+_checks = _checks_mod.Checks(_checks_mod.read_conf(_here), _emit)  # notes the workdir code imported so far
+# what of the runner and the assertion machinery changed between the first plugin a `-p` option named
+# (the ini file's come before this one) and now: its code and what it imported ran in between
+_pristine = _tracker.pristine if _tracker is not None else None
+_before_me = (_checks_mod.changed(_pristine[0]), _checks_mod.changed(_pristine[1])) if _pristine else ([], [])
 
 
 _raw = _checks_mod.raw
@@ -230,7 +203,7 @@ try:
     _checks.install_unittest()
 except Exception:
     pass
-_start = _checks_mod.snapshot(_WATCHED)
+_start = _checks_mod.snapshot(_checks_mod.PYTEST_RUNNER)
 _assertions = _checks_mod.snapshot(_checks_mod.ASSERTIONS)
 _emit({"start": True, "pytest": _getattr(sys.modules.get("pytest"), "__version__", "?"),
        "python": sys.version.split()[0], "supported": bool(_installed)})
@@ -248,6 +221,47 @@ def pytest_configure(config):
     _config.append(config)
     if len(_config) == 1:
         _checks.rewrite_config = config  # test modules are rewritten with the session's options
+        try:
+            how = _started(config)
+        except Exception:
+            how = None  # what started them unknown: every one is a hook
+        try:  # code of the workdir imported before pytest loaded this plugin, and what started it
+            _checks.skipped_site(_tracker.next_site if _tracker is not None else None)
+            _checks.startup(how, scan=False)
+        except Exception:
+            pass
+
+
+def _started(config):
+    """For a module imported before this plugin: the plugin pytest was importing for a `-p` option when it
+    was first asked for (by), the workdir's ini file that names that plugin among its addopts (ini), the
+    plugin module's own file where it is the workdir's (pf); None where the runner did not import it."""
+    via = _tracker.via if _tracker is not None else {}
+    # pytest >= 6.1's path, or older pytest's (newer pytest warns on inifile)
+    ini = _getattr(config, "inipath", None) if hasattr(_type(config), "inipath") else _getattr(config, "inifile", None)
+    ini = _checks._rel("%s" % (ini,)) if ini else None
+    named, args = set(), list(config.getini("addopts") or ()) if ini else []
+    for i, arg in enumerate(args):
+        name = args[i + 1] if arg == "-p" and i + 1 < len(args) else (arg[2:] if arg[:2] == "-p" else "")
+        if name and not name.startswith("no:"):
+            named.add(name)
+
+    plugins = set(via.values())
+
+    def how(name):
+        # a plugin module itself may have been claimed by pytest's assertion rewriter before the tracker was asked
+        plugin = via.get(name) or (name if name in plugins else None)
+        if plugin is None:
+            return None
+        out = {"by": plugin}
+        if plugin in named:
+            out["ini"] = ini
+        pf = _checks._rel(_checks_mod._module_file(sys.modules.get(plugin)) or "")
+        if pf is not None:
+            out["pf"] = pf
+        return out
+
+    return how
 
 
 @_hookimpl(trylast=True)
@@ -300,6 +314,6 @@ def pytest_unconfigure(config):
     # pytest's own exit status (the session's, which pytest returns once this hook is done), not the
     # status of whatever script runs pytest (`pytest ... || true`)
     status = _getattr(_session[0], "exitstatus", None) if _session else None
-    _emit({"end": True, "changed": changed, "added": _late, "rootdir": "%s" % (root,),
-           "asserts": _checks_mod.changed(_assertions), "files": _files,
+    _emit({"end": True, "changed": changed + _before_me[0], "added": _late, "rootdir": "%s" % (root,),
+           "asserts": _checks_mod.changed(_assertions) + _before_me[1], "files": _files,
            "exit": int.__int__(status) if _isinstance(status, int) else None})

@@ -86,6 +86,42 @@ ASSERTIONS = (
     ("_pytest.assertion.rewrite.AssertionRewriter", ("run", "visit_Assert", "visit_Compare")),
     ("pytest", ("raises", "approx", "warns", "fail", "skip", "xfail", "deprecated_call")),
 )
+# pytest's outcome machinery: the objects that build, map, wrap, dispatch and summarise outcomes
+PYTEST_RUNNER = (
+    ("_pytest.runner", ("call_and_report", "runtestprotocol", "call_runtest_hook", "pytest_runtest_makereport",
+                        "pytest_runtest_call", "pytest_runtest_protocol", "pytest_report_teststatus",
+                        "check_interactive_exception", "CallInfo")),
+    ("_pytest.runner.CallInfo", ("from_call", "__init__", "excinfo")),
+    ("_pytest.reports", ("TestReport", "BaseReport", "pytest_report_to_serializable",
+                         "pytest_report_from_serializable")),
+    ("_pytest.reports.TestReport", ("from_item_and_call", "__init__", "_to_json", "_from_json", "outcome", "passed",
+                                    "failed", "skipped", "when", "longrepr", "wasxfail")),
+    ("_pytest.reports.BaseReport", ("passed", "failed", "skipped", "outcome", "longreprtext", "head_line")),
+    ("_pytest.skipping", ("pytest_runtest_makereport", "pytest_report_teststatus", "pytest_runtest_call",
+                          "pytest_runtest_setup")),
+    ("_pytest.python", ("pytest_pyfunc_call", "Function", "pytest_pycollect_makeitem")),
+    ("_pytest.python.Function", ("runtest", "_getobj", "setup")),
+    ("_pytest.unittest", ("pytest_runtest_makereport", "TestCaseFunction")),
+    ("_pytest.unittest.TestCaseFunction", ("runtest", "_addexcinfo", "addError", "addFailure", "addSuccess")),
+    ("_pytest.outcomes", ("fail", "skip", "xfail", "exit", "OutcomeException", "Skipped", "Failed")),
+    ("_pytest.main", ("pytest_runtestloop", "wrap_session", "_main", "Session")),
+    ("_pytest.terminal", ("pytest_report_teststatus", "TerminalReporter", "build_summary_stats_line",
+                          "_get_line_with_reprcrash_message", "_folded_skips")),
+    ("_pytest.terminal.TerminalReporter", (
+        "pytest_runtest_logreport", "pytest_runtest_logfinish", "summary_stats", "short_test_summary",
+        "summary_failures", "summary_errors", "summary_passes", "build_summary_stats_line", "pytest_sessionfinish",
+        "pytest_terminal_summary", "write_line", "write_sep", "getreports", "stats", "_add_stats")),
+    ("_pytest.config.PytestPluginManager", ("register", "unregister", "_hookexec", "hook")),
+    ("pluggy._hooks.HookCaller", ("__call__", "_hookexec", "call_historic", "call_extra")),
+    ("pluggy._hooks._HookCaller", ("__call__", "_hookexec", "call_historic", "call_extra")),
+    ("pluggy.hooks._HookCaller", ("__call__", "_hookexec", "call_historic", "call_extra")),
+    ("pluggy._callers", ("_multicall",)),
+    ("pluggy.callers", ("_multicall", "_Result")),
+    ("pluggy._result", ("Result", "_Result")),
+    ("pluggy._result.Result", ("get_result", "force_result", "force_exception", "from_call")),
+    ("pluggy._manager.PluginManager", ("_hookexec", "register", "unregister")),
+    ("pluggy.manager.PluginManager", ("_hookexec", "register", "unregister")),
+)
 # unittest's comparing asserts: the operator each asserts held
 _UNITTEST_OPS = (
     ("assertEqual", "=="), ("assertNotEqual", "!="), ("assertListEqual", "=="), ("assertTupleEqual", "=="),
@@ -206,19 +242,33 @@ class Checks(object):
         spec_name = _getattr(_getattr(mod, "__spec__", None), "name", None) or name
         return spec_name.split(".")[0] in self._runner_names
 
-    def startup(self):
+    def startup(self, how=None, scan=True):
         """Code of the workdir imported at interpreter start-up, before the runner plugin: whatever its form
         (a package named sitecustomize, a module a .pth line imports), it is found by what was imported and
-        where its code lives, not by its file name. Also modules of the workdir imported since the checks
-        started that the runner plugin did not import (the hooks a start-up chain imports)."""
+        where its code lives, not by its file name. scan: also modules of the workdir imported since the
+        checks started that the runner plugin did not import (the hooks a start-up chain imports).
+        how(name): what started that module's import, where the start-up tracker saw it (None: nothing
+        the runner did), fields the grader judges it by (plugin_findings.of_the_patch)."""
         seen = set(n for n, _ in self._early)
-        for name, mod in list(sys.modules.items()):
+        for name, mod in list(sys.modules.items()) if scan else ():
             rel = self._rel(_module_file(mod))
             if rel is not None and name not in seen and rel not in self._runner and not self._runners(name, mod):
                 self._early.append((name, rel))
                 seen.add(name)
         for name, rel in self._early:
-            self._say(None, "hook", "module %s of %s was imported at interpreter start-up" % (name, rel), rel)
+            started = how(name) if how is not None else None
+            if started:
+                detail = "module %s of %s was imported before the grader's plugin, by the plugin %s pytest loaded " \
+                         "for a -p option%s" % (name, rel, started["by"], " of " + started["ini"] if "ini" in started
+                                                else " no configuration of the workdir names")
+            else:
+                detail = "module %s of %s was imported at interpreter start-up" % (name, rel)
+            self._say(None, "hook", detail, rel, started)
+
+    def skipped_site(self, rel):
+        """The workdir's sitecustomize, which the channel's start-up module did not chain to."""
+        if rel is not None:
+            self._say(None, "hook", "the start-up hook sitecustomize of %s would come next on the path" % rel, rel)
 
     # --- where code lives -------------------------------------------------------------------
 
@@ -301,12 +351,13 @@ class Checks(object):
                 return False
         return obj is k
 
-    def _say(self, test, what, detail, file=None):
+    def _say(self, test, what, detail, file=None, extra=None):
         """Record a finding; `file`: the workdir file (relative) whose code it is about."""
         key = (test, what, detail)
         if key not in self._said:
             self._said.add(key)
-            rec = {"t": test or "", "w": what, "x": detail}
+            rec = dict(extra or {})
+            rec.update({"t": test or "", "w": what, "x": detail})
             if file is not None:
                 rec["f"] = file
             self.emit(rec)

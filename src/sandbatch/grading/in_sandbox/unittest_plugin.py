@@ -2,14 +2,15 @@
 
 Uploaded by the grader (sandbatch.grading.unittest_verdict) as `sitecustomize.py` into a
 random directory outside the workdir, beside the channel's modules (_sbv_channel.py,
-_sbv_checks.py); that directory goes first on PYTHONPATH for the test command only. The interpreter imports sitecustomize while it starts, before the script
+_sbv_checks.py, _sbv_tracker.py); that directory goes first on PYTHONPATH for the test command only. The interpreter imports sitecustomize while it starts, before the script
 (Django's tests/runtests.py, `python -m unittest`) or any code of the workdir runs, so this
 module sees unittest as the standard library built it. It then
 
 - takes the verdict descriptor (channel_writer.open_channel), strips its directory from sys.path and
   PYTHONPATH (processes the tests start load nothing of it), and imports the image's own
-  sitecustomize, if any, as the interpreter would have: one outside the workdir (the workdir's,
-  in any form, is a start-up hook of the code under test: recorded, not imported); then records
+  sitecustomize, if any, as the interpreter would have (startup_tracker.chain_site): one outside
+  the workdir (the workdir's, in any form, is a start-up hook of the code under test: recorded,
+  not imported); then records
   every module of the workdir imported so far (run_checks.startup);
 - wraps TestCase.run: for a run under a unittest TestResult it records, as each returns,
   whether setUp and the test method raised (and what), and every failure inside a subTest,
@@ -38,27 +39,6 @@ def _sibling(name):
     mod = iu.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
-
-
-def _chain_site():
-    """The image's own sitecustomize, which this module stands in front of."""
-    import importlib.machinery as im
-    import importlib.util as iu
-    me = sys.modules.get("sitecustomize")
-    spec = im.PathFinder.find_spec("sitecustomize", [p for p in sys.path if os.path.abspath(p or ".") != _here])
-    if spec is None or spec.loader is None:
-        return
-    rel = _checks._rel(spec.origin or "")
-    if rel is not None:  # the workdir's, in whatever form (a package, compiled): not the image's hook
-        _checks._say(None, "hook", "the start-up hook sitecustomize of %s would come next on the path" % rel, rel)
-        return
-    mod = iu.module_from_spec(spec)
-    sys.modules["sitecustomize"] = mod
-    try:
-        spec.loader.exec_module(mod)
-    except Exception:
-        sys.modules["sitecustomize"] = me
-        raise
 
 
 _checks_mod = _sibling("checks")
@@ -196,7 +176,7 @@ if _channel is not None:
     _emit({"start": True, "runner": "unittest", "python": sys.version.split()[0], "supported": _supported})
     import atexit
     atexit.register(_end)
-_chain_site()
+_checks.skipped_site(_sibling("tracker").chain_site(_here, _checks._rel))
 try:
     _checks.startup()
 except Exception:
