@@ -40,3 +40,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.get_closest_marker("xdist_group") is None and _shares_a_scoped_fixture(item):
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: slow first
+
+
+@pytest.fixture(autouse=True)
+def _agent_threads_end_with_their_test():
+    """A host-mode mini-swe-agent runs on a daemon thread of the process that runs its step; a
+    step stopped at its timeout leaves it to end by itself (the step's process exits right after,
+    in a run). In the suite that process is a worker that goes on to the next test, so the thread
+    would run beside it; CPython 3.11 keeps the AST constructor's recursion count per interpreter,
+    not per thread, and `ast.parse` in two threads at once (3.11's traceback formatting parses the
+    failing line) can fail with "AST constructor recursion depth mismatch" in whichever test
+    happens to parse then. Each test ends when its agent threads have."""
+    import threading
+    import time
+
+    yield
+    deadline = time.monotonic() + 120  # the longest command a host-mode test gives the agent, and more
+    left = [t for t in threading.enumerate() if t.name == "mini-swe-agent"]
+    for thread in left:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    alive = [t for t in left if t.is_alive()]
+    assert not alive, f"mini-swe-agent threads still running 120 s after the test: {alive}"
