@@ -198,11 +198,11 @@ def test_trace_file_lines_are_otlp_export_requests(oracle_traced):
     exec_span = next(s for s in spans if s["name"] == "sandbox.local.exec" and "eval.sh" in s["attributes"][
         "sandbox.command"])
     assert exec_span["attributes"]["sandbox.exit_code"] == 0 and exec_span["attributes"]["sandbox.timeout_s"] > 0
-    # the patch, the verdict channel's plugin with its siblings and conf.json (no keys: the verdict
-    # goes through a pipe to a reader the test user cannot touch), the build phase's start-up probe
-    # and the eval script: one upload
+    # the patch, the verdict channel's start-up tracker (its sitecustomize), its plugin with their
+    # three siblings and conf.json (no keys: the verdict goes through a pipe to a reader the test
+    # user cannot touch), the build phase's start-up probe and the eval script: one upload
     batch = [s["attributes"] for s in spans if s["name"] == "sandbox.local.upload_files"]
-    assert [(a["sandbox.files"], a["sandbox.path"].startswith("/")) for a in batch] == [(1 + 4 + 1 + 1, True)]
+    assert [(a["sandbox.files"], a["sandbox.path"].startswith("/")) for a in batch] == [(1 + 6 + 1 + 1, True)]
     assert batch[0]["sandbox.bytes"] > 1000
     root = next(s for s in spans if s["name"] == "rollout")
     assert root["attributes"]["sandbatch.reward"] == 1.0
