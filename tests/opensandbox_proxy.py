@@ -20,6 +20,9 @@ Faults are rules, each firing a bounded number of times (`count`) on one operati
       after the delay (the sandbox appears after the client gave up)
   {"op": "create", "action": "drop"}                                closed unanswered, not forwarded
   {"op": "exec", "action": "cut"}   forwarded; the stream is cut after the command started
+  {"op": "exec", "action": "unfinished"}   forwarded; the stream ends cleanly without the
+      command's exit status (its `error` and `execution_complete` events held back), as
+      execd's stream can end when it stops a command at its timeout on a loaded host
   {"op": "get", "action": "drop_on_reuse"}   a kept-alive connection closed as it is reused
   {"op": "delete", "action": "gone"}         forwarded, answered 404 (it expired meanwhile)
 
@@ -207,7 +210,7 @@ class FaultProxy:
 
         if (served and self._take(op, ("drop_on_reuse",))) or self._take(op, ("drop",)):
             return self._drop(request)
-        rule = self._take(op, ("status", "delay", "cut", "gone"))
+        rule = self._take(op, ("status", "delay", "cut", "unfinished", "gone"))
         if rule is not None and rule.action == "status":
             headers = {"Retry-After": str(rule.retry_after)} if rule.retry_after is not None else None
             return web.json_response({"code": rule.code, "message": f"injected {rule.status}"},
@@ -222,7 +225,8 @@ class FaultProxy:
             await self._forward_buffered(request, op, target, body)
             return web.json_response({"code": "SANDBOX_NOT_FOUND", "message": "gone"}, status=404)
         try:
-            return await self._forward(request, op, target, body, cut=rule is not None and rule.action == "cut")
+            return await self._forward(request, op, target, body, cut=rule is not None and rule.action == "cut",
+                                       unfinished=rule is not None and rule.action == "unfinished")
         except aiohttp.ClientConnectorError as exc:
             # what a gateway answers when the sandbox's port is not bound yet
             return web.json_response({"code": "BAD_GATEWAY", "message": str(exc)}, status=502)
@@ -281,7 +285,7 @@ class FaultProxy:
             return web.Response(status=up.status, body=raw, headers=headers)
 
     async def _forward(self, request: web.Request, op: str, target: str, body: bytes,
-                       cut: bool = False) -> web.StreamResponse:
+                       cut: bool = False, unfinished: bool = False) -> web.StreamResponse:
         if op == "endpoint":
             return await self._forward_buffered(request, op, target, body)
         self._count_command(op, target, body)
@@ -292,7 +296,12 @@ class FaultProxy:
                     resp.headers.add(k, v)
             await resp.prepare(request)
             seen = b""
+            pending = b""
             async for chunk in up.content.iter_any():
+                if unfinished:  # whole events only, the exit status's held back
+                    pending += chunk
+                    *events, pending = pending.split(b"\n\n")
+                    chunk = b"".join(e + b"\n\n" for e in events if not _ends_the_command(e))
                 await resp.write(chunk)
                 seen += chunk
                 if cut and b'"init"' in seen:
@@ -302,8 +311,21 @@ class FaultProxy:
                     if request.transport is not None:
                         request.transport.close()
                     return resp
+            if unfinished and pending and not _ends_the_command(pending):
+                await resp.write(pending)
             await resp.write_eof()
             return resp
+
+
+def _ends_the_command(event: bytes) -> bool:
+    """An event of execd's stream that carries the command's exit status (SSE `data:` lines, or
+    execd's bare JSON framing)."""
+    lines = event.strip().split(b"\n")
+    data = b"".join(line[5:].strip() for line in lines if line.startswith(b"data:")) or b"".join(lines)
+    try:
+        return json.loads(data or b"{}").get("type") in ("error", "execution_complete")
+    except ValueError:
+        return False
 
 
 __all__ = ["FaultProxy"]

@@ -256,6 +256,31 @@ def test_exec_faults(proxy, real_opensandbox, os_run):
     assert fired["exec:status"] == 2 + 3 and fired["exec:cut"] == 1 and fired["exec:drop"] == 1
 
 
+def test_a_stream_ended_without_an_exit_status_is_a_timeout_only_once_the_command_had_its_time(
+        proxy, real_opensandbox, os_run):
+    """execd can end a command's stream without its exit status when it stops the command at its
+    timeout on a loaded host: that command had all its time, a timeout; a stream that ends so
+    before the command's time is up is an infrastructure error, as before."""
+    async def body(p):
+        sb = await p.create(spec(os_run))
+        try:
+            proxy.add_fault(op="exec", action="unfinished", count=1)
+            start = time.monotonic()
+            stopped = await sb.exec("sleep 30", timeout=2)
+            took = time.monotonic() - start
+            proxy.add_fault(op="exec", action="unfinished", count=1)
+            with pytest.raises(SandboxError) as err:
+                await sb.exec("true", timeout=30)
+            return stopped, took, err.value
+        finally:
+            await sb.delete()
+
+    stopped, took, err = run(proxy, real_opensandbox, body, operations={"exec_grace": 20})
+    assert (stopped.timed_out, stopped.exit_code) == (True, -1) and took < 20, (stopped, took)
+    assert err.failure_class == "sandbox_exec" and "did not complete" in str(err), err
+    assert proxy.stats()["faults_fired"]["exec:unfinished"] == 2
+
+
 # --- idempotent operations --------------------------------------------------------------------
 
 def test_idempotent_calls_are_retried(proxy, real_opensandbox, os_run):

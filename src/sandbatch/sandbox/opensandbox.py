@@ -388,6 +388,11 @@ class OpenSandboxSandbox(Sandbox):
                                    f"not retried ({_short_message(exc)})", FailureClass.SANDBOX_EXEC) from exc
             duration = time.monotonic() - start
             code = execution.exit_code
+            if code is None and duration >= timeout * 0.95:
+                # execd stopped it at its timeout and, on a loaded host, ended the stream before it
+                # sent the exit status: the command had all its time, which is a timeout, not an outage
+                return ExecResult(exit_code=-1, stdout=_join(stdout), stderr=_join(stderr), timed_out=True,
+                                  duration_s=duration)
             if code is None:
                 await self._raise_if_gone(None)
                 detail = execution.error.value if execution.error else "the stream ended without an exit status"
