@@ -1,5 +1,7 @@
 """The file names of a rollout's records inside results/<run>/<task>/<repeat>/."""
 
+from pathlib import Path
+
 SANDBOX = "sandbox.json"
 EVENTS = "events.jsonl"
 HARNESS = "harness.json"
@@ -15,3 +17,11 @@ GRADE = "grade.json"
 INDEX = "records.jsonl"
 # results/<run>/manifest.json: the aggregate's last file, written after its reap of the run's sandboxes
 MANIFEST = "manifest.json"
+
+
+def attempt_log(log: "Path | str", attempt: int) -> Path:
+    """Where a failed attempt of the step whose log is `log` keeps its reason for the console:
+    Snakemake empties the step's log when the retry starts, which can be before the console has
+    read the failed attempt's."""
+    log = Path(log)
+    return log.with_name(f"{log.stem}.attempt-{attempt}.log")

@@ -25,6 +25,7 @@ from typing import Any, Optional
 from snakemake_interface_logger_plugins.base import LogHandlerBase
 from snakemake_interface_logger_plugins.common import LogEvent
 
+from ..contracts.files import attempt_log
 from ..core.util import duration_text
 
 SUMMARY = "sandbatch_summary"  # a record carrying this attribute is the run's summary: printed last
@@ -148,6 +149,7 @@ class LogHandler(LogHandlerBase):
         s = self.common_settings
         self.stream = sys.stdout if getattr(s, "stdout", False) else sys.stderr
         self.progress = ProgressClock()
+        self.attempts: dict[Any, int] = {}  # a running job's attempt number
         self.graded = 0
         self.rollouts: Optional[int] = None
         self.interrupted = False
@@ -282,6 +284,7 @@ class LogHandler(LogHandlerBase):
         if rule == "all":
             return []
         attempt = _attempt(getattr(record, "resources", None))
+        self.attempts[getattr(record, "jobid", None)] = attempt
         return [f"[{time.strftime('%H:%M:%S', time.localtime(now))}] {label}"
                 + (f" (attempt {attempt})" if attempt > 1 else "")]
 
@@ -305,7 +308,11 @@ class LogHandler(LogHandlerBase):
         logs = list(getattr(record, "log", None) or [])
         out = [f"[{time.strftime('%H:%M:%S', time.localtime(now))}] FAILED {label}"
                + (f"; log: {logs[0]}" if logs else "")]
+        attempt = self.attempts.pop(jobid, None)
         if getattr(self.common_settings, "show_failed_logs", False) and logs:
-            out += ["    " + clip(line) for line in _tail(logs[0])]
+            shown = _tail(logs[0])
+            # the step's own copy of its reason, in case the retry has emptied its log already
+            kept = _tail(str(attempt_log(logs[0], attempt))) if attempt else []
+            out += ["    " + clip(line) for line in shown + [k for k in kept if k not in shown]]
         return out
 

@@ -23,6 +23,7 @@ from typing import Callable
 from .. import trace
 from ..core.config import Config, Timeouts
 from ..core.errors import InfraError, UserError
+from ..contracts.files import attempt_log
 from ..contracts.records import now
 from ..sandbox import Provider, Sandbox, get_provider
 from ..tasks import Task, get_task
@@ -209,5 +210,11 @@ def main(step_cls: Callable[[StepContext], Step], argv: list[str] | None = None)
                 step.fail(exc)
                 return 0
             if not step.retry_in_process:
+                _keep_reason(ctx, step.name, f"sandbatch: {label}: infra error [{exc.failure_class}]: {exc}")
                 return 1  # Snakemake retries the job
             ctx = replace(ctx, attempt=ctx.attempt + 1)
+
+
+def _keep_reason(ctx: StepContext, step: str, line: str) -> None:
+    with contextlib.suppress(OSError):  # the console's copy: the step's own log has the line too
+        attempt_log(ctx.dir / "logs" / f"{step}.log", ctx.attempt).write_text(line + "\n", encoding="utf-8")
