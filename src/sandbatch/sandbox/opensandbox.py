@@ -396,7 +396,11 @@ class OpenSandboxSandbox(Sandbox):
             if code is None:
                 await self._raise_if_gone(None)
                 detail = execution.error.value if execution.error else "the stream ended without an exit status"
-                raise SandboxError(f"sandbox {self.id}: command did not complete ({detail})", FailureClass.SANDBOX_EXEC)
+                # what became of it, for whoever reads the error: its output may be cut short too,
+                # so even a finished command's exit status is no result to grade with
+                fate = await self._fate(execution.id)
+                raise SandboxError(f"sandbox {self.id}: command did not complete ({detail}{fate})",
+                                   FailureClass.SANDBOX_EXEC)
             timed_out = code == -1 and duration >= timeout * 0.95
             if not timed_out and (code == -1 or code in KILLED_EXIT_CODES):
                 await self._raise_if_gone(None)  # killed by a signal: maybe the whole sandbox died
@@ -481,6 +485,18 @@ class OpenSandboxSandbox(Sandbox):
     async def status(self) -> State:
         info = await self.provider.info(self.id)
         return "gone" if info is None else _STATES.get(info.status.state.lower(), "unknown")
+
+    async def _fate(self, execution_id: str | None) -> str:
+        """`; execd reports ...` on a command whose stream ended without its exit status."""
+        if not execution_id:
+            return "; execd never named the command"
+        try:
+            st = await asyncio.wait_for(self.commands.get_command_status(execution_id), self.provider.ops["timeout"])
+        except (SandboxException, asyncio.TimeoutError) as exc:
+            return f"; its status could not be read: {_short_message(exc) if isinstance(exc, SandboxException) else 'timed out'}"
+        if st.running:
+            return "; execd reports it still running"
+        return f"; execd reports it finished with exit {st.exit_code}{f' ({st.error})' if st.error else ''}"
 
     async def _raise_if_gone(self, exc: BaseException | None) -> None:
         """SandboxGone when the sandbox is deleted, expired or dead; otherwise return.
