@@ -33,20 +33,37 @@ def _run(*cmd: str, timeout: float = 15) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
-def slurm_unavailable() -> str | None:
-    """None when a job can be submitted now, else the reason (for pytest.skip)."""
+def slurm_unavailable(wait: float = 120) -> str | None:
+    """None when a job can be submitted now, else the reason (for pytest.skip).
+
+    A loaded host can leave the node briefly not responding (`idle*`) or the controller slow
+    to answer, after a killed job above all: that is polled for up to `wait` seconds (the
+    SlurmdTimeout scripts/services/slurm.sh sets: after it slurmctld calls the node down), and
+    the reason names the last state seen. A controller that is down is said at once."""
     if shutil.which("sinfo") is None or shutil.which("sbatch") is None:
         return "Slurm client tools (sinfo, sbatch) not installed: run scripts/services/slurm.sh as root"
+    deadline = time.monotonic() + wait
+    while True:
+        why, passing = _not_ready()
+        if why is None or not passing:
+            return why
+        if time.monotonic() >= deadline:
+            return f"{why} (still so after {wait:.0f} s)"
+        time.sleep(2)
+
+
+def _not_ready() -> tuple[str | None, bool]:
+    """Why no job can be submitted now (None: it can), and whether that may pass by itself."""
     try:
         ping = _run("scontrol", "ping")
         states = _run("sinfo", "-h", "-o", "%T")
     except subprocess.TimeoutExpired:
-        return "Slurm controller does not answer (scontrol ping timed out)"
+        return "Slurm controller does not answer (scontrol ping timed out)", True
     if ping.returncode != 0 or "UP" not in ping.stdout:
-        return "Slurm controller is down: run scripts/services/slurm.sh as root"
+        return "Slurm controller is down: run scripts/services/slurm.sh as root", False
     if not READY_STATES & set(states.stdout.split()):
-        return f"no Slurm node ready (sinfo: {states.stdout.split() or states.stderr.strip()})"
-    return None
+        return f"no Slurm node ready (sinfo: {states.stdout.split() or states.stderr.strip()})", True
+    return None, False
 
 
 def slurm_available() -> bool:
