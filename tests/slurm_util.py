@@ -14,7 +14,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-READY_STATES = {"idle", "mixed", "allocated", "completing"}
+# `planned`: idle, held by the backfill scheduler for a job about to start (Slurm 22.05+); a job
+# submitted then queues behind it as on any busy node
+READY_STATES = {"idle", "mixed", "allocated", "completing", "planned"}
 FINAL_STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL",
                 "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
 

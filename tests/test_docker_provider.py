@@ -368,12 +368,14 @@ def test_image_entrypoint_bash_is_overridden(spec, docker_engine, docker_base_im
 def test_oom_is_reported(spec):
     async def go():
         provider = DockerProvider()
-        # the main process outgrows its limit a few seconds after start
+        # the main process outgrows its limit once told to (a file), after the exec's own OOM
         sb = await provider.create(spec(resources={"memory": "64Mi"}, entrypoint=[
-            "sh", "-c", "sleep 3; exec python3 -c 'x = bytearray(512 * 2**20)'"]))
+            "sh", "-c", "until [ -e /tmp/oom-now ]; do sleep 0.1; done; "
+                        "exec python3 -c 'x = bytearray(512 * 2**20)'"]))
         res = await sb.exec(["python3", "-c", "x = bytearray(512 * 2**20)"], timeout=60)
         assert res.exit_code == 137 and "OOM killer" in res.stderr
-        # the main process outgrows its limit 3 s after the start; the engine reports it stopped
+        assert (await sb.exec("touch /tmp/oom-now", timeout=30)).ok
+        # the engine reports it stopped
         deadline = time.monotonic() + 60
         while await sb.status() == "running" and time.monotonic() < deadline:
             await asyncio.sleep(0.2)

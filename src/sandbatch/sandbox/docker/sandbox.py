@@ -155,7 +155,10 @@ class DockerSandbox(Sandbox):
                 if code is None and (code := await stream.exit_code()) is not None:
                     break
             code = -1 if code is None else code
-        if not timed_out and code == 137 and await self._oom_kills() > 0:
+        kills = await self._oom_kills() if not timed_out and code == 137 else 0
+        if kills is None:  # the container stopped since the command's end: that is the answer
+            await self._raise_gone(f"command ended with exit {code}", err)
+        if kills:
             # 137 = SIGKILL; say so when the kernel's OOM killer sent it (the container lives on)
             if stderr and not stderr.endswith("\n"):
                 stderr += "\n"
@@ -193,9 +196,11 @@ class DockerSandbox(Sandbox):
             f"grep -qsxz '{EXEC_MARK}={mark}' \"$d/environ\" && kill -STOP \"${{d#/proc/}}\" 2>/dev/null "
             "&& hit=\"$hit ${d#/proc/}\"; done; for p in $hit; do kill -9 \"$p\" 2>/dev/null; done; done; true")
 
-    async def _oom_kills(self) -> int:
-        """OOM kills counted by the container's memory cgroup (v1 or v2)."""
+    async def _oom_kills(self) -> int | None:
+        """OOM kills counted by the container's memory cgroup (v1 or v2); None when it cannot be asked."""
         rc, out = await self._quick(OOM_KILLS)
+        if rc is None:
+            return None
         try:
             return int(out.strip() or 0) if rc == 0 else 0
         except ValueError:
