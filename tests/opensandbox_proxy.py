@@ -23,6 +23,8 @@ Faults are rules, each firing a bounded number of times (`count`) on one operati
   {"op": "exec", "action": "unfinished"}   forwarded; the stream ends cleanly without the
       command's exit status (its `error` and `execution_complete` events held back), as
       execd's stream can end when it stops a command at its timeout on a loaded host
+  {"op": "exec", "action": "ended"}   forwarded; the stream ends cleanly right after the command
+      started, which runs on: what execd's own proxy does when its inner hop fails (docs/providers.md)
   {"op": "get", "action": "drop_on_reuse"}   a kept-alive connection closed as it is reused
   {"op": "delete", "action": "gone"}         forwarded, answered 404 (it expired meanwhile)
 
@@ -138,9 +140,9 @@ class FaultProxy:
                                      f"unanswered after {bound:.0f} s; {self.stats()['requests']}")
             time.sleep(0.1)
 
-    def sent_twice(self, ignore_prefix: str) -> dict[str, int]:
+    def sent_twice(self, ignore_prefix: str | tuple[str, ...]) -> dict[str, int]:
         """Commands forwarded to the same sandbox's execd more than once (texts starting
-        with `ignore_prefix` excepted)."""
+        with `ignore_prefix`, or one of them, excepted)."""
         return {f"{where}: {text}": n for where, per in self.stats()["commands"].items()
                 for text, n in per.items() if n > 1 and not text.startswith(ignore_prefix)}
 
@@ -210,7 +212,7 @@ class FaultProxy:
 
         if (served and self._take(op, ("drop_on_reuse",))) or self._take(op, ("drop",)):
             return self._drop(request)
-        rule = self._take(op, ("status", "delay", "cut", "unfinished", "gone"))
+        rule = self._take(op, ("status", "delay", "cut", "unfinished", "ended", "gone"))
         if rule is not None and rule.action == "status":
             headers = {"Retry-After": str(rule.retry_after)} if rule.retry_after is not None else None
             return web.json_response({"code": rule.code, "message": f"injected {rule.status}"},
@@ -225,8 +227,9 @@ class FaultProxy:
             await self._forward_buffered(request, op, target, body)
             return web.json_response({"code": "SANDBOX_NOT_FOUND", "message": "gone"}, status=404)
         try:
-            return await self._forward(request, op, target, body, cut=rule is not None and rule.action == "cut",
-                                       unfinished=rule is not None and rule.action == "unfinished")
+            action = rule.action if rule is not None else None
+            return await self._forward(request, op, target, body, cut=action == "cut",
+                                       unfinished=action == "unfinished", ended=action == "ended")
         except aiohttp.ClientConnectorError as exc:
             # what a gateway answers when the sandbox's port is not bound yet
             return web.json_response({"code": "BAD_GATEWAY", "message": str(exc)}, status=502)
@@ -285,7 +288,7 @@ class FaultProxy:
             return web.Response(status=up.status, body=raw, headers=headers)
 
     async def _forward(self, request: web.Request, op: str, target: str, body: bytes,
-                       cut: bool = False, unfinished: bool = False) -> web.StreamResponse:
+                       cut: bool = False, unfinished: bool = False, ended: bool = False) -> web.StreamResponse:
         if op == "endpoint":
             return await self._forward_buffered(request, op, target, body)
         self._count_command(op, target, body)
@@ -302,6 +305,16 @@ class FaultProxy:
                     pending += chunk
                     *events, pending = pending.split(b"\n\n")
                     chunk = b"".join(e + b"\n\n" for e in events if not _ends_the_command(e))
+                if ended:  # whole events up to the command's start; then the stream ends, cleanly,
+                    # and the command runs on (execd sees its caller go away as the upstream closes)
+                    pending += chunk
+                    *events, pending = pending.split(b"\n\n")
+                    for event in events:
+                        await resp.write(event + b"\n\n")
+                        if b'"init"' in event:
+                            await resp.write_eof()
+                            return resp
+                    continue
                 await resp.write(chunk)
                 seen += chunk
                 if cut and b'"init"' in seen:

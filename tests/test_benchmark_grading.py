@@ -340,6 +340,21 @@ def test_tb_missing_reward_is_a_grading_error(tmp_path):
     assert sandboxes_left(tmp_path) == []
 
 
+def test_an_infra_error_grading_in_the_agents_sandbox_ends_its_attempts_with_its_first_cause(tmp_path):
+    """Graded in the agent's sandbox, an attempt that fails takes the sandbox with it: a second
+    attempt could only find it gone. So the first attempt's failure is the record, with what
+    redoes the rollout, however many attempts the run allows."""
+    cfg_path = make_cfg(tmp_path, "terminal_bench", FIX / "terminal_bench", grading={"in_agent_sandbox": True})
+    ctx, _ = agent_sandbox(cfg_path, "no-reward")
+    asyncio.run(run_step(PatchStep(ctx)))
+    argv = ["--config", str(cfg_path), "--task", "no-reward", "--repeat", "0", "--attempt", "1", "--max-attempts", "3"]
+    assert main(GradeStep, argv) == 0
+    rec = load(GradeRecord, ctx.path(GRADE))
+    assert (rec.status, rec.failure_class, rec.attempt) == ("infra_error", "grading_no_reward", 1), rec
+    assert "neither /logs/verifier/reward.json nor reward.txt" in rec.error and "rerun-errors" in rec.error, rec.error
+    assert sandboxes_left(tmp_path) == []
+
+
 @pytest.mark.parametrize("json_data, txt_data, expect", [
     (b'{"reward": 0.5, "x": 1}', b"1", 0.5),
     (b'{"a": 1, "b": 0}', None, 0.5),

@@ -24,6 +24,7 @@ from sandbatch.sandbox.base import SandboxError, SandboxGone  # noqa: E402
 from sandbatch.sandbox.reaper import reap  # noqa: E402
 
 PROBE_PREFIX = "mkdir -p /tmp/sandbatch "  # how the provider starts its probe
+RERUN_PREFIX = ": idempotent; "  # a command a test reruns on purpose (exec's lost="rerun")
 MARKS = "/tmp/sandbatch/marks"
 
 
@@ -38,7 +39,7 @@ def fault_proxy(real_opensandbox):
 def proxy(fault_proxy, os_run):
     fault_proxy.reset()
     yield fault_proxy
-    twice = fault_proxy.sent_twice(PROBE_PREFIX)
+    twice = fault_proxy.sent_twice((PROBE_PREFIX, RERUN_PREFIX))
     fault_proxy.reset()
     assert not twice, f"commands sent to execd more than once: {twice}"
 
@@ -281,6 +282,42 @@ def test_a_stream_ended_without_an_exit_status_is_a_timeout_only_once_the_comman
     # execd itself is asked what became of it: the command finished, only its stream lost the end
     assert "execd reports it finished with exit 0" in str(err), err
     assert proxy.stats()["faults_fired"]["exec:unfinished"] == 2
+
+
+def test_a_command_whose_stream_ends_early_runs_on_and_its_caller_says_what_then(proxy, real_opensandbox, os_run):
+    """execd's own proxy ends a command's stream cleanly, end and exit status lost, when its inner
+    hop fails on a loaded host (docs/providers.md); the command runs on. lost="fail" (the default)
+    is an infrastructure error saying what execd reports of it; "rerun" (an idempotent command)
+    waits until execd reports it finished and runs it again, whole; "wait" (a command whose result
+    is in files) returns the exit status execd reports, marked as having lost its output."""
+    async def body(p):
+        sb = await p.create(spec(os_run))
+        try:
+            proxy.add_fault(op="exec", action="ended", count=1)
+            with pytest.raises(SandboxError) as err:
+                await sb.exec("sleep 2; echo done >> /tmp/sandbatch/ran", timeout=30)
+            proxy.add_fault(op="exec", action="ended", count=1)
+            rerun = await sb.exec(RERUN_PREFIX + "sleep 1; echo run >> /tmp/sandbatch/reran; cat /tmp/sandbatch/reran",
+                                  timeout=30, lost="rerun")
+            proxy.add_fault(op="exec", action="ended", count=1)
+            start = time.monotonic()
+            waited = await sb.exec("sleep 2; echo partial; exit 7", timeout=30, lost="wait")
+            took = time.monotonic() - start
+            ran = await sb.exec("cat /tmp/sandbatch/ran", timeout=30)
+            return err.value, rerun, waited, took, ran
+        finally:
+            await sb.delete()
+
+    err, rerun, waited, took, ran = run(proxy, real_opensandbox, body, operations={"exec_retries": 2})
+    assert err.failure_class == "sandbox_exec" and "execd reports it still running" in str(err), err
+    # the second run began after the first had finished: both appended before the second read
+    assert rerun.ok and rerun.stdout.split() == ["run", "run"] and not rerun.output_lost, rerun
+    assert (waited.exit_code, waited.output_lost) == (7, True) and "partial" not in waited.stdout, waited
+    assert took >= 2, took  # it waited for the command's end
+    assert ran.stdout.split() == ["done"], ran  # the one that failed ran on to its end
+    stats = proxy.stats()
+    assert stats["faults_fired"]["exec:ended"] == 3
+    assert [n for per in stats["commands"].values() for text, n in per.items() if text.startswith(RERUN_PREFIX)] == [2]
 
 
 # --- idempotent operations --------------------------------------------------------------------

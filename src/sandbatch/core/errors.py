@@ -55,8 +55,10 @@ def error_lines(exc: UserError) -> list[str]:
 
 
 class InfraError(SandbatchError):
-    """Infrastructure failure; `failure_class` says which part failed."""
+    """Infrastructure failure; `failure_class` says which part failed. `final`: no later attempt
+    of the step can do better (what it needed went with this one), only a rerun of the rollout."""
 
-    def __init__(self, message: str, failure_class: FailureClass = FailureClass.INFRA):
+    def __init__(self, message: str, failure_class: FailureClass = FailureClass.INFRA, *, final: bool = False):
         super().__init__(message)
         self.failure_class = failure_class
+        self.final = final

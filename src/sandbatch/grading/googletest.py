@@ -91,7 +91,8 @@ async def confirm(sandbox: "Sandbox", test_command: str, status: dict[str, str],
         return Findings(entries=tuple(entries), failed=failed_since(status, out), log=tuple(log))
 
     line = _VERBOSE.sub("", ctest_line(test_command) or "")
-    listed = await sandbox.exec(f"{line} --show-only=json-v1", cwd=sandbox.workdir, timeout=min(timeout, 300))
+    listed = await sandbox.exec(f"{line} --show-only=json-v1", cwd=sandbox.workdir, timeout=min(timeout, 300),
+                                lost="rerun")
     try:
         cmds = commands(listed.stdout) if listed.ok else []
     except (ValueError, AttributeError):
@@ -107,7 +108,8 @@ async def confirm(sandbox: "Sandbox", test_command: str, status: dict[str, str],
     for argv, wd in cmds:
         names = set(claimed)
         if len(cmds) > 1:
-            res = await sandbox.exec([*argv, "--gtest_list_tests"], cwd=wd or sandbox.workdir, timeout=per_test)
+            res = await sandbox.exec([*argv, "--gtest_list_tests"], cwd=wd or sandbox.workdir, timeout=per_test,
+                                     lost="rerun")
             names = _listed(res.stdout) & names
         for t in names:
             holders[t].append((argv, wd))

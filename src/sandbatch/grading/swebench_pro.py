@@ -53,7 +53,8 @@ async def grade(g: GradeContext) -> GradeResult:
     result = GradeResult(log_path=g.log_path)
     wd, tmp = sandbox.workdir, f"{sandbox.tmpdir}/swe_pro"
     base = shlex.quote(g.base_ref)
-    reset = await sandbox.exec(f"git reset -q --hard {base} && git checkout -q {base}", timeout=g.timeout, cwd=wd)
+    reset = await sandbox.exec(f"git reset -q --hard {base} && git checkout -q {base}", timeout=g.timeout, cwd=wd,
+                               lost="rerun")
     log += ["$ reset to base", reset.stdout, reset.stderr]
     if not await apply_patch(sandbox, g.patch, f"{tmp}/patch.diff", result, log, g.timeout, cwd=wd):
         return result
@@ -88,7 +89,7 @@ async def grade(g: GradeContext) -> GradeResult:
         run = await sandbox.exec(command, timeout=g.timeout, cwd=wd)
         result.test_exit_code = None if run.timed_out else run.exit_code
         parsed = await sandbox.exec(f"rm -f {output_json}; python {tmp}/parser.py {out} {err} {output_json}",
-                                    timeout=g.timeout, cwd=wd)
+                                    timeout=g.timeout, cwd=wd, lost="rerun")
         log += [f"$ run_script.sh (attempt {attempt + 1}): exit {run.exit_code}{' (timed out)' if run.timed_out else ''}",
                 f"$ parser.py: exit {parsed.exit_code}", parsed.stdout, parsed.stderr]
         try:

@@ -342,7 +342,7 @@ async def snapshot(sandbox: "Sandbox", cwd: str, timeout: float, fallback: str) 
     their own edits to tracked files (SWE-bench's specs sed tox.ini or pyproject.toml).
     apply_patch takes it in its own exec when asked.
     """
-    res = await sandbox.exec(SNAPSHOT, timeout=timeout, cwd=cwd)
+    res = await sandbox.exec(SNAPSHOT, timeout=timeout, cwd=cwd, lost="rerun")
     return snapshot_taken(res.stdout if res.ok else "", fallback)
 
 
@@ -458,7 +458,7 @@ async def restore(sandbox: "Sandbox", findings: list[Finding], snap: str, cwd: s
                      f"echo {MARK} {i} removed; }}; fi")
     out, err = [], []
     for batch in _batches(lines):
-        res = await sandbox.exec("\n".join(batch), timeout=timeout, cwd=cwd)
+        res = await sandbox.exec("\n".join(batch), timeout=timeout, cwd=cwd, lost="rerun")
         out.append(res.stdout)
         err.append(res.stderr)
     log += ["$ restore what the patch may not change", "".join(out), "".join(err)]

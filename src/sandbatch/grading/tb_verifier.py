@@ -69,15 +69,18 @@ async def prepare(sandbox: "Sandbox", logs_root: str) -> Isolation:
     killed = await sandbox.stop_processes(iso.shell)
     iso.notes.append(f"stopped {killed} processes left in the sandbox" if killed >= 0 else
                      "this provider cannot stop the processes left in the sandbox")
-    steps = []  # one command: the core tools' links, the agent's preload moved aside
+    # one command: the core tools' links, the agent's preload moved aside; idempotent (a second
+    # run, after a transport lost the first one's answer, reports the same), so it may be rerun
+    steps = []
     if busybox is not None:
         await sandbox.upload(f"{iso.dir}/bin/busybox", busybox, mode=0o755)
-        links = " && ".join(f"ln -s busybox {t}" for t in CORE_TOOLS)
+        links = " && ".join(f"ln -sf busybox {t}" for t in CORE_TOOLS)
         steps.append(f"(cd {shlex.quote(iso.dir)}/bin && {links})")
     if sandbox.map_path(PRELOAD) == PRELOAD:  # the sandbox has an /etc of its own (not the local provider)
-        steps.append(f"if [ -e {PRELOAD} ]; then mv {PRELOAD} {shlex.quote(iso.dir)}/ld.so.preload && echo moved; fi")
+        aside = shlex.quote(f"{iso.dir}/ld.so.preload")
+        steps.append(f"if [ -e {PRELOAD} ]; then mv {PRELOAD} {aside}; fi; if [ -e {aside} ]; then echo moved; fi")
     if steps:
-        res = await sandbox.exec("; ".join(steps), timeout=60)
+        res = await sandbox.exec("; ".join(steps), timeout=60, lost="rerun")
         if "moved" in res.stdout.split():
             iso.tampering.append({"path": PRELOAD, "kind": "runner_hook", "action": "removed"})
     return iso

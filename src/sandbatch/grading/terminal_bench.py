@@ -93,7 +93,7 @@ def _finite(v) -> bool:
 async def _files(sandbox: Sandbox, *paths: str) -> list[bytes | None]:
     """Each path's bytes, None where no such file: one command asks which exist."""
     test = "; ".join(f"test -f {shlex.quote(p)} && echo {i}" for i, p in enumerate(paths))
-    res = await sandbox.exec(f"{test}; true", timeout=60)
+    res = await sandbox.exec(f"{test}; true", timeout=60, lost="rerun")
     found = set(res.stdout.split())
     return [await sandbox.download(p) if str(i) in found else None for i, p in enumerate(paths)]
 
@@ -128,7 +128,7 @@ async def grade(g: GradeContext) -> GradeResult:
     # writes into the logs while they are removed makes one `rm -rf` fail ("Directory not empty")
     gone = f"rm -rf {shlex.quote(tests)} {shlex.quote(logs)}"
     clean = await sandbox.exec(f"for _ in 1 2 3 4; do {gone} 2>/dev/null && break; done; "
-                               f"{gone} && mkdir -p {shlex.join(made)}", timeout=120)
+                               f"{gone} && mkdir -p {shlex.join(made)}", timeout=120, lost="rerun")
     if not clean.ok:
         raise InfraError(f"cannot reset {LOGS} and {TESTS}: {clean.stderr.strip()[-200:]}", FailureClass.SANDBOX_EXEC)
     logs = made[-1]
@@ -136,10 +136,12 @@ async def grade(g: GradeContext) -> GradeResult:
                          {LOGS: iso.logs} if iso else None)
     verifier = tb_verifier.command(iso, tests + "/test.sh", wd) if iso else tamper.verifier_command(
         tests + "/test.sh", wd, g.in_agent_sandbox)
-    run = await sandbox.exec(verifier, timeout=g.timeout, cwd=wd)
+    # its reward is in its files, so a run whose output the transport lost still has its result
+    run = await sandbox.exec(verifier, timeout=g.timeout, cwd=wd, lost="wait")
     result.test_exit_code = None if run.timed_out else run.exit_code
+    lost = " (the rest of its output was lost in transit; its reward files are read as always)"
     log += [f"$ bash {TESTS}/test.sh ({n} test files): exit {run.exit_code}"
-            f"{' (timed out)' if run.timed_out else ''}", run.stdout, run.stderr]
+            f"{' (timed out)' if run.timed_out else ''}{lost if run.output_lost else ''}", run.stdout, run.stderr]
     if run.timed_out:  # the reward it wrote before still counts
         result.failure_class = FailureClass.TESTS_TIMEOUT
     reward, details = read_reward(*await _files(sandbox, f"{logs}/reward.json", f"{logs}/reward.txt"))

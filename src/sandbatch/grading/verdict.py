@@ -341,7 +341,7 @@ class Channel:
         """The verdict; printed: the listing as the test command's exec printed it (taken_from), else
         it is read with an exec of its own."""
         if printed is None:
-            res = await sandbox.exec(self._listing(), timeout=60)
+            res = await sandbox.exec(self._listing(), timeout=60, lost="rerun")
             printed = res.stdout.encode("utf-8", "surrogateescape") if res.ok else b""
         sections: dict[str, list[str]] = {}
         current = None

@@ -37,7 +37,7 @@ class Reads:
             lines.append(f'if {{ {cmd} ; }} > "$t" 2>/dev/null; then printf "{_OK} "; base64 -w0 < "$t"; echo; '
                          f'else echo {_FAILED}; fi')
         lines.append('rm -f "$t"')
-        res = await self.sandbox.exec("\n".join(lines), timeout=self.timeout, cwd=self.cwd)
+        res = await self.sandbox.exec("\n".join(lines), timeout=self.timeout, cwd=self.cwd, lost="rerun")
         answers = res.stdout.split("\n") if res.ok else []
         if len(answers) < len(wanted):
             return  # unreadable: each command runs alone when asked
@@ -57,7 +57,7 @@ class Reads:
     async def run(self, command: str) -> bytes | None:
         """The command's stdout, None when it failed."""
         if command not in self._known:
-            res = await self.sandbox.exec(command, timeout=self.timeout, cwd=self.cwd)
+            res = await self.sandbox.exec(command, timeout=self.timeout, cwd=self.cwd, lost="rerun")
             self._known[command] = res.stdout.encode("utf-8", "surrogateescape") if res.ok else None
         return self._known[command]
 

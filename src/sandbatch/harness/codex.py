@@ -163,7 +163,7 @@ class CodexHarness(Harness):
         """The records of the session files Codex wrote (in the order they were started)."""
         sessions = shlex.quote(f"{self.codex_home(sandbox)}/{SESSION_FILES}")
         res = await sandbox.exec(f"[ -d {sessions} ] && find {sessions} -name 'rollout-*.jsonl' | sort | "
-                                 f"xargs -r cat || true", timeout=120)
+                                 f"xargs -r cat || true", timeout=120, lost="rerun")
         return [ev for ev in json_events(res.stdout) if ev.get("type") != "sandbatch.text"] if res.ok else []
 
     def convert(self, events, opts) -> Conversion:

@@ -107,7 +107,7 @@ class SandboxEnvironment:
 
 async def sandbox_uname(sandbox: Sandbox) -> dict[str, str]:
     """platform.uname()'s fields as the sandbox reports them (empty where it cannot)."""
-    res = await sandbox.exec("uname -s; uname -n; uname -r; uname -v; uname -m", timeout=60)
+    res = await sandbox.exec("uname -s; uname -n; uname -r; uname -v; uname -m", timeout=60, lost="rerun")
     values = res.stdout.splitlines() if res.ok else []
     keys = ("system", "node", "release", "version", "machine")
     return {k: (values[i] if i < len(values) else "") for i, k in enumerate(keys)}

@@ -125,7 +125,7 @@ class MiniSweAgentHarness(Harness):
         install, home, q = ctx.options.install, self._home(sandbox), shlex.quote
         timeout = ctx.timeouts.install
         if install.method in ("pip", "upload"):
-            py = await sandbox.exec(f"command -v {q(install.python)}", timeout=60)
+            py = await sandbox.exec(f"command -v {q(install.python)}", timeout=60, lost="rerun")
             if not py.ok:
                 raise InfraError(f"installing mini-swe-agent in the sandbox needs {install.python}, which the "
                                  f"image lacks; set harness.config.mode: host to run mini-swe-agent on this "

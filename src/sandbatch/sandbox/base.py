@@ -26,12 +26,18 @@ CA_ENV = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "CURL_CA_BUNDLE", "
           "NODE_EXTRA_CA_CERTS")
 
 
+# what a provider does when it loses a command's result after the command ran (exec's `lost`)
+Lost = Literal["fail", "rerun", "wait"]
+
+
 class ExecResult(BaseModel):
     exit_code: int
     stdout: str = ""
     stderr: str = ""
     timed_out: bool = False
     duration_s: float = 0.0
+    # exec(lost="wait"): the transport lost the rest of the output; the exit status is the sandbox's own
+    output_lost: bool = False
 
     @property
     def ok(self) -> bool:
@@ -154,9 +160,16 @@ class Sandbox(abc.ABC):
         cwd: str | None = None,
         env: dict[str, str] | None = None,
         stdin: bytes | None = None,
+        lost: Lost = "fail",
     ) -> ExecResult:
         """Run a command (a string runs under `bash -c`, not a login shell, so the PATH the
-        image's ENV set is kept). Never retried blindly: it may have run."""
+        image's ENV set is kept). Never retried blindly: it may have run.
+
+        lost: what to do when the provider's transport loses the command's result (its output's
+        end and exit status) while the sandbox says the command ran: "fail" (SandboxError),
+        "rerun" (the command is idempotent: once it has finished, run it again) or "wait" (its
+        result is in files: once it has finished, return its exit status with the output received
+        so far, `output_lost` set). Providers whose transport cannot lose a result ignore it."""
 
     @abc.abstractmethod
     async def upload(self, path: str, data: bytes, mode: int = 0o644) -> None:

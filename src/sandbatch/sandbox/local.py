@@ -124,8 +124,8 @@ class LocalSandbox(Sandbox):
         env.update(extra or {})
         return env
 
-    async def exec(self, command, *, timeout, cwd=None, env=None, stdin=None) -> ExecResult:
-        self._check()
+    async def exec(self, command, *, timeout, cwd=None, env=None, stdin=None, lost="fail") -> ExecResult:
+        self._check()  # `lost`: its pipes lose nothing
         argv = ["bash", "-c", command] if isinstance(command, str) else list(command)
         start = time.monotonic()
         # stdout and stderr are pipes of our own, read as they fill: on a timeout what was

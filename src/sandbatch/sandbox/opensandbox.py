@@ -99,6 +99,7 @@ from ..core.util import backoff_delay  # noqa: E402
 from .base import (  # noqa: E402
     KILLED_EXIT_CODES,
     ExecResult,
+    Lost,
     Provider,
     ProviderOptions,
     Sandbox,
@@ -129,6 +130,8 @@ SDK_DEFAULT_RESOURCE = {"cpu": "1", "memory": "2Gi"}
 # execd keeps every command's stream open this long after the command ended (its default 1 s)
 EXECD_GRACE_ENV = "EXECD_API_GRACE_SHUTDOWN"
 PROBE_FIRST_WAIT = 0.1  # seconds before the probe's second attempt; doubles up to probe.interval
+# a command whose stream lost its end: how often execd is asked whether it finished (doubling)
+OUTCOME_POLL, OUTCOME_POLL_MAX = 0.2, 2.0
 
 _STATES: dict[str, State] = {
     "running": "running", "pending": "pending", "pausing": "stopped", "paused": "stopped",
@@ -322,7 +325,7 @@ class OpenSandboxSandbox(Sandbox):
         self.files = sdk.files
 
     # commands ----------------------------------------------------------------------------
-    async def exec(self, command, *, timeout, cwd=None, env=None, stdin=None) -> ExecResult:
+    async def exec(self, command, *, timeout, cwd=None, env=None, stdin=None, lost: Lost = "fail") -> ExecResult:
         # execd runs the text with `bash -c` (as the local provider does); a list is quoted
         # into the same form, so it runs with its arguments exactly as given
         text = command if isinstance(command, str) else shlex.join(list(command))
@@ -334,13 +337,13 @@ class OpenSandboxSandbox(Sandbox):
             text = f"{{ {text}\n}} < {stdin_path}"
         try:
             return await self._run(text, timeout=timeout, cwd=cwd or self.workdir, env=env,
-                                   retries=self.provider.ops["exec_retries"])
+                                   retries=self.provider.ops["exec_retries"], lost=lost)
         finally:
             if stdin_path is not None:
                 await self._quiet(self.files.delete_files([stdin_path]))
 
     async def _run(self, text: str, *, timeout: float, cwd: str | None, env: dict[str, str] | None,
-                   retries: int) -> ExecResult:
+                   retries: int, lost: Lost = "fail") -> ExecResult:
         ops = self.provider.ops
         opts = RunCommandOpts(working_directory=cwd, timeout=timedelta(seconds=max(timeout, 0.001)),
                               envs=dict(env) if env else None)
@@ -396,9 +399,18 @@ class OpenSandboxSandbox(Sandbox):
             if code is None:
                 await self._raise_if_gone(None)
                 detail = execution.error.value if execution.error else "the stream ended without an exit status"
-                # what became of it, for whoever reads the error: its output may be cut short too,
-                # so even a finished command's exit status is no result to grade with
-                fate = await self._fate(execution.id)
+                # the stream lost its end, the command did not (docs/providers.md): execd still runs
+                # it, or ran it to the end. Its output may be cut short too, so only a caller that
+                # can do without it gets a result; the others wait for the end only to rerun it
+                until = None if lost == "fail" else start + timeout + ops["exec_grace"]
+                status, fate = await self._outcome(execution.id, until)
+                if status is not None and lost == "rerun" and attempt < retries:
+                    trace.event("rerun", attempt=attempt + 1, error=detail + fate)
+                    continue
+                if status is not None and lost == "wait":
+                    trace.event("output_lost", error=detail + fate)
+                    return ExecResult(exit_code=status, stdout=_join(stdout), stderr=_join(stderr),
+                                      output_lost=True, duration_s=time.monotonic() - start)
                 raise SandboxError(f"sandbox {self.id}: command did not complete ({detail}{fate})",
                                    FailureClass.SANDBOX_EXEC)
             timed_out = code == -1 and duration >= timeout * 0.95
@@ -486,17 +498,27 @@ class OpenSandboxSandbox(Sandbox):
         info = await self.provider.info(self.id)
         return "gone" if info is None else _STATES.get(info.status.state.lower(), "unknown")
 
-    async def _fate(self, execution_id: str | None) -> str:
-        """`; execd reports ...` on a command whose stream ended without its exit status."""
+    async def _outcome(self, execution_id: str | None, until: float | None) -> tuple[int | None, str]:
+        """(exit status, `; execd reports ...`) of a command whose stream ended without its exit
+        status, from execd's own record: asked once (`until` None), or until it reports the command
+        finished or the monotonic clock passes `until`. The status is None unless it finished."""
         if not execution_id:
-            return "; execd never named the command"
-        try:
-            st = await asyncio.wait_for(self.commands.get_command_status(execution_id), self.provider.ops["timeout"])
-        except (SandboxException, asyncio.TimeoutError) as exc:
-            return f"; its status could not be read: {_short_message(exc) if isinstance(exc, SandboxException) else 'timed out'}"
-        if st.running:
-            return "; execd reports it still running"
-        return f"; execd reports it finished with exit {st.exit_code}{f' ({st.error})' if st.error else ''}"
+            return None, "; execd never named the command"
+        wait = OUTCOME_POLL
+        while True:
+            try:
+                st = await asyncio.wait_for(self.commands.get_command_status(execution_id),
+                                            self.provider.ops["timeout"])
+            except (SandboxException, asyncio.TimeoutError) as exc:
+                why = _short_message(exc) if isinstance(exc, SandboxException) else "timed out"
+                return None, f"; its status could not be read: {why}"
+            if not st.running:
+                return st.exit_code, (f"; execd reports it finished with exit {st.exit_code}"
+                                      f"{f' ({st.error})' if st.error else ''}")
+            if until is None or time.monotonic() + wait > until:
+                return None, "; execd reports it still running"
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, OUTCOME_POLL_MAX)
 
     async def _raise_if_gone(self, exc: BaseException | None) -> None:
         """SandboxGone when the sandbox is deleted, expired or dead; otherwise return.

@@ -206,7 +206,7 @@ def main(step_cls: Callable[[StepContext], Step], argv: list[str] | None = None)
             return 143
         except InfraError as exc:
             print(f"sandbatch: {label}: infra error [{exc.failure_class}]: {exc}", file=sys.stderr)
-            if ctx.last_attempt:
+            if ctx.last_attempt or exc.final:
                 step.fail(exc)
                 return 0
             if not step.retry_in_process:

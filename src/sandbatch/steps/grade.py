@@ -64,15 +64,15 @@ class GradeStep(Step):
         g = GradeContext(cfg=ctx.cfg, sandbox=sandbox, task=ctx.task, patch=patch, base_ref=base_ref,
                          timeout=timeout, log_path=str(ctx.path("grade.log")), in_agent_sandbox=in_agent)
         try:
-            with timed(self.phases, "tests"), trace.span("grader", **{"sandbatch.grader": grader_for(ctx.task).target}):
-                result = await asyncio.wait_for(grade_task(g), timeout)
-            await sandbox.ensure_alive("grading")
-        except asyncio.TimeoutError:
-            raise InfraError(f"grading took longer than {timeout:.0f} s", FailureClass.GRADE_TIMEOUT) from None
-        except (InfraError, asyncio.CancelledError):
-            raise
-        except Exception as exc:
-            raise InfraError(f"the grader crashed: {exc!r}", FailureClass.GRADER_CRASH) from exc
+            result = await self._grade(g, timeout)
+        except InfraError as exc:
+            if not in_agent:
+                raise
+            # the attempt may have changed the agent's sandbox, which goes with it (below): no later
+            # attempt can grade this rollout, so the first cause is the record's, not a later "gone"
+            raise InfraError(f"{exc} (graded in the agent's sandbox, which this attempt used up: "
+                             f"`sandbatch rerun-errors {ctx.cfg.run}` and the same command redo the rollout)",
+                             exc.failure_class, final=True) from exc
         finally:
             if g.log:  # what grading did so far, whatever stopped it
                 write_log(g.log_path, g.log)
@@ -82,6 +82,20 @@ class GradeStep(Step):
         trace.event("verdict", resolved=rec.resolved, reward=rec.reward, status=rec.status,
                     failure_class=rec.failure_class, tampering=bool(rec.tampering), suspicious=bool(rec.suspicious))
         self._save(rec, key)
+
+    async def _grade(self, g: GradeContext, timeout: float):
+        """The grader's result; InfraError for whatever kept it from one."""
+        try:
+            with timed(self.phases, "tests"), trace.span("grader", **{"sandbatch.grader": grader_for(g.task).target}):
+                result = await asyncio.wait_for(grade_task(g), timeout)
+            await g.sandbox.ensure_alive("grading")
+        except asyncio.TimeoutError:
+            raise InfraError(f"grading took longer than {timeout:.0f} s", FailureClass.GRADE_TIMEOUT) from None
+        except (InfraError, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            raise InfraError(f"the grader crashed: {exc!r}", FailureClass.GRADER_CRASH) from exc
+        return result
 
     def _network(self, in_agent: bool) -> NetworkRecord | None:
         """What the grading sandbox reached: the agent's network when graded in its sandbox."""

@@ -67,7 +67,7 @@ class PatchStep(Step):
         """Write the agent's change against `base_ref` to `out` in the sandbox; the files it touches."""
         cfg = self.ctx.cfg
         result = await sandbox.exec(diff_script(sandbox.workdir, base_ref, out, cfg.patch.exclude),
-                                    timeout=self.ctx.scaled(cfg.timeouts.patch))
+                                    timeout=self.ctx.scaled(cfg.timeouts.patch), lost="rerun")
         if not result.ok:
             raise SandboxError(f"git diff failed (exit {result.exit_code}): {result.stderr.strip()[-300:]}",
                                FailureClass.PATCH_EXTRACT)

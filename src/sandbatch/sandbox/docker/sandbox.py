@@ -10,7 +10,7 @@ import uuid
 from typing import Mapping, Sequence
 
 from ...core.failures import FailureClass
-from ..base import KILLED_EXIT_CODES, ExecResult, Sandbox, SandboxError, SandboxGone, SandboxSpec, State
+from ..base import KILLED_EXIT_CODES, ExecResult, Lost, Sandbox, SandboxError, SandboxGone, SandboxSpec, State
 from . import network
 from .engine import EngineOwner, NotFound
 from .state import GONE, ContainerState, SandboxOOM, container_state, sandbox_path, tail
@@ -91,6 +91,7 @@ class DockerSandbox(Sandbox):
         cwd: str | None = None,
         env: dict[str, str] | None = None,
         stdin: bytes | None = None,
+        lost: Lost = "fail",  # the engine's attached stream ends with the process: nothing to lose
     ) -> ExecResult:
         for _ in range(RUNTIME_START_ATTEMPTS):
             res = await self._exec_once(command, timeout=timeout, cwd=cwd, env=env, stdin=stdin)
