@@ -409,8 +409,9 @@ class OpenSandboxSandbox(Sandbox):
                     continue
                 if status is not None and lost == "wait":
                     trace.event("output_lost", error=detail + fate)
-                    return ExecResult(exit_code=status, stdout=_join(stdout), stderr=_join(stderr),
-                                      output_lost=True, duration_s=time.monotonic() - start)
+                    took = time.monotonic() - start
+                    return ExecResult(exit_code=status, stdout=_join(stdout), stderr=_join(stderr), output_lost=True,
+                                      timed_out=status == -1 and took >= timeout * 0.95, duration_s=took)
                 raise SandboxError(f"sandbox {self.id}: command did not complete ({detail}{fate})",
                                    FailureClass.SANDBOX_EXEC)
             timed_out = code == -1 and duration >= timeout * 0.95
