@@ -431,3 +431,32 @@ def test_host_mode_saves_the_trajectory_once_at_the_end(tmp_path):
     assert [o["output"].strip() for o in observations(outcome)] == ["not-saved"] * 3
     saved = json.loads((tmp_path / "mini.traj.json").read_text())
     assert saved["messages"] == outcome.events and saved["info"]["exit_status"] == "Submitted"
+
+
+def test_an_agent_thread_that_fails_after_its_step_gave_up_logs_nothing(caplog):
+    """A host-mode agent's thread can end with an exception after its step stopped awaiting it
+    (the step's timeout, then the sandbox deleted under it). That exception is no one's to log:
+    the log would come whenever the collector frees the future, in the middle of whatever code
+    runs then, and 3.11 formats its traceback with the AST parser (tests/conftest.py)."""
+    import gc
+    import threading
+
+    from sandbatch.harness.mini_swe_agent import _in_thread
+
+    async def main():
+        go = threading.Event()
+
+        def agent():
+            go.wait(30)
+            raise RuntimeError("the sandbox went away under the agent")
+
+        done = _in_thread(agent)
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(asyncio.shield(done), 0.05)  # as the harness step waits
+        go.set()
+        while not done.done():  # the thread hands its exception over, and no one asks for it
+            await asyncio.sleep(0.01)
+
+    asyncio.run(main())
+    gc.collect()
+    assert "never retrieved" not in caplog.text, caplog.text

@@ -8,9 +8,12 @@ import os
 import random
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
 from . import killpoint
+
+if TYPE_CHECKING:
+    import asyncio
 
 
 def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
@@ -99,6 +102,16 @@ def duration_text(seconds: float) -> str:
     h, rem = divmod(s, 3600)
     m, s = divmod(rem, 60)
     return f"{h}h{m:02d}m{s:02d}s" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
+
+
+def unawaited(future: "asyncio.Future[Any]") -> "asyncio.Future[Any]":
+    """Mark the exception `future` may end with as taken, for a future whose awaiter may give up
+    on it (a timeout, a cancellation): asyncio would log "exception was never retrieved" whenever
+    the collector frees it, in the middle of whatever code runs then. Python 3.11 formats that
+    traceback with the AST parser, which fails inside another `ast.parse` ("AST constructor
+    recursion depth mismatch"). An awaiter that still awaits it gets the exception as before."""
+    future.add_done_callback(lambda f: f.cancelled() or f.exception())
+    return future
 
 
 def backoff_delay(attempt: int, initial: float, cap: float) -> float:

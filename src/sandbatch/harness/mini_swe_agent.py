@@ -36,6 +36,7 @@ from pydantic import Field
 from ..rollout import responses
 from ..core.errors import InfraError, UserError
 from ..core.failures import FailureClass
+from ..core.util import unawaited
 from ..contracts.records import Status
 from ..sandbox import Sandbox
 from ._process import AgentRun, install_options, run_command, sh, str_env, upload_source
@@ -265,7 +266,7 @@ _ENV_CLASS = "sandbatch.harness.mini_env.SandboxEnvironment"
 def _in_thread(fn, *args) -> asyncio.Future:
     """fn(*args) on a daemon thread (one stuck in a model call cannot hold the process open)."""
     loop = asyncio.get_running_loop()
-    done = loop.create_future()
+    done = unawaited(loop.create_future())  # a step stopped at its timeout awaits it no more
 
     def settle(result=None, exc=None) -> None:
         if not done.done():

@@ -10,6 +10,7 @@ import uuid
 from typing import Mapping, Sequence
 
 from ...core.failures import FailureClass
+from ...core.util import unawaited
 from ..base import KILLED_EXIT_CODES, ExecResult, Lost, Sandbox, SandboxError, SandboxGone, SandboxSpec, State
 from . import network
 from .engine import EngineOwner, NotFound
@@ -124,7 +125,7 @@ class DockerSandbox(Sandbox):
             raise
         out, err = bytearray(), bytearray()
         # shielded so that a timeout keeps what the command printed before it was killed
-        io_done = asyncio.ensure_future(asyncio.to_thread(stream.communicate, stdin, out, err))
+        io_done = unawaited(asyncio.ensure_future(asyncio.to_thread(stream.communicate, stdin, out, err)))
         timed_out = False
         try:
             try:
