@@ -295,7 +295,7 @@ def test_a_command_whose_stream_ends_early_runs_on_and_its_caller_says_what_then
         try:
             proxy.add_fault(op="exec", action="ended", count=1)
             with pytest.raises(SandboxError) as err:
-                await sb.exec("sleep 2; echo done >> /tmp/sandbatch/ran", timeout=30)
+                await sb.exec("sleep 5; echo done >> /tmp/sandbatch/ran", timeout=30)  # asked at once: running
             proxy.add_fault(op="exec", action="ended", count=1)
             rerun = await sb.exec(RERUN_PREFIX + "sleep 1; echo run >> /tmp/sandbatch/reran; cat /tmp/sandbatch/reran",
                                   timeout=30, lost="rerun")
@@ -303,7 +303,8 @@ def test_a_command_whose_stream_ends_early_runs_on_and_its_caller_says_what_then
             start = time.monotonic()
             waited = await sb.exec("sleep 2; echo partial; exit 7", timeout=30, lost="wait")
             took = time.monotonic() - start
-            ran = await sb.exec("cat /tmp/sandbatch/ran", timeout=30)
+            ran = await sb.exec("for _ in $(seq 60); do [ -s /tmp/sandbatch/ran ] && break; sleep 0.5; done; "
+                                "cat /tmp/sandbatch/ran", timeout=60)
             return err.value, rerun, waited, took, ran
         finally:
             await sb.delete()
