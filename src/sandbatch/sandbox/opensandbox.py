@@ -130,7 +130,7 @@ SDK_DEFAULT_RESOURCE = {"cpu": "1", "memory": "2Gi"}
 # execd keeps every command's stream open this long after the command ended (its default 1 s)
 EXECD_GRACE_ENV = "EXECD_API_GRACE_SHUTDOWN"
 PROBE_FIRST_WAIT = 0.1  # seconds before the probe's second attempt; doubles up to probe.interval
-# a command whose stream lost its end: how often execd is asked whether it finished (doubling)
+# a command whose stream lost its end: how often execd is asked whether it finished (backoff)
 OUTCOME_POLL, OUTCOME_POLL_MAX = 0.2, 2.0
 
 _STATES: dict[str, State] = {
@@ -505,8 +505,7 @@ class OpenSandboxSandbox(Sandbox):
         finished or the monotonic clock passes `until`. The status is None unless it finished."""
         if not execution_id:
             return None, "; execd never named the command"
-        wait = OUTCOME_POLL
-        while True:
+        for poll in itertools.count():
             try:
                 st = await asyncio.wait_for(self.commands.get_command_status(execution_id),
                                             self.provider.ops["timeout"])
@@ -516,10 +515,11 @@ class OpenSandboxSandbox(Sandbox):
             if not st.running:
                 return st.exit_code, (f"; execd reports it finished with exit {st.exit_code}"
                                       f"{f' ({st.error})' if st.error else ''}")
+            wait = backoff_delay(poll, OUTCOME_POLL, OUTCOME_POLL_MAX)
             if until is None or time.monotonic() + wait > until:
                 return None, "; execd reports it still running"
             await asyncio.sleep(wait)
-            wait = min(wait * 2, OUTCOME_POLL_MAX)
+        raise AssertionError("unreachable")
 
     async def _raise_if_gone(self, exc: BaseException | None) -> None:
         """SandboxGone when the sandbox is deleted, expired or dead; otherwise return.
